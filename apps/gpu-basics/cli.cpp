@@ -1,0 +1,95 @@
+#include "cli.hpp"
+
+#include <ostream>
+
+#include <CLI/CLI.hpp>
+
+#include "exit_codes.hpp"
+#include "gpu_basics/core/config.hpp"
+
+namespace gpu_basics::cli {
+
+const std::vector<std::string>& commands() {
+  static const std::vector<std::string> c = {"info", "memory", "transfer", "profile", "all"};
+  return c;
+}
+
+namespace {
+struct subcommand_spec {
+  const char* name;
+  const char* description;
+  bool tables;
+};
+
+constexpr subcommand_spec kSpecs[] = {
+    {"info", "Every visible GPU: name, compute capability, SMs, L2, memory, copy engines, clocks, "
+             "driver and runtime, PCIe link",
+     true},
+    {"memory", "Lesson: device allocation, the caching allocator, pinned memory, empty_cache", true},
+    {"transfer", "Lesson: host<->device copies: sync vs async, pinned vs pageable, streams, "
+                 "PCIe bandwidth",
+     true},
+    {"profile", "Lesson: NVML utilization sampling, CUDA-event timing, matmul against the peak",
+     true},
+    {"all", "info, then every lesson, on one configuration", true},
+};
+}  // namespace
+
+parse_result parse(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CLI::App app{"gpu-basics: measure and explain GPU memory management and CPU<->GPU data movement",
+               "gpu-basics"};
+  app.require_subcommand(1, 1);
+  app.set_version_flag("--version", "gpu-basics 0.1.0");
+  options o;
+  std::string level;
+  std::string json, csv;
+  for (const auto& s : kSpecs) {
+    CLI::App* sub = app.add_subcommand(s.name, s.description);
+    sub->add_option("-c,--config", o.config_path,
+                    "YAML configuration file (default: the built-in configs/gpu_basics.yaml)");
+    sub->add_option("-s,--set", o.overrides,
+                    "Override one configuration key, e.g. --set transfer.num_streams=8 "
+                    "(repeatable)")
+        ->allow_extra_args(false);
+    sub->add_option("--log-level", level, "trace, debug, info, warn or error (overrides logging.level)");
+    if (s.tables) {
+      sub->add_option("--json", json, "Write results as JSON to this file ('-' for stdout)");
+      sub->add_option("--csv", csv,
+                      "Write tables as CSV (several tables: <stem>.<table>.csv beside PATH)");
+    }
+  }
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  if (!reversed.empty()) reversed.pop_back();  // argv[0]
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) {
+      app.exit(e, out, err);
+      return {std::nullopt, exit_ok};
+    }
+    err << "gpu-basics: " << e.what() << " (see 'gpu-basics --help')\n";
+    return {std::nullopt, exit_usage};
+  }
+  for (const auto* sub : app.get_subcommands()) o.command = sub->get_name();
+  if (!level.empty()) {
+    if (!parse_log_level(level)) {
+      err << "gpu-basics: --log-level: expected one of trace, debug, info, warn, error, got \""
+          << level << "\"\n";
+      return {std::nullopt, exit_usage};
+    }
+    o.log_level = level;
+  }
+  if (!json.empty()) o.json_path = json;
+  if (!csv.empty()) o.csv_path = csv;
+  if (o.json_path && o.csv_path && *o.json_path == "-" && *o.csv_path == "-") {
+    err << "gpu-basics: --json - and --csv - cannot both write to stdout\n";
+    return {std::nullopt, exit_usage};
+  }
+  if (o.csv_path && *o.csv_path == "-") {
+    err << "gpu-basics: --csv needs a file path (tables go to stdout already)\n";
+    return {std::nullopt, exit_usage};
+  }
+  return {o, exit_ok};
+}
+
+}  // namespace gpu_basics::cli

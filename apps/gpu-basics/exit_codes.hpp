@@ -1,0 +1,17 @@
+// Exit codes of the gpu-basics CLI (documented in the README).
+#pragma once
+
+namespace gpu_basics::cli {
+
+enum exit_code : int {
+  exit_ok = 0,
+  exit_internal = 1,      // unexpected failure (a bug: please report it)
+  exit_usage = 2,         // bad command line or configuration
+  exit_no_gpu = 3,        // no driver, no visible GPU, or no such device index
+  exit_cuda = 4,          // a CUDA call failed while running
+  exit_verification = 5,  // data read back did not match what was written
+  exit_out_of_memory = 6, // a size does not fit in device or host memory
+  exit_io = 7,            // results could not be written
+};
+
+}  // namespace gpu_basics::cli

@@ -1,0 +1,106 @@
+// The configuration of gpu-basics (configs/gpu_basics.yaml) and its loading:
+// read (file → text) → parse (text → typed values, type errors) → validate (ranges, sizes).
+// Each step is testable from a string. Host-only: no CUDA and no YAML header leaks from here.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace gpu_basics {
+
+enum class log_level { trace, debug, info, warn, error };
+
+/// Element types a transfer tensor can have.
+enum class dtype { float32, float16, bfloat16, float64, int8, uint8, int32, int64 };
+
+[[nodiscard]] std::size_t dtype_size(dtype t) noexcept;
+[[nodiscard]] std::string_view to_string(dtype t) noexcept;
+[[nodiscard]] std::string_view to_string(log_level l) noexcept;
+[[nodiscard]] std::optional<dtype> parse_dtype(std::string_view name);
+[[nodiscard]] std::optional<log_level> parse_log_level(std::string_view name);
+
+/// A tensor shape: dimensions as given (validation rejects non-positive ones).
+struct tensor_shape {
+  std::vector<std::int64_t> dims;
+  bool operator==(const tensor_shape&) const = default;
+};
+
+/// Product of the dimensions times the element size, or nullopt if a dimension is not positive
+/// or the product does not fit in 64 bits.
+[[nodiscard]] std::optional<std::uint64_t> shape_bytes(const tensor_shape& s, dtype t) noexcept;
+[[nodiscard]] std::string to_string(const tensor_shape& s);
+
+/// Where a configuration value came from (file and 1-based line/column, or "--set").
+struct source_location {
+  std::string source;
+  int line = 0;
+  int column = 0;
+};
+
+struct config {
+  struct logging_section {
+    log_level level = log_level::info;
+  } logging;
+
+  int device = 0;
+
+  struct output_section {
+    std::string directory = "results";
+  } output;
+
+  struct benchmark_section {
+    int warmup_iterations = 3;
+    int iterations = 20;
+  } benchmark;
+
+  struct memory_section {
+    bool use_pinned_memory = true;
+  } memory;
+
+  struct transfer_section {
+    int num_streams = 4;
+    std::vector<tensor_shape> tensor_shapes = {{{1024, 1024}}, {{4096, 4096}}, {{8192, 8192}}};
+    dtype element_type = dtype::float32;
+  } transfer;
+
+  /// Source of every key that was set (keys of list items carry "[i]" / "[i][j]").
+  std::map<std::string, source_location> origins;
+};
+
+/// The default configuration file's text, built into the binary.
+[[nodiscard]] std::string_view default_config_text() noexcept;
+
+/// Reads a file into a string; throws config_error (naming the file) if it cannot be read.
+[[nodiscard]] std::string read_config_file(const std::string& path);
+
+/// Parses YAML text over `base` (keys not given keep base's values). `source_name` appears in
+/// errors. Throws config_error for malformed YAML, unknown or duplicate keys, wrong types.
+[[nodiscard]] config parse_config(std::string_view text, std::string_view source_name,
+                                  const config& base = config{});
+
+/// Applies one `key=value` override (value in YAML syntax). Same parsing as the file.
+void apply_override(config& cfg, std::string_view assignment);
+
+/// Checks ranges and sizes; throws config_error naming the key and where it was set.
+void validate(const config& cfg);
+
+/// read → parse → overrides → validate. An empty path means the built-in default.
+[[nodiscard]] config load_config(const std::string& path,
+                                 const std::vector<std::string>& overrides = {});
+
+/// Every known leaf key, dotted ("transfer.num_streams").
+[[nodiscard]] std::vector<std::string> known_config_keys();
+
+/// The known key closest to `key` (edit distance), if one is close enough to suggest.
+[[nodiscard]] std::optional<std::string> nearest_config_key(std::string_view key);
+
+/// The effective configuration as JSON (for results' environment block).
+void to_json(nlohmann::json& j, const config& cfg);
+
+}  // namespace gpu_basics

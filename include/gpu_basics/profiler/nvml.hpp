@@ -1,0 +1,86 @@
+// NVML, loaded at run time with dlopen (no nvml.h at build time, no link dependency). Without
+// the library or a driver, open() says why and callers go on without NVML. Each reading carries
+// a status, so "not supported" and "no permission" are told apart from a value.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace gpu_basics {
+
+enum class metric_status { ok, not_supported, no_permission, unavailable, error };
+
+[[nodiscard]] std::string_view to_string(metric_status s) noexcept;
+
+template <class T>
+struct reading {
+  metric_status status = metric_status::unavailable;
+  T value{};
+  [[nodiscard]] bool ok() const noexcept { return status == metric_status::ok; }
+  [[nodiscard]] std::optional<T> get() const {
+    return ok() ? std::optional<T>(value) : std::nullopt;
+  }
+};
+
+/// Opaque NVML device handle.
+struct nvml_device {
+  void* handle = nullptr;
+};
+
+/// Which clock a clock reading refers to (values match NVML's nvmlClockType_t).
+enum class nvml_clock : unsigned { graphics = 0, sm = 1, memory = 2, video = 3 };
+
+struct nvml_memory {
+  std::uint64_t total_bytes = 0;
+  std::uint64_t free_bytes = 0;
+  std::uint64_t used_bytes = 0;
+};
+
+struct nvml_utilization {
+  unsigned gpu_percent = 0;
+  unsigned memory_percent = 0;
+};
+
+/// A loaded and initialised NVML. Thread-safe as NVML itself is.
+class nvml {
+ public:
+  /// Loads libnvidia-ml.so.1 and calls nvmlInit. Returns nullptr and sets *reason on failure.
+  static std::shared_ptr<nvml> open(std::string* reason);
+  ~nvml();
+  nvml(const nvml&) = delete;
+  nvml& operator=(const nvml&) = delete;
+
+  [[nodiscard]] reading<std::string> driver_version() const;
+  [[nodiscard]] reading<nvml_device> device_by_pci_bus_id(const std::string& bus_id) const;
+  [[nodiscard]] reading<nvml_device> device_by_index(unsigned index) const;
+  [[nodiscard]] reading<std::string> name(nvml_device d) const;
+
+  [[nodiscard]] reading<unsigned> pcie_link_generation(nvml_device d) const;      // current
+  [[nodiscard]] reading<unsigned> pcie_link_generation_max(nvml_device d) const;  // of the link
+  [[nodiscard]] reading<unsigned> pcie_link_width(nvml_device d) const;
+  [[nodiscard]] reading<unsigned> pcie_link_width_max(nvml_device d) const;
+  [[nodiscard]] reading<unsigned> clock_mhz(nvml_device d, nvml_clock c) const;
+  [[nodiscard]] reading<unsigned> max_clock_mhz(nvml_device d, nvml_clock c) const;
+  [[nodiscard]] reading<unsigned> power_limit_mw(nvml_device d) const;
+  [[nodiscard]] reading<unsigned> power_usage_mw(nvml_device d) const;
+  [[nodiscard]] reading<unsigned> temperature_c(nvml_device d) const;
+  [[nodiscard]] reading<std::uint64_t> energy_mj(nvml_device d) const;
+  [[nodiscard]] reading<nvml_memory> memory(nvml_device d) const;
+  [[nodiscard]] reading<nvml_utilization> utilization(nvml_device d) const;
+  /// PCIe throughput over NVML's last 20 ms window, KB/s; tx = device → host.
+  [[nodiscard]] reading<unsigned> pcie_tx_kbps(nvml_device d) const;
+  [[nodiscard]] reading<unsigned> pcie_rx_kbps(nvml_device d) const;
+  /// Bitmask of clock-event (throttle) reasons.
+  [[nodiscard]] reading<std::uint64_t> clock_event_reasons(nvml_device d) const;
+
+  struct api;  // function table, defined in the implementation
+
+ private:
+  explicit nvml(std::unique_ptr<api> a);
+  std::unique_ptr<api> api_;
+};
+
+}  // namespace gpu_basics

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs what is missing, configures and builds a preset (default: "default").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+preset="${1:-default}"
+bash scripts/install_deps.sh
+if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+cmake --preset "$preset" >/dev/null
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake --build --preset "$preset" --parallel "$jobs"

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs the build dependencies of gpu-basics that are missing, from the distribution's
+# packages (Debian/Ubuntu). Does nothing when everything is already there, so it also runs on
+# machines without a package registry. The CUDA toolkit (nvcc, cudart, cuBLAS, CUPTI) is not
+# installed here: it must already be present (default /usr/local/cuda).
+set -euo pipefail
+
+# header (relative to an include dir) -> Debian package
+declare -A wanted=(
+  [yaml-cpp/yaml.h]=libyaml-cpp-dev
+  [spdlog/spdlog.h]=libspdlog-dev
+  [fmt/format.h]=libfmt-dev
+  [CLI/CLI.hpp]=libcli11-dev
+  [nlohmann/json.hpp]=nlohmann-json3-dev
+  [gtest/gtest.h]=libgtest-dev
+  [gmock/gmock.h]=libgmock-dev
+  [benchmark/benchmark.h]=libbenchmark-dev
+)
+include_dirs=(/usr/include /usr/local/include)
+
+missing=()
+for header in "${!wanted[@]}"; do
+  found=0
+  for dir in "${include_dirs[@]}"; do
+    [[ -f "$dir/$header" ]] && { found=1; break; }
+  done
+  (( found )) || missing+=("${wanted[$header]}")
+done
+command -v cmake >/dev/null || missing+=(cmake)
+command -v g++ >/dev/null || missing+=(g++)
+
+if (( ${#missing[@]} == 0 )); then
+  echo "install_deps: all build dependencies present"
+else
+  echo "install_deps: installing ${missing[*]}"
+  if ! command -v apt-get >/dev/null; then
+    echo "install_deps: apt-get not found; install these packages by hand: ${missing[*]}" >&2
+    exit 1
+  fi
+  sudo=""
+  if (( EUID != 0 )); then sudo="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# nvcc is found by CMake on PATH or at /usr/local/cuda/bin.
+if ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "install_deps: nvcc not found: install the CUDA toolkit (12.4 or newer)" >&2
+  exit 1
+fi

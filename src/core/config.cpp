@@ -1,0 +1,508 @@
+#include "gpu_basics/core/config.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <charconv>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "gpu_basics/core/errors.hpp"
+
+namespace gpu_basics {
+
+// ---- enums -------------------------------------------------------------------------------------
+
+std::size_t dtype_size(dtype t) noexcept {
+  switch (t) {
+    case dtype::float64:
+    case dtype::int64: return 8;
+    case dtype::float32:
+    case dtype::int32: return 4;
+    case dtype::float16:
+    case dtype::bfloat16: return 2;
+    case dtype::int8:
+    case dtype::uint8: return 1;
+  }
+  return 1;
+}
+
+namespace {
+constexpr std::pair<dtype, std::string_view> kDtypeNames[] = {
+    {dtype::float32, "float32"}, {dtype::float16, "float16"}, {dtype::bfloat16, "bfloat16"},
+    {dtype::float64, "float64"}, {dtype::int8, "int8"},       {dtype::uint8, "uint8"},
+    {dtype::int32, "int32"},     {dtype::int64, "int64"}};
+constexpr std::pair<log_level, std::string_view> kLevelNames[] = {
+    {log_level::trace, "trace"}, {log_level::debug, "debug"}, {log_level::info, "info"},
+    {log_level::warn, "warn"},   {log_level::error, "error"}};
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+}  // namespace
+
+std::string_view to_string(dtype t) noexcept {
+  for (const auto& [v, n] : kDtypeNames)
+    if (v == t) return n;
+  return "?";
+}
+
+std::string_view to_string(log_level l) noexcept {
+  for (const auto& [v, n] : kLevelNames)
+    if (v == l) return n;
+  return "?";
+}
+
+std::optional<dtype> parse_dtype(std::string_view name) {
+  const std::string n = lower(name);
+  for (const auto& [v, s] : kDtypeNames)
+    if (s == n) return v;
+  if (n == "fp32" || n == "float") return dtype::float32;
+  if (n == "fp16" || n == "half") return dtype::float16;
+  if (n == "bf16") return dtype::bfloat16;
+  if (n == "fp64" || n == "double") return dtype::float64;
+  return std::nullopt;
+}
+
+std::optional<log_level> parse_log_level(std::string_view name) {
+  const std::string n = lower(name);
+  for (const auto& [v, s] : kLevelNames)
+    if (s == n) return v;
+  if (n == "warning") return log_level::warn;
+  return std::nullopt;
+}
+
+std::optional<std::uint64_t> shape_bytes(const tensor_shape& s, dtype t) noexcept {
+  if (s.dims.empty()) return std::nullopt;
+  std::uint64_t bytes = dtype_size(t);
+  for (std::int64_t d : s.dims) {
+    if (d <= 0) return std::nullopt;
+    if (__builtin_mul_overflow(bytes, static_cast<std::uint64_t>(d), &bytes)) return std::nullopt;
+  }
+  return bytes;
+}
+
+std::string to_string(const tensor_shape& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.dims.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(s.dims[i]);
+  }
+  return out + "]";
+}
+
+// ---- parsing helpers -------------------------------------------------------------------------
+
+namespace {
+
+struct parse_context {
+  std::string source;
+  std::string key;
+  source_location where;
+};
+
+source_location location_of(const std::string& source, const YAML::Node& node) {
+  const YAML::Mark m = node.Mark();
+  if (m.line < 0) return {source, 0, 0};
+  return {source, m.line + 1, m.column + 1};
+}
+
+[[noreturn]] void fail(const parse_context& ctx, const std::string& message) {
+  throw config_error(ctx.where.source, ctx.where.line, ctx.where.column, ctx.key, message);
+}
+
+[[noreturn]] void fail_at(const source_location& where, const std::string& key,
+                          const std::string& message) {
+  throw config_error(where.source, where.line, where.column, key, message);
+}
+
+/// How a node reads in an error message: `"four"`, `100`, `a list`, `a mapping`, `nothing`.
+std::string describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined: return "nothing";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Scalar: break;
+  }
+  const std::string& s = node.Scalar();
+  double d = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), d);
+  if (!s.empty() && r.ec == std::errc{} && r.ptr == s.data() + s.size()) return s;
+  return "\"" + s + "\"";
+}
+
+std::optional<std::int64_t> scalar_int(const YAML::Node& node) {
+  if (!node.IsScalar()) return std::nullopt;
+  const std::string& s = node.Scalar();
+  std::int64_t v = 0;
+  const char* begin = s.data();
+  if (!s.empty() && s[0] == '+') ++begin;
+  const auto r = std::from_chars(begin, s.data() + s.size(), v);
+  if (s.empty() || r.ec != std::errc{} || r.ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+int read_int(const YAML::Node& node, const parse_context& ctx, std::string_view expectation) {
+  const auto v = scalar_int(node);
+  if (!v || *v < std::numeric_limits<int>::min() || *v > std::numeric_limits<int>::max())
+    fail(ctx, "expected " + std::string(expectation) + ", got " + describe(node));
+  return static_cast<int>(*v);
+}
+
+bool read_bool(const YAML::Node& node, const parse_context& ctx) {
+  bool b = false;
+  if (!node.IsScalar() || !YAML::convert<bool>::decode(node, b))
+    fail(ctx, "expected true or false, got " + describe(node));
+  return b;
+}
+
+std::string read_string(const YAML::Node& node, const parse_context& ctx,
+                        std::string_view expectation) {
+  if (!node.IsScalar()) fail(ctx, "expected " + std::string(expectation) + ", got " + describe(node));
+  return node.Scalar();
+}
+
+std::string join_names(std::string_view prefix, const auto& table) {
+  std::string out;
+  for (const auto& entry : table) {
+    if (!out.empty()) out += ", ";
+    out += std::string(prefix) + std::string(entry.second);
+  }
+  return out;
+}
+
+// ---- the schema ----------------------------------------------------------------------------
+
+using apply_fn = std::function<void(config&, const YAML::Node&, const parse_context&)>;
+
+struct key_spec {
+  std::string key;
+  apply_fn apply;
+};
+
+constexpr std::string_view kStreamsExpect = "an integer in 1..64";
+constexpr std::string_view kDeviceExpect = "a device index (an integer >= 0)";
+constexpr std::string_view kWarmupExpect = "an integer in 0..100000";
+constexpr std::string_view kItersExpect = "an integer in 1..100000";
+
+const std::vector<key_spec>& schema() {
+  static const std::vector<key_spec> specs = {
+      {"logging.level",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         const std::string s = read_string(n, ctx, "one of trace, debug, info, warn, error");
+         const auto l = parse_log_level(s);
+         if (!l) fail(ctx, "expected one of trace, debug, info, warn, error, got " + describe(n));
+         c.logging.level = *l;
+       }},
+      {"device",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.device = read_int(n, ctx, kDeviceExpect);
+       }},
+      {"output.directory",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.output.directory = read_string(n, ctx, "a directory path");
+       }},
+      {"benchmark.warmup_iterations",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.benchmark.warmup_iterations = read_int(n, ctx, kWarmupExpect);
+       }},
+      {"benchmark.iterations",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.benchmark.iterations = read_int(n, ctx, kItersExpect);
+       }},
+      {"memory.use_pinned_memory",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.memory.use_pinned_memory = read_bool(n, ctx);
+       }},
+      {"transfer.num_streams",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.transfer.num_streams = read_int(n, ctx, kStreamsExpect);
+       }},
+      {"transfer.dtype",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         const std::string expect = "one of " + join_names("", kDtypeNames);
+         const auto t = parse_dtype(read_string(n, ctx, expect));
+         if (!t) fail(ctx, "expected " + expect + ", got " + describe(n));
+         c.transfer.element_type = *t;
+       }},
+      {"transfer.tensor_shapes",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         constexpr std::string_view expect =
+             "a list of shapes, each a list of positive integers, e.g. [[1024, 1024]]";
+         if (!n.IsSequence() || n.size() == 0)
+           fail(ctx, "expected " + std::string(expect) + ", got " +
+                         (n.IsSequence() ? std::string("an empty list") : describe(n)));
+         std::vector<tensor_shape> shapes;
+         for (std::size_t i = 0; i < n.size(); ++i) {
+           const YAML::Node s = n[i];
+           parse_context sctx{ctx.source, ctx.key + "[" + std::to_string(i) + "]",
+                              location_of(ctx.source, s)};
+           if (!s.IsSequence() || s.size() == 0)
+             fail(sctx, "expected a shape (a non-empty list of positive integers), got " +
+                            (s.IsSequence() ? std::string("an empty list") : describe(s)));
+           tensor_shape shape;
+           for (std::size_t j = 0; j < s.size(); ++j) {
+             parse_context dctx{sctx.source, sctx.key + "[" + std::to_string(j) + "]",
+                                location_of(ctx.source, s[j])};
+             const auto v = scalar_int(s[j]);
+             if (!v) fail(dctx, "expected a positive integer dimension, got " + describe(s[j]));
+             shape.dims.push_back(*v);
+             c.origins[dctx.key] = dctx.where;
+           }
+           c.origins[sctx.key] = sctx.where;
+           shapes.push_back(std::move(shape));
+         }
+         c.transfer.tensor_shapes = std::move(shapes);
+       }},
+  };
+  return specs;
+}
+
+const key_spec* find_spec(std::string_view key) {
+  for (const auto& s : schema())
+    if (s.key == key) return &s;
+  return nullptr;
+}
+
+bool is_section(std::string_view prefix) {
+  for (const auto& s : schema())
+    if (s.key.size() > prefix.size() && s.key.compare(0, prefix.size(), prefix) == 0 &&
+        s.key[prefix.size()] == '.')
+      return true;
+  return false;
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string unknown_key_message(const std::string& key) {
+  std::string msg = "unknown key";
+  if (const auto near = nearest_config_key(key)) return msg + "; did you mean '" + *near + "'?";
+  return msg + "; known keys: " + [] {
+    std::string all;
+    for (const auto& k : known_config_keys()) all += (all.empty() ? "" : ", ") + k;
+    return all;
+  }();
+}
+
+void walk_map(config& cfg, const YAML::Node& map, const std::string& prefix,
+              const std::string& source) {
+  std::map<std::string, int> seen;  // key -> line first given
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    const YAML::Node key_node = it->first;
+    const YAML::Node value = it->second;
+    const source_location key_loc = location_of(source, key_node);
+    if (!key_node.IsScalar()) fail_at(key_loc, prefix, "expected a plain key name");
+    const std::string name = key_node.Scalar();
+    const std::string full = prefix.empty() ? name : prefix + "." + name;
+    if (const auto [pos, inserted] = seen.emplace(name, key_loc.line); !inserted)
+      fail_at(key_loc, full,
+              "duplicate key (first given at line " + std::to_string(pos->second) + ")");
+
+    if (const key_spec* spec = find_spec(full)) {
+      const source_location value_loc =
+          value.IsNull() ? key_loc : location_of(source, value);
+      spec->apply(cfg, value, parse_context{source, full, value_loc});
+      cfg.origins[full] = value_loc;
+    } else if (is_section(full)) {
+      if (value.IsNull()) continue;  // an empty section keeps its defaults
+      if (!value.IsMap())
+        fail_at(location_of(source, value), full,
+                "expected a mapping of " + full + ".* keys, got " + describe(value));
+      walk_map(cfg, value, full, source);
+    } else {
+      fail_at(key_loc, full, unknown_key_message(full));
+    }
+  }
+}
+
+}  // namespace
+
+// ---- public API ----------------------------------------------------------------------------
+
+std::vector<std::string> known_config_keys() {
+  std::vector<std::string> keys;
+  for (const auto& s : schema()) keys.push_back(s.key);
+  return keys;
+}
+
+std::optional<std::string> nearest_config_key(std::string_view key) {
+  const auto leaf = [](std::string_view k) {
+    const auto p = k.rfind('.');
+    return p == std::string_view::npos ? k : k.substr(p + 1);
+  };
+  // Candidates: every key and every section name ("transfer").
+  std::vector<std::string> candidates;
+  for (const auto& s : schema()) {
+    candidates.push_back(s.key);
+    for (auto p = s.key.find('.'); p != std::string::npos; p = s.key.find('.', p + 1))
+      candidates.push_back(s.key.substr(0, p));
+  }
+  std::optional<std::string> best;
+  std::size_t best_d = std::numeric_limits<std::size_t>::max();
+  for (const auto& c : candidates) {
+    // Whole names, and leaf names: a right name in the wrong section still finds its key.
+    const std::size_t d = std::min(edit_distance(key, c), edit_distance(leaf(key), leaf(c)));
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  const std::size_t limit = std::max<std::size_t>(2, leaf(key).size() / 3);
+  if (best_d <= limit && best && *best != key) return best;
+  return std::nullopt;
+}
+
+std::string read_config_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw config_error(path, 0, 0, "", "cannot read the configuration file (" +
+                                                  std::string(std::strerror(errno)) + ")");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw config_error(path, 0, 0, "", "error while reading the configuration file");
+  return ss.str();
+}
+
+config parse_config(std::string_view text, std::string_view source_name, const config& base) {
+  const std::string source(source_name);
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::ParserException& e) {
+    throw config_error(source, e.mark.line + 1, e.mark.column + 1, "", "invalid YAML: " + e.msg);
+  } catch (const YAML::Exception& e) {
+    throw config_error(source, 0, 0, "", std::string("invalid YAML: ") + e.what());
+  }
+  config cfg = base;
+  if (root.IsNull()) return cfg;  // an empty file: every default
+  if (!root.IsMap())
+    throw config_error(source, location_of(source, root).line, location_of(source, root).column,
+                       "", "expected a mapping of keys at the top level, got " + describe(root));
+  try {
+    walk_map(cfg, root, "", source);
+  } catch (const YAML::Exception& e) {
+    throw config_error(source, e.mark.line + 1, e.mark.column + 1, "",
+                       std::string("invalid YAML: ") + e.what());
+  }
+  return cfg;
+}
+
+void apply_override(config& cfg, std::string_view assignment) {
+  const std::string source = "--set";
+  const auto eq = assignment.find('=');
+  if (eq == std::string_view::npos || eq == 0)
+    throw config_error(source, 0, 0, "",
+                       "expected key=value, got \"" + std::string(assignment) + "\"");
+  const std::string key(assignment.substr(0, eq));
+  const std::string value(assignment.substr(eq + 1));
+  const key_spec* spec = find_spec(key);
+  if (!spec) {
+    if (is_section(key))
+      throw config_error(source, 0, 0, key, "is a section; set one of its keys, e.g. " + [&] {
+        for (const auto& s : schema())
+          if (s.key.rfind(key + ".", 0) == 0) return s.key;
+        return std::string();
+      }() + "=...");
+    throw config_error(source, 0, 0, key, unknown_key_message(key));
+  }
+  YAML::Node node;
+  try {
+    node = YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    throw config_error(source, 0, 0, key, "invalid YAML value \"" + value + "\": " + e.msg);
+  }
+  const source_location where{source, 0, 0};
+  spec->apply(cfg, node, parse_context{source, key, where});
+  // List items keep their origin keys; point them at --set too.
+  for (auto& [k, loc] : cfg.origins)
+    if (k.rfind(key + "[", 0) == 0) loc = where;
+  cfg.origins[key] = where;
+}
+
+void validate(const config& cfg) {
+  const auto where = [&](const std::string& key) -> source_location {
+    const auto it = cfg.origins.find(key);
+    if (it != cfg.origins.end()) return it->second;
+    return {"<default>", 0, 0};
+  };
+  const auto check_range = [&](const std::string& key, long long v, long long lo, long long hi,
+                               std::string_view expectation) {
+    if (v < lo || v > hi)
+      fail_at(where(key), key, "expected " + std::string(expectation) + ", got " + std::to_string(v));
+  };
+  check_range("device", cfg.device, 0, 1023, kDeviceExpect);
+  check_range("benchmark.warmup_iterations", cfg.benchmark.warmup_iterations, 0, 100000,
+              kWarmupExpect);
+  check_range("benchmark.iterations", cfg.benchmark.iterations, 1, 100000, kItersExpect);
+  check_range("transfer.num_streams", cfg.transfer.num_streams, 1, 64, kStreamsExpect);
+  if (cfg.output.directory.empty())
+    fail_at(where("output.directory"), "output.directory", "expected a directory path, got \"\"");
+
+  for (std::size_t i = 0; i < cfg.transfer.tensor_shapes.size(); ++i) {
+    const tensor_shape& s = cfg.transfer.tensor_shapes[i];
+    const std::string skey = "transfer.tensor_shapes[" + std::to_string(i) + "]";
+    for (std::size_t j = 0; j < s.dims.size(); ++j) {
+      if (s.dims[j] <= 0) {
+        const std::string dkey = skey + "[" + std::to_string(j) + "]";
+        source_location loc = where(dkey);
+        if (loc.line == 0 && loc.source == "<default>") loc = where(skey);
+        fail_at(loc, dkey,
+                "expected a positive integer dimension, got " + std::to_string(s.dims[j]));
+      }
+    }
+    if (!shape_bytes(s, cfg.transfer.element_type))
+      fail_at(where(skey), skey,
+              "shape " + to_string(s) + " of " + std::string(to_string(cfg.transfer.element_type)) +
+                  " is larger than 2^64 bytes");
+  }
+}
+
+config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  config cfg = path.empty() ? parse_config(default_config_text(), "<built-in default>")
+                            : parse_config(read_config_file(path), path);
+  for (const auto& o : overrides) apply_override(cfg, o);
+  validate(cfg);
+  return cfg;
+}
+
+void to_json(nlohmann::json& j, const config& cfg) {
+  nlohmann::json shapes = nlohmann::json::array();
+  for (const auto& s : cfg.transfer.tensor_shapes) shapes.push_back(s.dims);
+  j = nlohmann::json{
+      {"logging", {{"level", to_string(cfg.logging.level)}}},
+      {"device", cfg.device},
+      {"output", {{"directory", cfg.output.directory}}},
+      {"benchmark",
+       {{"warmup_iterations", cfg.benchmark.warmup_iterations},
+        {"iterations", cfg.benchmark.iterations}}},
+      {"memory", {{"use_pinned_memory", cfg.memory.use_pinned_memory}}},
+      {"transfer",
+       {{"num_streams", cfg.transfer.num_streams},
+        {"tensor_shapes", shapes},
+        {"dtype", to_string(cfg.transfer.element_type)}}},
+  };
+}
+
+}  // namespace gpu_basics

@@ -1,0 +1,210 @@
+#include "gpu_basics/core/results.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "gpu_basics/core/errors.hpp"
+
+namespace gpu_basics {
+
+void table::add_row(std::vector<value> row) {
+  GPU_BASICS_EXPECTS(row.size() == columns.size(),
+                     "row of " + std::to_string(row.size()) + " cells in table '" + id +
+                         "' of " + std::to_string(columns.size()) + " columns");
+  rows.push_back(std::move(row));
+}
+
+std::string render_cell(const value& v, const column& c) {
+  struct visitor {
+    const column& c;
+    std::string operator()(std::monostate) const { return "n/a"; }
+    std::string operator()(bool b) const { return b ? "yes" : "no"; }
+    std::string operator()(std::int64_t i) const {
+      if (c.display_scale == 1.0) return std::to_string(i);
+      return fmt::format("{:.{}f}", static_cast<double>(i) * c.display_scale, c.precision);
+    }
+    std::string operator()(double d) const {
+      if (!std::isfinite(d)) return "n/a";
+      return fmt::format("{:.{}f}", d * c.display_scale, c.precision);
+    }
+    std::string operator()(const std::string& s) const { return s; }
+  };
+  return std::visit(visitor{c}, v);
+}
+
+std::string render_text(const table& t) {
+  const std::size_t n = t.columns.size();
+  std::vector<std::vector<std::string>> cells;
+  std::vector<std::size_t> width(n, 0);
+  std::vector<bool> numeric(n, true);
+  for (std::size_t i = 0; i < n; ++i) width[i] = t.columns[i].header.size();
+  for (const auto& row : t.rows) {
+    std::vector<std::string> r;
+    for (std::size_t i = 0; i < n; ++i) {
+      r.push_back(render_cell(row[i], t.columns[i]));
+      width[i] = std::max(width[i], r.back().size());
+      if (std::holds_alternative<std::string>(row[i]) || std::holds_alternative<bool>(row[i]))
+        numeric[i] = false;
+    }
+    cells.push_back(std::move(r));
+  }
+  std::string out;
+  if (!t.title.empty()) out += t.title + "\n\n";
+  const auto line = [&](const std::vector<std::string>& r, bool header) {
+    out += "|";
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool right = numeric[i] && !header;
+      out += right ? fmt::format(" {:>{}} |", r[i], width[i]) : fmt::format(" {:<{}} |", r[i], width[i]);
+    }
+    out += "\n";
+  };
+  std::vector<std::string> head;
+  for (const auto& c : t.columns) head.push_back(c.header);
+  line(head, true);
+  out += "|";
+  for (std::size_t i = 0; i < n; ++i)
+    out += std::string(width[i] + 1, '-') + (numeric[i] ? ":|" : "-|");
+  out += "\n";
+  for (const auto& r : cells) line(r, false);
+  for (const auto& note : t.notes) out += "\n" + note;
+  if (!t.notes.empty()) out += "\n";
+  return out;
+}
+
+nlohmann::json to_json(const value& v) {
+  struct visitor {
+    nlohmann::json operator()(std::monostate) const { return nullptr; }
+    nlohmann::json operator()(bool b) const { return b; }
+    nlohmann::json operator()(std::int64_t i) const { return i; }
+    nlohmann::json operator()(double d) const {
+      if (!std::isfinite(d)) return nullptr;
+      return d;
+    }
+    nlohmann::json operator()(const std::string& s) const { return s; }
+  };
+  return std::visit(visitor{}, v);
+}
+
+nlohmann::json to_json(const table& t) {
+  nlohmann::json cols = nlohmann::json::array();
+  for (const auto& c : t.columns) cols.push_back(c.key);
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : t.rows) {
+    nlohmann::json o = nlohmann::json::object();
+    for (std::size_t i = 0; i < t.columns.size(); ++i) o[t.columns[i].key] = to_json(r[i]);
+    rows.push_back(std::move(o));
+  }
+  return {{"id", t.id}, {"title", t.title}, {"columns", cols}, {"rows", rows}, {"notes", t.notes}};
+}
+
+nlohmann::json to_json(const report& r) {
+  nlohmann::json tables = nlohmann::json::array();
+  for (const auto& t : r.tables) tables.push_back(to_json(t));
+  nlohmann::json j{{"schema_version", 1},
+                   {"command", r.command},
+                   {"environment", r.environment},
+                   {"tables", tables}};
+  for (const auto& [k, v] : r.extra.items()) j[k] = v;
+  return j;
+}
+
+namespace {
+std::string csv_escape(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string csv_cell(const value& v) {
+  struct visitor {
+    std::string operator()(std::monostate) const { return ""; }
+    std::string operator()(bool b) const { return b ? "true" : "false"; }
+    std::string operator()(std::int64_t i) const { return std::to_string(i); }
+    std::string operator()(double d) const {
+      if (!std::isfinite(d)) return "";
+      return fmt::format("{:.17g}", d);
+    }
+    std::string operator()(const std::string& s) const { return csv_escape(s); }
+  };
+  return std::visit(visitor{}, v);
+}
+}  // namespace
+
+std::string render_csv(const table& t) {
+  std::string out;
+  for (std::size_t i = 0; i < t.columns.size(); ++i)
+    out += (i ? "," : "") + csv_escape(t.columns[i].key);
+  out += "\n";
+  for (const auto& r : t.rows) {
+    for (std::size_t i = 0; i < r.size(); ++i) out += (i ? "," : "") + csv_cell(r[i]);
+    out += "\n";
+  }
+  return out;
+}
+
+void write_file_atomically(const std::string& path, const std::string& contents) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  std::error_code ec;
+  if (target.has_parent_path()) {
+    fs::create_directories(target.parent_path(), ec);
+    if (ec)
+      throw io_error("cannot create directory '" + target.parent_path().string() + "' for " +
+                     path + ": " + ec.message());
+  }
+  if (fs::is_directory(target, ec)) throw io_error("cannot write " + path + ": it is a directory");
+  const fs::path tmp = target.string() + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw io_error("cannot write " + path + ": cannot create " + tmp.string());
+    out << contents;
+    out.flush();
+    if (!out) {
+      out.close();
+      fs::remove(tmp, ec);
+      throw io_error("cannot write " + path + ": write failed (disk full?)");
+    }
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw io_error("cannot write " + path + ": " + ec.message());
+  }
+}
+
+void write_json(const report& r, const std::string& path) {
+  write_file_atomically(path, to_json(r).dump(2) + "\n");
+}
+
+std::vector<std::string> write_csv(const report& r, const std::string& path) {
+  std::vector<std::string> written;
+  if (r.tables.size() == 1) {
+    write_file_atomically(path, render_csv(r.tables.front()));
+    written.push_back(path);
+    return written;
+  }
+  std::filesystem::path p(path);
+  const std::string ext = p.has_extension() ? p.extension().string() : ".csv";
+  p.replace_extension();
+  for (const auto& t : r.tables) {
+    const std::string file = p.string() + "." + t.id + ext;
+    write_file_atomically(file, render_csv(t));
+    written.push_back(file);
+  }
+  return written;
+}
+
+}  // namespace gpu_basics

@@ -1,0 +1,73 @@
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "cli.hpp"
+#include "exit_codes.hpp"
+#include "run.hpp"
+
+using namespace gpu_basics;
+
+namespace {
+cli::parse_result parse(std::vector<std::string> args, std::string* out = nullptr,
+                        std::string* err = nullptr) {
+  args.insert(args.begin(), "gpu-basics");
+  std::ostringstream o, e;
+  auto r = cli::parse(args, o, e);
+  if (out) *out = o.str();
+  if (err) *err = e.str();
+  return r;
+}
+}  // namespace
+
+TEST(Cli, EverySubcommandParses) {
+  for (const auto& c : cli::commands()) {
+    const auto r = parse({c});
+    ASSERT_TRUE(r.opts) << c;
+    EXPECT_EQ(r.opts->command, c);
+    EXPECT_TRUE(r.opts->config_path.empty());
+  }
+}
+
+TEST(Cli, OptionsAfterTheSubcommand) {
+  const auto r = parse({"transfer", "--config", "x.yaml", "--set", "transfer.num_streams=2", "-s",
+                        "device=1", "--log-level", "DEBUG", "--json", "out.json", "--csv", "t.csv"});
+  ASSERT_TRUE(r.opts);
+  EXPECT_EQ(r.opts->config_path, "x.yaml");
+  EXPECT_EQ(r.opts->overrides, (std::vector<std::string>{"transfer.num_streams=2", "device=1"}));
+  EXPECT_EQ(r.opts->log_level, "DEBUG");
+  EXPECT_EQ(r.opts->json_path, "out.json");
+  EXPECT_EQ(r.opts->csv_path, "t.csv");
+}
+
+TEST(Cli, HelpExitsZeroAndListsOptions) {
+  std::string out;
+  const auto r = parse({"memory", "--help"}, &out);
+  EXPECT_FALSE(r.opts);
+  EXPECT_EQ(r.exit_code, cli::exit_ok);
+  EXPECT_NE(out.find("--config"), std::string::npos);
+  EXPECT_NE(out.find("--set"), std::string::npos);
+  EXPECT_NE(out.find("--json"), std::string::npos);
+}
+
+TEST(Cli, ErrorsExitTwoWithOneMessage) {
+  std::string err;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{}, {"frobnicate"}, {"info", "--bogus"}, {"info", "--log-level", "loud"},
+        {"info", "--config"}, {"info", "--csv", "-"}}) {
+    const auto r = parse(args, nullptr, &err);
+    EXPECT_FALSE(r.opts);
+    EXPECT_EQ(r.exit_code, cli::exit_usage) << (args.empty() ? "" : args[0]);
+    EXPECT_EQ(err.rfind("gpu-basics: ", 0), 0u) << err;
+  }
+}
+
+TEST(Cli, BadConfigIsRejectedBeforeTheGpu) {
+  cli::options o;
+  o.command = "transfer";
+  o.overrides = {"transfer.num_streams=0"};
+  std::ostringstream out, err;
+  EXPECT_EQ(cli::run(o, out, err), cli::exit_usage);
+  EXPECT_EQ(err.str(), "gpu-basics: --set: transfer.num_streams: expected an integer in 1..64, got 0\n");
+  EXPECT_TRUE(out.str().empty());
+}

@@ -1,0 +1,233 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu_basics/core/config.hpp"
+#include "gpu_basics/core/errors.hpp"
+
+using namespace gpu_basics;
+
+namespace {
+std::string repo_file(const std::string& rel) { return std::string(GPU_BASICS_SOURCE_DIR) + "/" + rel; }
+
+nlohmann::json as_json(const config& c) { return nlohmann::json(c); }
+
+config load_text(const std::string& yaml) {
+  config c = parse_config(yaml, "test.yaml");
+  validate(c);
+  return c;
+}
+}  // namespace
+
+TEST(Config, ShippedFileParsesValidatesAndMatchesBuiltInDefaults) {
+  const config from_file = load_config(repo_file("configs/gpu_basics.yaml"));
+  EXPECT_EQ(as_json(from_file), as_json(config{}));
+  const config built_in = load_config("");
+  EXPECT_EQ(as_json(built_in), as_json(config{}));
+  EXPECT_EQ(read_config_file(repo_file("configs/gpu_basics.yaml")), std::string(default_config_text()));
+}
+
+TEST(Config, EveryKnownKeyIsInTheShippedFile) {
+  const std::string text(default_config_text());
+  for (const auto& key : known_config_keys()) {
+    const auto leaf = key.substr(key.rfind('.') + 1);
+    EXPECT_NE(text.find(leaf + ":"), std::string::npos) << key << " is not documented in the file";
+  }
+}
+
+TEST(Config, PartialConfigKeepsDefaults) {
+  const config c = load_text("transfer:\n  num_streams: 8\n");
+  EXPECT_EQ(c.transfer.num_streams, 8);
+  EXPECT_EQ(c.transfer.tensor_shapes, config{}.transfer.tensor_shapes);
+  EXPECT_EQ(c.benchmark.iterations, config{}.benchmark.iterations);
+  EXPECT_TRUE(c.memory.use_pinned_memory);
+  EXPECT_EQ(c.origins.at("transfer.num_streams").line, 2);
+}
+
+TEST(Config, EmptyTextAndEmptySectionGiveDefaults) {
+  EXPECT_EQ(as_json(load_text("")), as_json(config{}));
+  EXPECT_EQ(as_json(load_text("transfer:\n")), as_json(config{}));
+  EXPECT_EQ(as_json(load_text("# only a comment\n")), as_json(config{}));
+}
+
+TEST(Config, ValuesOfEveryTypeParse) {
+  const config c = load_text(
+      "logging: {level: DEBUG}\ndevice: 1\noutput: {directory: out/x}\n"
+      "benchmark: {warmup_iterations: 0, iterations: 7}\nmemory: {use_pinned_memory: false}\n"
+      "transfer: {num_streams: 64, dtype: BF16, tensor_shapes: [[3], [2, 3, 4]]}\n");
+  EXPECT_EQ(c.logging.level, log_level::debug);
+  EXPECT_EQ(c.device, 1);
+  EXPECT_EQ(c.output.directory, "out/x");
+  EXPECT_EQ(c.benchmark.warmup_iterations, 0);
+  EXPECT_EQ(c.benchmark.iterations, 7);
+  EXPECT_FALSE(c.memory.use_pinned_memory);
+  EXPECT_EQ(c.transfer.num_streams, 64);
+  EXPECT_EQ(c.transfer.element_type, dtype::bfloat16);
+  ASSERT_EQ(c.transfer.tensor_shapes.size(), 2u);
+  EXPECT_EQ(c.transfer.tensor_shapes[1].dims, (std::vector<std::int64_t>{2, 3, 4}));
+  EXPECT_EQ(*shape_bytes(c.transfer.tensor_shapes[1], c.transfer.element_type), 48u);
+}
+
+TEST(Config, LogLevelIsCaseInsensitive) {
+  for (const char* s : {"trace", "Debug", "INFO", "Warn", "error", "WARNING"})
+    EXPECT_TRUE(parse_log_level(s).has_value()) << s;
+  EXPECT_FALSE(parse_log_level("verbose").has_value());
+}
+
+TEST(Config, OverridesApplyWithTheSameParsing) {
+  config c = parse_config(default_config_text(), "<built-in>");
+  apply_override(c, "transfer.num_streams=8");
+  apply_override(c, "transfer.tensor_shapes=[[16, 16]]");
+  apply_override(c, "memory.use_pinned_memory=false");
+  apply_override(c, "logging.level=warn");
+  validate(c);
+  EXPECT_EQ(c.transfer.num_streams, 8);
+  EXPECT_EQ(c.transfer.tensor_shapes, (std::vector<tensor_shape>{{{16, 16}}}));
+  EXPECT_FALSE(c.memory.use_pinned_memory);
+  EXPECT_EQ(c.logging.level, log_level::warn);
+  EXPECT_EQ(c.origins.at("transfer.num_streams").source, "--set");
+}
+
+struct bad_override {
+  const char* assignment;
+  const char* message;
+};
+
+TEST(Config, BadOverridesNameTheKey) {
+  const bad_override cases[] = {
+      {"transfer.num_streams=100", "--set: transfer.num_streams: expected an integer in 1..64, got 100"},
+      {"transfer.num_streams=four", "--set: transfer.num_streams: expected an integer in 1..64, got \"four\""},
+      {"transfer.num_stream=4", "--set: transfer.num_stream: unknown key; did you mean 'transfer.num_streams'?"},
+      {"no_equals_sign", "--set: expected key=value, got \"no_equals_sign\""},
+      {"transfer=4", "--set: transfer: is a section"},
+      {"transfer.tensor_shapes=[[1, 2]", "--set: transfer.tensor_shapes: invalid YAML value"},
+  };
+  for (const auto& bc : cases) {
+    config c;
+    try {
+      apply_override(c, bc.assignment);
+      validate(c);
+      ADD_FAILURE() << bc.assignment << " was accepted";
+    } catch (const config_error& e) {
+      EXPECT_NE(std::string(e.what()).find(bc.message), std::string::npos)
+          << bc.assignment << " gave: " << e.what();
+    }
+  }
+}
+
+struct bad_input {
+  const char* name;
+  const char* yaml;
+  const char* key;  // the key the error must name ("" = none: malformed YAML)
+  int line;
+  const char* message;  // a substring of the message
+};
+
+class BadConfig : public ::testing::TestWithParam<bad_input> {};
+
+TEST_P(BadConfig, OneErrorNamingFileLineAndKey) {
+  const bad_input& b = GetParam();
+  try {
+    (void)load_text(b.yaml);
+    FAIL() << b.name << ": accepted";
+  } catch (const config_error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.source(), "test.yaml") << what;
+    EXPECT_EQ(e.line(), b.line) << what;
+    EXPECT_EQ(e.key(), b.key) << what;
+    EXPECT_NE(what.find(b.message), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << "more than one line: " << what;
+    EXPECT_EQ(what.rfind("test.yaml:" + std::to_string(b.line) + ":", 0), 0u) << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Inputs, BadConfig,
+    ::testing::Values(
+        bad_input{"malformed", "transfer:\n  num_streams: [1, 2\n", "", 3, "invalid YAML"},
+        bad_input{"malformed_indent", "transfer:\n  num_streams: 4\n dtype: float32\n", "", 3, "invalid YAML"},
+        bad_input{"unknown_section", "transfr:\n  num_streams: 4\n", "transfr", 1, "did you mean 'transfer'?"},
+        bad_input{"unknown_key", "transfer:\n  num_stream: 4\n", "transfer.num_stream", 2,
+                  "unknown key; did you mean 'transfer.num_streams'?"},
+        bad_input{"key_in_wrong_section", "memory:\n  num_streams: 4\n", "memory.num_streams", 2,
+                  "did you mean 'transfer.num_streams'?"},
+        bad_input{"wrong_type", "transfer:\n  num_streams: four\n", "transfer.num_streams", 2,
+                  "expected an integer in 1..64, got \"four\""},
+        bad_input{"float_for_int", "transfer:\n  num_streams: 2.5\n", "transfer.num_streams", 2,
+                  "expected an integer in 1..64, got 2.5"},
+        bad_input{"int_overflow", "transfer:\n  num_streams: 99999999999\n", "transfer.num_streams", 2,
+                  "got 99999999999"},
+        bad_input{"streams_zero", "transfer:\n  num_streams: 0\n", "transfer.num_streams", 2,
+                  "expected an integer in 1..64, got 0"},
+        bad_input{"streams_too_many", "\ntransfer:\n  num_streams: 65\n", "transfer.num_streams", 3,
+                  "expected an integer in 1..64, got 65"},
+        bad_input{"list_for_int", "transfer:\n  num_streams: [4]\n", "transfer.num_streams", 2, "got a list"},
+        bad_input{"zero_dimension", "transfer:\n  tensor_shapes:\n    - [1024, 1024]\n    - [1024, 0]\n",
+                  "transfer.tensor_shapes[1][1]", 4, "expected a positive integer dimension, got 0"},
+        bad_input{"negative_dimension", "transfer:\n  tensor_shapes: [[-5, 3]]\n",
+                  "transfer.tensor_shapes[0][0]", 2, "got -5"},
+        bad_input{"shape_bytes_overflow", "transfer:\n  tensor_shapes: [[4294967296, 4294967296]]\n",
+                  "transfer.tensor_shapes[0]", 2, "larger than 2^64 bytes"},
+        bad_input{"shapes_not_a_list", "transfer:\n  tensor_shapes: 5\n", "transfer.tensor_shapes", 2,
+                  "expected a list of shapes"},
+        bad_input{"shapes_empty", "transfer:\n  tensor_shapes: []\n", "transfer.tensor_shapes", 2,
+                  "got an empty list"},
+        bad_input{"shape_not_a_list", "transfer:\n  tensor_shapes: [5, 6]\n", "transfer.tensor_shapes[0]", 2,
+                  "expected a shape"},
+        bad_input{"dimension_not_a_number", "transfer:\n  tensor_shapes: [[1024, x]]\n",
+                  "transfer.tensor_shapes[0][1]", 2, "got \"x\""},
+        bad_input{"bad_dtype", "transfer:\n  dtype: float13\n", "transfer.dtype", 2,
+                  "expected one of float32, float16"},
+        bad_input{"bad_log_level", "logging:\n  level: loud\n", "logging.level", 2,
+                  "expected one of trace, debug, info, warn, error, got \"loud\""},
+        bad_input{"bad_bool", "memory:\n  use_pinned_memory: maybe\n", "memory.use_pinned_memory", 2,
+                  "expected true or false, got \"maybe\""},
+        bad_input{"duplicate_key", "device: 0\ndevice: 1\n", "device", 2,
+                  "duplicate key (first given at line 1)"},
+        bad_input{"section_not_a_mapping", "transfer: 5\n", "transfer", 1, "expected a mapping of transfer.* keys"},
+        bad_input{"top_level_not_a_mapping", "- a\n- b\n", "", 1, "expected a mapping of keys at the top level"},
+        bad_input{"negative_device", "device: -1\n", "device", 1, "expected a device index"},
+        bad_input{"zero_iterations", "benchmark:\n  iterations: 0\n", "benchmark.iterations", 2,
+                  "expected an integer in 1..100000, got 0"},
+        bad_input{"directory_not_a_string", "output:\n  directory: [a, b]\n", "output.directory", 2,
+                  "expected a directory path, got a list"},
+        bad_input{"empty_value", "transfer:\n  num_streams:\n", "transfer.num_streams", 2, "got nothing"}),
+    [](const ::testing::TestParamInfo<bad_input>& p) { return std::string(p.param.name); });
+
+TEST(Config, ErrorColumnPointsAtTheValue) {
+  try {
+    (void)load_text("transfer:\n  num_streams: four\n");
+    FAIL();
+  } catch (const config_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "test.yaml:2:16: transfer.num_streams: expected an integer in 1..64, got \"four\"");
+  }
+}
+
+TEST(Config, MissingFileIsAConfigErrorNamingIt) {
+  try {
+    (void)load_config("/nonexistent/dir/gpu_basics.yaml");
+    FAIL();
+  } catch (const config_error& e) {
+    EXPECT_EQ(e.source(), "/nonexistent/dir/gpu_basics.yaml");
+    EXPECT_NE(std::string(e.what()).find("cannot read the configuration file"), std::string::npos);
+  }
+}
+
+TEST(Config, NearestKeySuggestsOnlyCloseNames) {
+  EXPECT_EQ(nearest_config_key("transfer.num_streem"), "transfer.num_streams");
+  EXPECT_EQ(nearest_config_key("logging.levl"), "logging.level");
+  EXPECT_FALSE(nearest_config_key("completely.unrelated_thing").has_value());
+}
+
+TEST(Config, ShapeBytes) {
+  EXPECT_EQ(shape_bytes({{8192, 8192}}, dtype::float32), 268435456u);
+  EXPECT_EQ(shape_bytes({{3, 5}}, dtype::float16), 30u);
+  EXPECT_FALSE(shape_bytes({{}}, dtype::float32).has_value());
+  EXPECT_FALSE(shape_bytes({{0, 4}}, dtype::float32).has_value());
+  EXPECT_FALSE(shape_bytes({{1LL << 62, 4}}, dtype::float32).has_value());
+  EXPECT_FALSE(shape_bytes({{1LL << 61}}, dtype::int64).has_value());  // exactly 2^64
+  EXPECT_EQ(shape_bytes({{1LL << 60}}, dtype::int64), 1ull << 63);
+}

@@ -1,0 +1,143 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/results.hpp"
+
+using namespace gpu_basics;
+
+namespace {
+table sample_table() {
+  table t;
+  t.id = "h2d";
+  t.title = "Host to device";
+  t.columns = {{"size_bytes", "size (B)"},
+               {"bandwidth_bytes_per_s", "GB/s", 1e-9, 1},
+               {"pinned", "pinned"},
+               {"label", "label"},
+               {"link_percent", "% link", 1.0, 1}};
+  t.add_row({std::int64_t{1048576}, 12.34e9, true, std::string("a, \"quoted\""), std::monostate{}});
+  t.add_row({std::int64_t{268435456}, 55.4e9, false, std::string("b"), 87.9});
+  t.notes.push_back("Pinned memory is DMA'd directly.");
+  return t;
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct temp_dir {
+  std::filesystem::path path;
+  temp_dir() {
+    path = std::filesystem::temp_directory_path() /
+           ("gpu_basics_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+            "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(path);
+  }
+  ~temp_dir() { std::filesystem::remove_all(path); }
+};
+}  // namespace
+
+TEST(Results, RowWidthMustMatchColumns) {
+  table t = sample_table();
+  EXPECT_THROW(t.add_row({std::int64_t{1}}), logic_error);
+}
+
+TEST(Results, JsonKeepsNumbersAsNumbersAndNullForNoValue) {
+  const nlohmann::json j = to_json(sample_table());
+  EXPECT_EQ(j["id"], "h2d");
+  const auto& r0 = j["rows"][0];
+  EXPECT_TRUE(r0["size_bytes"].is_number_integer());
+  EXPECT_EQ(r0["size_bytes"].get<std::int64_t>(), 1048576);
+  EXPECT_TRUE(r0["bandwidth_bytes_per_s"].is_number_float());
+  EXPECT_DOUBLE_EQ(r0["bandwidth_bytes_per_s"].get<double>(), 12.34e9);  // base units, not GB/s
+  EXPECT_TRUE(r0["pinned"].is_boolean());
+  EXPECT_TRUE(r0["link_percent"].is_null());
+  EXPECT_DOUBLE_EQ(j["rows"][1]["link_percent"].get<double>(), 87.9);
+  EXPECT_EQ(j["notes"][0], "Pinned memory is DMA'd directly.");
+}
+
+TEST(Results, NonFiniteDoublesBecomeNull) {
+  table t;
+  t.id = "x";
+  t.columns = {{"v", "v"}};
+  t.add_row({std::numeric_limits<double>::quiet_NaN()});
+  EXPECT_TRUE(to_json(t)["rows"][0]["v"].is_null());
+}
+
+TEST(Results, JsonRoundTripThroughAFile) {
+  temp_dir d;
+  report r;
+  r.command = "transfer";
+  r.environment = {{"host", {{"hostname", "h"}}}};
+  r.tables.push_back(sample_table());
+  r.extra["samples"] = nlohmann::json::array({1.5, 2.5});
+  const auto path = (d.path / "sub" / "out.json").string();
+  write_json(r, path);
+  const nlohmann::json back = nlohmann::json::parse(slurp(path));
+  EXPECT_EQ(back, to_json(r));
+  EXPECT_EQ(back["command"], "transfer");
+  EXPECT_EQ(back["schema_version"], 1);
+  EXPECT_EQ(back["samples"][1], 2.5);
+  // No temporary file is left beside it.
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(d.path / "sub")) ++files;
+  EXPECT_EQ(files, 1u);
+}
+
+TEST(Results, WriteIntoADirectoryPathFailsCleanly) {
+  temp_dir d;
+  std::filesystem::create_directories(d.path / "taken");
+  EXPECT_THROW(write_file_atomically((d.path / "taken").string(), "x"), io_error);
+}
+
+TEST(Results, CsvEscapesAndLeavesNoValueEmpty) {
+  const std::string csv = render_csv(sample_table());
+  std::istringstream in(csv);
+  std::string header, row0, row1;
+  std::getline(in, header);
+  std::getline(in, row0);
+  std::getline(in, row1);
+  EXPECT_EQ(header, "size_bytes,bandwidth_bytes_per_s,pinned,label,link_percent");
+  EXPECT_EQ(row0, "1048576,12340000000,true,\"a, \"\"quoted\"\"\",");
+  EXPECT_EQ(row1, "268435456,55400000000,false,b,87.900000000000006");
+}
+
+TEST(Results, CsvOfSeveralTablesGoesBesideThePath) {
+  temp_dir d;
+  report r;
+  r.tables.push_back(sample_table());
+  table t2 = sample_table();
+  t2.id = "d2h";
+  r.tables.push_back(t2);
+  const auto files = write_csv(r, (d.path / "out.csv").string());
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(std::filesystem::path(files[0]).filename(), "out.h2d.csv");
+  EXPECT_EQ(std::filesystem::path(files[1]).filename(), "out.d2h.csv");
+  EXPECT_EQ(slurp(files[1]), render_csv(t2));
+}
+
+TEST(Results, TextTableScalesAlignsAndShowsNa) {
+  const std::string text = render_text(sample_table());
+  EXPECT_NE(text.find("Host to device"), std::string::npos);
+  EXPECT_NE(text.find("| GB/s"), std::string::npos);
+  EXPECT_NE(text.find(" 12.3 |"), std::string::npos);  // 12.34e9 shown as GB/s with 1 decimal
+  EXPECT_NE(text.find(" 55.4 |"), std::string::npos);
+  EXPECT_NE(text.find("n/a"), std::string::npos);
+  EXPECT_NE(text.find("Pinned memory is DMA'd directly."), std::string::npos);
+  // Every table line has the same width.
+  std::istringstream in(text);
+  std::size_t width = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '|') continue;
+    if (width == 0) width = line.size();
+    EXPECT_EQ(line.size(), width) << line;
+  }
+  EXPECT_GT(width, 0u);
+}
