@@ -23,8 +23,6 @@ struct context {
 };
 
 report run_info(context& ctx);
-report run_memory(context& ctx);
 report run_transfer(context& ctx);
-report run_profile(context& ctx);
 
 }  // namespace gpu_basics::cli

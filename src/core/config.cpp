@@ -1,6 +1,7 @@
 #include "gpu_basics/core/config.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -92,6 +93,29 @@ std::optional<std::uint64_t> shape_bytes(const tensor_shape& s, dtype t) noexcep
   return bytes;
 }
 
+std::optional<std::uint64_t> parse_byte_size(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0) return std::nullopt;
+  double number = 0;
+  const auto r = std::from_chars(text.data(), text.data() + i, number);
+  if (r.ec != std::errc{} || r.ptr != text.data() + i) return std::nullopt;
+  std::size_t j = i;
+  while (j < text.size() && text[j] == ' ') ++j;
+  const std::string unit = lower(text.substr(j));
+  static const std::pair<std::string_view, double> units[] = {
+      {"", 1},          {"b", 1},          {"kib", 1024.0},   {"mib", 1048576.0},
+      {"gib", 1073741824.0}, {"tib", 1099511627776.0}, {"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9},
+      {"tb", 1e12}};
+  for (const auto& [name, scale] : units) {
+    if (unit != name) continue;
+    const double bytes = number * scale;
+    if (!(bytes >= 0) || bytes > 1.8e19 || bytes != std::floor(bytes)) return std::nullopt;
+    return static_cast<std::uint64_t>(bytes);
+  }
+  return std::nullopt;
+}
+
 std::string to_string(const tensor_shape& s) {
   std::string out = "[";
   for (std::size_t i = 0; i < s.dims.size(); ++i) {
@@ -160,6 +184,12 @@ int read_int(const YAML::Node& node, const parse_context& ctx, std::string_view 
   return static_cast<int>(*v);
 }
 
+std::uint64_t read_size(const YAML::Node& node, const parse_context& ctx, std::string_view expectation) {
+  const auto v = node.IsScalar() ? parse_byte_size(node.Scalar()) : std::nullopt;
+  if (!v) fail(ctx, "expected " + std::string(expectation) + ", got " + describe(node));
+  return *v;
+}
+
 bool read_bool(const YAML::Node& node, const parse_context& ctx) {
   bool b = false;
   if (!node.IsScalar() || !YAML::convert<bool>::decode(node, b))
@@ -195,6 +225,11 @@ constexpr std::string_view kStreamsExpect = "an integer in 1..64";
 constexpr std::string_view kDeviceExpect = "a device index (an integer >= 0)";
 constexpr std::string_view kWarmupExpect = "an integer in 0..100000";
 constexpr std::string_view kItersExpect = "an integer in 1..100000";
+constexpr std::string_view kLargeExpect = "a size in 1 MiB..64 GiB (e.g. 1073741824 or \"1 GiB\")";
+constexpr std::string_view kSweepExpect = "a size in 1 B..64 GiB (e.g. 4096 or \"4 KiB\")";
+constexpr std::string_view kChunkExpect = "a size in 64 KiB..1 GiB (e.g. \"8 MiB\")";
+constexpr std::string_view kBuffersExpect = "an integer in 2..16";
+constexpr std::string_view kThreadsExpect = "an integer in 0..256 (0 = one per core, at most 16)";
 
 const std::vector<key_spec>& schema() {
   static const std::vector<key_spec> specs = {
@@ -235,6 +270,34 @@ const std::vector<key_spec>& schema() {
          const auto t = parse_dtype(read_string(n, ctx, expect));
          if (!t) fail(ctx, "expected " + expect + ", got " + describe(n));
          c.transfer.element_type = *t;
+       }},
+      {"transfer.large_copy_bytes",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.transfer.large_copy_bytes = read_size(n, ctx, kLargeExpect);
+       }},
+      {"transfer.sweep.enabled",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.transfer.sweep.enabled = read_bool(n, ctx);
+       }},
+      {"transfer.sweep.min_bytes",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.transfer.sweep.min_bytes = read_size(n, ctx, kSweepExpect);
+       }},
+      {"transfer.sweep.max_bytes",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.transfer.sweep.max_bytes = read_size(n, ctx, kSweepExpect);
+       }},
+      {"transfer.staging.chunk_bytes",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.transfer.staging.chunk_bytes = read_size(n, ctx, kChunkExpect);
+       }},
+      {"transfer.staging.buffers",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.transfer.staging.buffers = read_int(n, ctx, kBuffersExpect);
+       }},
+      {"transfer.staging.threads",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.transfer.staging.threads = read_int(n, ctx, kThreadsExpect);
        }},
       {"transfer.tensor_shapes",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
@@ -457,6 +520,24 @@ void validate(const config& cfg) {
               kWarmupExpect);
   check_range("benchmark.iterations", cfg.benchmark.iterations, 1, 100000, kItersExpect);
   check_range("transfer.num_streams", cfg.transfer.num_streams, 1, 64, kStreamsExpect);
+  const auto check_size = [&](const std::string& key, std::uint64_t v, std::uint64_t lo,
+                              std::uint64_t hi, std::string_view expectation) {
+    if (v < lo || v > hi)
+      fail_at(where(key), key, "expected " + std::string(expectation) + ", got " + std::to_string(v));
+  };
+  constexpr std::uint64_t KiB = 1024, MiB = KiB * 1024, GiB = MiB * 1024;
+  check_size("transfer.large_copy_bytes", cfg.transfer.large_copy_bytes, MiB, 64 * GiB, kLargeExpect);
+  check_size("transfer.sweep.min_bytes", cfg.transfer.sweep.min_bytes, 1, 64 * GiB, kSweepExpect);
+  check_size("transfer.sweep.max_bytes", cfg.transfer.sweep.max_bytes, 1, 64 * GiB, kSweepExpect);
+  if (cfg.transfer.sweep.max_bytes < cfg.transfer.sweep.min_bytes)
+    fail_at(where("transfer.sweep.max_bytes"), "transfer.sweep.max_bytes",
+            "must be at least transfer.sweep.min_bytes (" +
+                std::to_string(cfg.transfer.sweep.min_bytes) + "), got " +
+                std::to_string(cfg.transfer.sweep.max_bytes));
+  check_size("transfer.staging.chunk_bytes", cfg.transfer.staging.chunk_bytes, 64 * KiB, GiB,
+             kChunkExpect);
+  check_range("transfer.staging.buffers", cfg.transfer.staging.buffers, 2, 16, kBuffersExpect);
+  check_range("transfer.staging.threads", cfg.transfer.staging.threads, 0, 256, kThreadsExpect);
   if (cfg.output.directory.empty())
     fail_at(where("output.directory"), "output.directory", "expected a directory path, got \"\"");
 
@@ -501,7 +582,16 @@ void to_json(nlohmann::json& j, const config& cfg) {
       {"transfer",
        {{"num_streams", cfg.transfer.num_streams},
         {"tensor_shapes", shapes},
-        {"dtype", to_string(cfg.transfer.element_type)}}},
+        {"dtype", to_string(cfg.transfer.element_type)},
+        {"large_copy_bytes", cfg.transfer.large_copy_bytes},
+        {"sweep",
+         {{"enabled", cfg.transfer.sweep.enabled},
+          {"min_bytes", cfg.transfer.sweep.min_bytes},
+          {"max_bytes", cfg.transfer.sweep.max_bytes}}},
+        {"staging",
+         {{"chunk_bytes", cfg.transfer.staging.chunk_bytes},
+          {"buffers", cfg.transfer.staging.buffers},
+          {"threads", cfg.transfer.staging.threads}}}}},
   };
 }
 

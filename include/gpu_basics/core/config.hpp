@@ -36,6 +36,10 @@ struct tensor_shape {
 [[nodiscard]] std::optional<std::uint64_t> shape_bytes(const tensor_shape& s, dtype t) noexcept;
 [[nodiscard]] std::string to_string(const tensor_shape& s);
 
+/// Parses a byte size: an integer, or a number with a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB,
+/// TB; case-insensitive, space optional): "4096", "8 MiB", "1GiB", "1.5 GB".
+[[nodiscard]] std::optional<std::uint64_t> parse_byte_size(std::string_view text);
+
 /// Where a configuration value came from (file and 1-based line/column, or "--set").
 struct source_location {
   std::string source;
@@ -67,6 +71,18 @@ struct config {
     int num_streams = 4;
     std::vector<tensor_shape> tensor_shapes = {{{1024, 1024}}, {{4096, 4096}}, {{8192, 8192}}};
     dtype element_type = dtype::float32;
+    /// Size for the sync-vs-async, staged-upload and cudaHostRegister comparisons.
+    std::uint64_t large_copy_bytes = 1ull << 30;
+    struct sweep_section {
+      bool enabled = false;
+      std::uint64_t min_bytes = 4096;
+      std::uint64_t max_bytes = 1ull << 30;
+    } sweep;
+    struct staging_section {
+      std::uint64_t chunk_bytes = 8ull << 20;
+      int buffers = 3;
+      int threads = 0;  // 0: one per core, at most 16
+    } staging;
   } transfer;
 
   /// Source of every key that was set (keys of list items carry "[i]" / "[i][j]").

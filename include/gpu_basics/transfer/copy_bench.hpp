@@ -1,0 +1,95 @@
+// Copy measurements: host<->device and device<->device copies timed with CUDA events behind a
+// blocking kernel (so enqueue cost stays out), on one or several streams, and synchronous vs
+// asynchronous calls timed from the host. Every measured copy is checked against the pattern;
+// a mismatch throws verification_error.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "gpu_basics/core/stats.hpp"
+
+namespace gpu_basics {
+
+enum class copy_direction { h2d, d2h, d2d };
+enum class host_memory { pinned, pageable };
+
+[[nodiscard]] std::string_view to_string(copy_direction d) noexcept;
+[[nodiscard]] std::string_view to_string(host_memory m) noexcept;
+
+struct copy_measurement {
+  copy_direction direction = copy_direction::h2d;
+  host_memory memory = host_memory::pinned;
+  std::uint64_t bytes = 0;        // bytes per copy (bidirectional: per direction)
+  std::uint64_t bytes_moved = 0;  // bytes per sample, all directions
+  unsigned streams = 1;
+  bool bidirectional = false;
+  std::vector<double> seconds;  // one per sample
+  summary time_s;
+  summary bandwidth_bytes_per_s;  // bytes_moved / seconds, per sample
+  std::uint64_t verified_bytes = 0;
+};
+
+struct sync_async_measurement {
+  copy_direction direction = copy_direction::h2d;
+  host_memory memory = host_memory::pinned;
+  std::uint64_t bytes = 0;
+  summary sync_call_s;   // cudaMemcpy on the host clock: the CPU is blocked all along
+  summary async_call_s;  // time spent inside cudaMemcpyAsync: the CPU is blocked
+  summary async_copy_s;  // the copy on the GPU (events)
+  summary async_free_s;  // from the call's return to the copy's end: the CPU could work
+};
+
+/// Pinning a pageable buffer in place (cudaHostRegister) and copying from it.
+struct register_measurement {
+  std::uint64_t bytes = 0;
+  summary register_s;
+  summary unregister_s;
+  copy_measurement registered_copy;  // H2D from the registered buffer
+};
+
+struct staging_options;
+
+struct measure_options {
+  int warmup_iterations = 3;
+  int iterations = 20;
+};
+
+class copy_bench {
+ public:
+  explicit copy_bench(measure_options o);
+  ~copy_bench();
+  copy_bench(const copy_bench&) = delete;
+  copy_bench& operator=(const copy_bench&) = delete;
+
+  /// One copy per sample on one stream. Pinned and device copies run behind a blocking kernel;
+  /// pageable ones cannot (the call itself waits for the copy), so each is timed alone.
+  copy_measurement copy(copy_direction d, host_memory m, std::uint64_t bytes);
+  /// One pinned copy split into `streams` chunks, one stream each.
+  copy_measurement multi_stream(copy_direction d, std::uint64_t bytes, unsigned streams);
+  /// A pinned H2D copy and a D2H copy of `bytes` each, on two streams at once.
+  copy_measurement bidirectional(std::uint64_t bytes);
+  sync_async_measurement sync_vs_async(copy_direction d, host_memory m, std::uint64_t bytes);
+  /// Pageable copies through the staging ring (staged_copier), host clock from the call to the
+  /// data being in place.
+  copy_measurement staged(copy_direction d, std::uint64_t bytes, const staging_options& o);
+  /// The host-side ceiling of a staged upload: a multi-threaded memcpy from pageable into pinned
+  /// memory with `threads` threads, host clock.
+  copy_measurement host_memcpy(std::uint64_t bytes, unsigned threads);
+  /// cudaHostRegister / cudaHostUnregister of a pageable buffer, `repeats` times, and H2D copies
+  /// from it while registered.
+  register_measurement host_register(std::uint64_t bytes, int repeats);
+
+  struct buffers;
+
+ private:
+  measure_options o_;
+  std::unique_ptr<buffers> b_;
+};
+
+/// Steady-clock seconds.
+[[nodiscard]] double host_seconds() noexcept;
+
+}  // namespace gpu_basics

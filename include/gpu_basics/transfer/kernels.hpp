@@ -1,0 +1,42 @@
+// Device helpers for measuring copies: pattern fill and check (device or mapped pinned host
+// memory), and a blocking kernel that holds a stream while timed work is enqueued.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "gpu_basics/core/cuda.hpp"
+
+namespace gpu_basics {
+
+/// Writes the pattern (pattern.hpp) over [0, bytes) of a device-accessible buffer.
+void enqueue_fill_pattern(void* dst, std::size_t bytes, std::uint32_t seed, stream_view s);
+/// Writes zeros (the poison before each measured copy, so a copy that did nothing fails).
+void enqueue_fill_zero(void* dst, std::size_t bytes, stream_view s);
+/// Adds the number of bytes of `src` that differ from the pattern to *counter (device memory).
+void enqueue_count_mismatches(const void* src, std::size_t bytes, std::uint32_t seed,
+                              unsigned long long* counter, stream_view s);
+
+/// Holds a stream with a kernel that spins until release() (or a timeout, so a failing host
+/// never hangs the GPU). Work enqueued behind it starts together when it is released, so its
+/// timing excludes the host's enqueue cost. Destruction releases it.
+class stream_blocker {
+ public:
+  explicit stream_blocker(double timeout_s = 20.0);
+  ~stream_blocker();
+  stream_blocker(const stream_blocker&) = delete;
+  stream_blocker& operator=(const stream_blocker&) = delete;
+
+  void block(stream_view s);
+  void release() noexcept;
+  /// True if the last block timed out before release (its timings are then not trustworthy).
+  [[nodiscard]] bool timed_out() const noexcept;
+
+ private:
+  pinned_buffer flags_;  // [0] = release flag, [1] = timed-out flag, written by the kernel
+  double timeout_s_;
+};
+
+}  // namespace gpu_basics

@@ -1,0 +1,54 @@
+// Fast copies between pageable host memory and the device: host threads copy pageable data
+// into a ring of pinned staging buffers while the DMA of the previous chunk runs. cudaMemcpy
+// from pageable memory does the same through one small driver buffer and one thread; here the
+// ceiling becomes the host's memory bandwidth (each byte is read, written, and read by the DMA).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "gpu_basics/core/cuda.hpp"
+#include "gpu_basics/core/thread_pool.hpp"
+
+namespace gpu_basics {
+
+struct staging_options {
+  std::size_t chunk_bytes = 8u << 20;
+  unsigned buffers = 3;  // >= 2
+  unsigned threads = 0;  // 0: default_thread_count()
+};
+
+class staged_copier {
+ public:
+  explicit staged_copier(staging_options o = {});
+  ~staged_copier();
+  staged_copier(const staged_copier&) = delete;
+  staged_copier& operator=(const staged_copier&) = delete;
+
+  /// Copies `bytes` from pageable `src` to device `dst` on stream `s`. Returns once `src` may be
+  /// reused; the last DMAs may still run on `s` (synchronize `s` before reading `dst` elsewhere).
+  void upload(void* dst, const void* src, std::size_t bytes, stream_view s);
+  /// Copies `bytes` from device `src` (ordered after earlier work on `s`) to pageable `dst`;
+  /// returns when `dst` holds the data.
+  void download(void* dst, const void* src, std::size_t bytes, stream_view s);
+
+  [[nodiscard]] const staging_options& options() const noexcept { return o_; }
+  [[nodiscard]] unsigned threads() const noexcept { return pool_.size(); }
+
+  /// Test-only: when false, a staging buffer is refilled without waiting for its DMA to finish
+  /// (the race the ring's events prevent), so tests can prove they would catch it.
+  void set_wait_for_dma_for_testing(bool wait) noexcept { wait_for_dma_ = wait; }
+
+ private:
+  void copy_parallel(void* dst, const void* src, std::size_t bytes);
+
+  staging_options o_;
+  thread_pool pool_;
+  std::vector<pinned_buffer> staging_;
+  std::vector<cuda_event> dma_done_;
+  std::vector<bool> pending_;
+  bool wait_for_dma_ = true;
+};
+
+}  // namespace gpu_basics

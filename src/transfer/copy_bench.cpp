@@ -1,0 +1,514 @@
+#include "gpu_basics/transfer/copy_bench.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "gpu_basics/core/cuda.hpp"
+#include "gpu_basics/core/thread_pool.hpp"
+#include "gpu_basics/transfer/kernels.hpp"
+#include "gpu_basics/transfer/pattern.hpp"
+#include "gpu_basics/transfer/plan.hpp"
+#include "gpu_basics/transfer/staged_copy.hpp"
+
+namespace gpu_basics {
+
+double host_seconds() noexcept {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string_view to_string(copy_direction d) noexcept {
+  switch (d) {
+    case copy_direction::h2d: return "H2D";
+    case copy_direction::d2h: return "D2H";
+    case copy_direction::d2d: return "D2D";
+  }
+  return "?";
+}
+
+std::string_view to_string(host_memory m) noexcept {
+  return m == host_memory::pinned ? "pinned" : "pageable";
+}
+
+namespace {
+
+/// Pageable host memory: plain aligned allocation, pages touched once so first-touch faults
+/// stay out of the measurements.
+struct pageable_buffer {
+  std::byte* ptr = nullptr;
+  std::size_t size = 0;
+  pageable_buffer() = default;
+  explicit pageable_buffer(std::size_t n) : size(n) {
+    ptr = static_cast<std::byte*>(::operator new(n, std::align_val_t{4096}, std::nothrow));
+    if (!ptr) throw out_of_memory("cannot allocate " + format_bytes(n) + " of host memory", n);
+  }
+  ~pageable_buffer() {
+    if (ptr) ::operator delete(ptr, std::align_val_t{4096});
+  }
+  pageable_buffer(pageable_buffer&& o) noexcept
+      : ptr(std::exchange(o.ptr, nullptr)), size(std::exchange(o.size, 0)) {}
+  pageable_buffer& operator=(pageable_buffer&& o) noexcept {
+    std::swap(ptr, o.ptr);
+    std::swap(size, o.size);
+    return *this;
+  }
+};
+
+constexpr std::uint64_t kMinStreamChunk = 64 * 1024;
+
+}  // namespace
+
+struct copy_bench::buffers {
+  device_buffer dev_src, dev_dst;
+  pinned_buffer pin_src, pin_dst;
+  pageable_buffer page_src, page_dst;
+  device_buffer counter{sizeof(unsigned long long)};
+  cuda_stream s0, s1;
+  thread_pool pool{default_thread_count()};
+  std::uint32_t seed = 0x5eed;
+
+  void ensure(copy_direction d, host_memory m, std::size_t bytes) {
+    const bool host_src = d == copy_direction::h2d, host_dst = d == copy_direction::d2h;
+    const bool need_dev_src = !host_src, need_dev_dst = !host_dst;
+    if (need_dev_src && dev_src.size() < bytes) dev_src = device_buffer(bytes);
+    if (need_dev_dst && dev_dst.size() < bytes) dev_dst = device_buffer(bytes);
+    if (m == host_memory::pinned) {
+      if (host_src && pin_src.size() < bytes) pin_src = pinned_buffer(bytes);
+      if (host_dst && pin_dst.size() < bytes) pin_dst = pinned_buffer(bytes);
+    } else {
+      if (host_src && page_src.size < bytes) page_src = pageable_buffer(bytes);
+      if (host_dst && page_dst.size < bytes) {
+        page_dst = pageable_buffer(bytes);
+        pool.parallel_ranges(bytes, 4096, [&](std::size_t off, std::size_t n) {
+          std::memset(page_dst.ptr + off, 0, n);
+        });
+      }
+    }
+  }
+
+  void* src(copy_direction d, host_memory m) {
+    if (d != copy_direction::h2d) return dev_src.data();
+    return m == host_memory::pinned ? pin_src.data() : static_cast<void*>(page_src.ptr);
+  }
+  void* dst(copy_direction d, host_memory m) {
+    if (d != copy_direction::d2h) return dev_dst.data();
+    return m == host_memory::pinned ? pin_dst.data() : static_cast<void*>(page_dst.ptr);
+  }
+
+  /// Fills the source with a fresh pattern; returns its seed.
+  std::uint32_t fill_source(copy_direction d, host_memory m, std::size_t bytes) {
+    const std::uint32_t sd = ++seed;
+    void* p = src(d, m);
+    if (d == copy_direction::h2d && m == host_memory::pageable) {
+      pool.parallel_ranges(bytes, 4, [&](std::size_t off, std::size_t n) {
+        fill_pattern_host(static_cast<std::byte*>(p) + off, n, sd, off);
+      });
+    } else {
+      enqueue_fill_pattern(p, bytes, sd, s0);
+      s0.synchronize();
+    }
+    return sd;
+  }
+
+  void reset_counter() {
+    GPU_BASICS_CUDA_TRY(cudaMemsetAsync(counter.data(), 0, sizeof(unsigned long long), s0.value()));
+  }
+  unsigned long long read_counter() {
+    unsigned long long v = 0;
+    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(&v, counter.data(), sizeof(v), cudaMemcpyDeviceToHost, s0.value()));
+    s0.synchronize();
+    return v;
+  }
+
+  std::size_t host_mismatches(const void* p, std::size_t bytes, std::uint32_t sd) {
+    std::atomic<std::size_t> total{0};
+    pool.parallel_ranges(bytes, 4, [&](std::size_t off, std::size_t n) {
+      total += count_pattern_mismatches_host(static_cast<const std::byte*>(p) + off, n, sd, off);
+    });
+    return total.load();
+  }
+};
+
+copy_bench::copy_bench(measure_options o) : o_(o), b_(std::make_unique<buffers>()) {}
+copy_bench::~copy_bench() = default;
+
+namespace {
+
+cudaMemcpyKind kind_of(copy_direction d) {
+  switch (d) {
+    case copy_direction::h2d: return cudaMemcpyHostToDevice;
+    case copy_direction::d2h: return cudaMemcpyDeviceToHost;
+    case copy_direction::d2d: return cudaMemcpyDeviceToDevice;
+  }
+  return cudaMemcpyDefault;
+}
+
+void finish(copy_measurement& r) {
+  r.time_s = summarize(r.seconds);
+  const std::uint64_t moved = r.bytes_moved;
+  r.bandwidth_bytes_per_s =
+      summarize_mapped(r.seconds, [moved](double s) { return bandwidth_bytes_per_s(moved, s); });
+}
+
+void check(unsigned long long mismatches, const copy_measurement& r, std::string_view what) {
+  if (mismatches)
+    throw verification_error(fmt::format("{} {} {} copy of {}: {} bytes differ from what was sent",
+                                         what, to_string(r.memory), to_string(r.direction),
+                                         format_bytes(r.bytes), mismatches));
+}
+
+/// Runs `samples` timed samples behind a blocking kernel on s0. `one(i, start, stop)` enqueues
+/// the poison, the events around the copy, and the check.
+template <class F>
+void run_blocked(copy_bench::buffers& b, int samples, std::vector<double>& seconds, F one) {
+  std::vector<cuda_event> start(static_cast<std::size_t>(samples)), stop(static_cast<std::size_t>(samples));
+  {
+    stream_blocker blocker;
+    blocker.block(b.s0);
+    for (int i = 0; i < samples; ++i) one(i, start[static_cast<std::size_t>(i)], stop[static_cast<std::size_t>(i)]);
+    blocker.release();
+    b.s0.synchronize();
+    b.s1.synchronize();
+    if (blocker.timed_out())
+      spdlog::warn("the blocking kernel timed out before all work was enqueued; timings may include enqueue cost");
+  }
+  for (int i = 0; i < samples; ++i)
+    seconds.push_back(cuda_event::elapsed_s(start[static_cast<std::size_t>(i)], stop[static_cast<std::size_t>(i)]));
+}
+
+}  // namespace
+
+copy_measurement copy_bench::copy(copy_direction d, host_memory m, std::uint64_t bytes) {
+  GPU_BASICS_EXPECTS(bytes > 0, "zero-byte copy");
+  auto& b = *b_;
+  b.ensure(d, m, bytes);
+  copy_measurement r;
+  r.direction = d;
+  r.memory = m;
+  r.bytes = r.bytes_moved = bytes;
+  const std::uint32_t sd = b.fill_source(d, m, bytes);
+  void* src = b.src(d, m);
+  void* dst = b.dst(d, m);
+  const cudaMemcpyKind kind = kind_of(d);
+  for (int i = 0; i < o_.warmup_iterations; ++i)
+    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, b.s0.value()));
+  b.s0.synchronize();
+  b.reset_counter();
+  const bool host_dst_pageable = d == copy_direction::d2h && m == host_memory::pageable;
+  if (m == host_memory::pinned || d == copy_direction::d2d) {
+    run_blocked(b, o_.iterations, r.seconds, [&](int, cuda_event& start, cuda_event& stop) {
+      enqueue_fill_zero(dst, bytes, b.s0);
+      start.record(b.s0);
+      GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, b.s0.value()));
+      stop.record(b.s0);
+      enqueue_count_mismatches(dst, bytes, sd, b.counter.as<unsigned long long>(), b.s0);
+    });
+    check(b.read_counter(), r, "");
+  } else {
+    cuda_event start, stop;
+    std::size_t host_bad = 0;
+    for (int i = 0; i < o_.iterations; ++i) {
+      if (host_dst_pageable)
+        b.pool.parallel_ranges(bytes, 4096, [&](std::size_t off, std::size_t n) {
+          std::memset(static_cast<std::byte*>(dst) + off, 0, n);
+        });
+      else
+        enqueue_fill_zero(dst, bytes, b.s0);
+      start.record(b.s0);
+      GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, b.s0.value()));
+      stop.record(b.s0);
+      stop.synchronize();
+      r.seconds.push_back(cuda_event::elapsed_s(start, stop));
+      if (host_dst_pageable)
+        host_bad += b.host_mismatches(dst, bytes, sd);
+      else
+        enqueue_count_mismatches(dst, bytes, sd, b.counter.as<unsigned long long>(), b.s0);
+    }
+    check(b.read_counter() + host_bad, r, "");
+  }
+  r.verified_bytes = bytes * static_cast<std::uint64_t>(o_.iterations);
+  finish(r);
+  return r;
+}
+
+copy_measurement copy_bench::multi_stream(copy_direction d, std::uint64_t bytes, unsigned streams) {
+  GPU_BASICS_EXPECTS(d != copy_direction::d2d, "multi-stream copies are host<->device");
+  auto& b = *b_;
+  b.ensure(d, host_memory::pinned, bytes);
+  const auto chunks = split_even(bytes, streams, kMinStreamChunk);
+  copy_measurement r;
+  r.direction = d;
+  r.memory = host_memory::pinned;
+  r.bytes = r.bytes_moved = bytes;
+  r.streams = static_cast<unsigned>(chunks.size());
+  std::vector<cuda_stream> extra;
+  for (std::size_t i = 1; i < chunks.size(); ++i) extra.emplace_back();
+  std::vector<cuda_event> done(chunks.size());
+  const std::uint32_t sd = b.fill_source(d, host_memory::pinned, bytes);
+  auto* src = static_cast<std::byte*>(b.src(d, host_memory::pinned));
+  auto* dst = static_cast<std::byte*>(b.dst(d, host_memory::pinned));
+  const cudaMemcpyKind kind = kind_of(d);
+  const auto enqueue = [&](cuda_event& start) {
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      const cudaStream_t st = c == 0 ? b.s0.value() : extra[c - 1].value();
+      if (c) GPU_BASICS_CUDA_TRY(cudaStreamWaitEvent(st, start.value(), 0));
+      GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(dst + chunks[c].offset, src + chunks[c].offset, chunks[c].bytes, kind, st));
+      if (c) {
+        done[c].record(st);
+        GPU_BASICS_CUDA_TRY(cudaStreamWaitEvent(b.s0.value(), done[c].value(), 0));
+      }
+    }
+  };
+  {
+    cuda_event warm;
+    for (int i = 0; i < o_.warmup_iterations; ++i) {
+      warm.record(b.s0);
+      enqueue(warm);
+    }
+    b.s0.synchronize();
+  }
+  b.reset_counter();
+  run_blocked(b, o_.iterations, r.seconds, [&](int, cuda_event& start, cuda_event& stop) {
+    enqueue_fill_zero(dst, bytes, b.s0);
+    start.record(b.s0);
+    enqueue(start);
+    stop.record(b.s0);
+    enqueue_count_mismatches(dst, bytes, sd, b.counter.as<unsigned long long>(), b.s0);
+  });
+  check(b.read_counter(), r, fmt::format("{}-stream", r.streams));
+  r.verified_bytes = bytes * static_cast<std::uint64_t>(o_.iterations);
+  finish(r);
+  return r;
+}
+
+copy_measurement copy_bench::bidirectional(std::uint64_t bytes) {
+  auto& b = *b_;
+  b.ensure(copy_direction::h2d, host_memory::pinned, bytes);
+  b.ensure(copy_direction::d2h, host_memory::pinned, bytes);
+  copy_measurement r;
+  r.direction = copy_direction::h2d;
+  r.memory = host_memory::pinned;
+  r.bidirectional = true;
+  r.streams = 2;
+  r.bytes = bytes;
+  r.bytes_moved = 2 * bytes;
+  // H2D: pin_src -> dev_dst.  D2H: dev_src -> pin_dst.
+  const std::uint32_t sd_up = b.fill_source(copy_direction::h2d, host_memory::pinned, bytes);
+  const std::uint32_t sd_down = b.fill_source(copy_direction::d2h, host_memory::pinned, bytes);
+  cuda_event done;
+  const auto enqueue = [&](cuda_event& start) {
+    GPU_BASICS_CUDA_TRY(cudaStreamWaitEvent(b.s1.value(), start.value(), 0));
+    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(b.dev_dst.data(), b.pin_src.data(), bytes, cudaMemcpyHostToDevice, b.s0.value()));
+    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(b.pin_dst.data(), b.dev_src.data(), bytes, cudaMemcpyDeviceToHost, b.s1.value()));
+    done.record(b.s1);
+    GPU_BASICS_CUDA_TRY(cudaStreamWaitEvent(b.s0.value(), done.value(), 0));
+  };
+  {
+    cuda_event warm;
+    for (int i = 0; i < o_.warmup_iterations; ++i) {
+      warm.record(b.s0);
+      enqueue(warm);
+    }
+    b.s0.synchronize();
+  }
+  b.reset_counter();
+  run_blocked(b, o_.iterations, r.seconds, [&](int, cuda_event& start, cuda_event& stop) {
+    enqueue_fill_zero(b.dev_dst.data(), bytes, b.s0);
+    enqueue_fill_zero(b.pin_dst.data(), bytes, b.s0);
+    start.record(b.s0);
+    enqueue(start);
+    stop.record(b.s0);
+    enqueue_count_mismatches(b.dev_dst.data(), bytes, sd_up, b.counter.as<unsigned long long>(), b.s0);
+    enqueue_count_mismatches(b.pin_dst.data(), bytes, sd_down, b.counter.as<unsigned long long>(), b.s0);
+  });
+  check(b.read_counter(), r, "bidirectional");
+  r.verified_bytes = 2 * bytes * static_cast<std::uint64_t>(o_.iterations);
+  finish(r);
+  return r;
+}
+
+sync_async_measurement copy_bench::sync_vs_async(copy_direction d, host_memory m, std::uint64_t bytes) {
+  GPU_BASICS_EXPECTS(d != copy_direction::d2d, "sync vs async compares host<->device copies");
+  auto& b = *b_;
+  b.ensure(d, m, bytes);
+  const std::uint32_t sd = b.fill_source(d, m, bytes);
+  void* src = b.src(d, m);
+  void* dst = b.dst(d, m);
+  const cudaMemcpyKind kind = kind_of(d);
+  const bool host_dst_pageable = d == copy_direction::d2h && m == host_memory::pageable;
+  std::vector<double> sync_s, call_s, copy_s, free_s;
+  cuda_event start, stop;
+  std::size_t bad = 0;
+  const auto verify = [&] {
+    if (host_dst_pageable) {
+      bad += b.host_mismatches(dst, bytes, sd);
+      std::memset(dst, 0, bytes);
+    } else {
+      b.reset_counter();
+      enqueue_count_mismatches(dst, bytes, sd, b.counter.as<unsigned long long>(), b.s0);
+      bad += b.read_counter();
+      enqueue_fill_zero(dst, bytes, b.s0);
+      b.s0.synchronize();
+    }
+  };
+  for (int i = 0; i < o_.warmup_iterations + o_.iterations; ++i) {
+    const bool keep = i >= o_.warmup_iterations;
+    const double t0 = host_seconds();
+    GPU_BASICS_CUDA_TRY(cudaMemcpy(dst, src, bytes, kind));
+    const double t1 = host_seconds();
+    verify();
+    start.record(b.s0);
+    const double a0 = host_seconds();
+    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, b.s0.value()));
+    const double a1 = host_seconds();
+    stop.record(b.s0);
+    stop.synchronize();
+    const double a2 = host_seconds();
+    verify();
+    if (!keep) continue;
+    sync_s.push_back(t1 - t0);
+    call_s.push_back(a1 - a0);
+    copy_s.push_back(cuda_event::elapsed_s(start, stop));
+    free_s.push_back(std::max(0.0, a2 - a1));
+  }
+  if (bad)
+    throw verification_error(fmt::format("sync/async {} {} copy of {}: {} bytes differ", to_string(m),
+                                         to_string(d), format_bytes(bytes), bad));
+  sync_async_measurement r;
+  r.direction = d;
+  r.memory = m;
+  r.bytes = bytes;
+  r.sync_call_s = summarize(sync_s);
+  r.async_call_s = summarize(call_s);
+  r.async_copy_s = summarize(copy_s);
+  r.async_free_s = summarize(free_s);
+  return r;
+}
+
+copy_measurement copy_bench::staged(copy_direction d, std::uint64_t bytes, const staging_options& o) {
+  GPU_BASICS_EXPECTS(d != copy_direction::d2d, "staged copies are host<->device");
+  auto& b = *b_;
+  b.ensure(d, host_memory::pageable, bytes);
+  staged_copier copier(o);
+  copy_measurement r;
+  r.direction = d;
+  r.memory = host_memory::pageable;
+  r.bytes = r.bytes_moved = bytes;
+  const std::uint32_t sd = b.fill_source(d, host_memory::pageable, bytes);
+  void* src = b.src(d, host_memory::pageable);
+  void* dst = b.dst(d, host_memory::pageable);
+  std::size_t bad = 0;
+  for (int i = 0; i < o_.warmup_iterations + o_.iterations; ++i) {
+    if (d == copy_direction::h2d) {
+      enqueue_fill_zero(dst, bytes, b.s0);
+      b.s0.synchronize();
+      const double t0 = host_seconds();
+      copier.upload(dst, src, bytes, b.s0);
+      b.s0.synchronize();
+      const double t1 = host_seconds();
+      b.reset_counter();
+      enqueue_count_mismatches(dst, bytes, sd, b.counter.as<unsigned long long>(), b.s0);
+      bad += b.read_counter();
+      if (i >= o_.warmup_iterations) r.seconds.push_back(t1 - t0);
+    } else {
+      b.pool.parallel_ranges(bytes, 4096, [&](std::size_t off, std::size_t n) {
+        std::memset(static_cast<std::byte*>(dst) + off, 0, n);
+      });
+      const double t0 = host_seconds();
+      copier.download(dst, src, bytes, b.s0);
+      const double t1 = host_seconds();
+      bad += b.host_mismatches(dst, bytes, sd);
+      if (i >= o_.warmup_iterations) r.seconds.push_back(t1 - t0);
+    }
+  }
+  check(bad, r, "staged");
+  r.verified_bytes = bytes * static_cast<std::uint64_t>(o_.warmup_iterations + o_.iterations);
+  finish(r);
+  return r;
+}
+
+copy_measurement copy_bench::host_memcpy(std::uint64_t bytes, unsigned threads) {
+  auto& b = *b_;
+  b.ensure(copy_direction::h2d, host_memory::pageable, bytes);
+  b.ensure(copy_direction::h2d, host_memory::pinned, bytes);
+  thread_pool pool(threads);
+  copy_measurement r;
+  r.direction = copy_direction::h2d;
+  r.memory = host_memory::pageable;
+  r.bytes = r.bytes_moved = bytes;
+  r.streams = 0;
+  const std::uint32_t sd = b.fill_source(copy_direction::h2d, host_memory::pageable, bytes);
+  auto* src = b.page_src.ptr;
+  auto* dst = static_cast<std::byte*>(b.pin_src.data());
+  std::size_t bad = 0;
+  for (int i = 0; i < o_.warmup_iterations + o_.iterations; ++i) {
+    const double t0 = host_seconds();
+    pool.parallel_ranges(bytes, 64, [&](std::size_t off, std::size_t n) { std::memcpy(dst + off, src + off, n); });
+    const double t1 = host_seconds();
+    if (i >= o_.warmup_iterations) r.seconds.push_back(t1 - t0);
+  }
+  bad += b.host_mismatches(dst, bytes, sd);
+  check(bad, r, "host memcpy");
+  r.verified_bytes = bytes;
+  finish(r);
+  return r;
+}
+
+register_measurement copy_bench::host_register(std::uint64_t bytes, int repeats) {
+  auto& b = *b_;
+  b.ensure(copy_direction::h2d, host_memory::pageable, bytes);
+  register_measurement r;
+  r.bytes = bytes;
+  std::vector<double> reg, unreg;
+  void* p = b.page_src.ptr;
+  for (int i = 0; i < repeats; ++i) {
+    const double t0 = host_seconds();
+    GPU_BASICS_CUDA_TRY(cudaHostRegister(p, bytes, cudaHostRegisterDefault));
+    const double t1 = host_seconds();
+    if (i + 1 == repeats) {
+      // Copies from the registered buffer run at pinned speed: measure them like pinned ones.
+      try {
+        const std::uint32_t sd = b.fill_source(copy_direction::h2d, host_memory::pageable, bytes);
+        if (b.dev_dst.size() < bytes) b.dev_dst = device_buffer(bytes);
+        copy_measurement c;
+        c.direction = copy_direction::h2d;
+        c.memory = host_memory::pinned;
+        c.bytes = c.bytes_moved = bytes;
+        for (int w = 0; w < o_.warmup_iterations; ++w)
+          GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(b.dev_dst.data(), p, bytes, cudaMemcpyHostToDevice, b.s0.value()));
+        b.s0.synchronize();
+        b.reset_counter();
+        run_blocked(b, o_.iterations, c.seconds, [&](int, cuda_event& start, cuda_event& stop) {
+          enqueue_fill_zero(b.dev_dst.data(), bytes, b.s0);
+          start.record(b.s0);
+          GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(b.dev_dst.data(), p, bytes, cudaMemcpyHostToDevice, b.s0.value()));
+          stop.record(b.s0);
+          enqueue_count_mismatches(b.dev_dst.data(), bytes, sd, b.counter.as<unsigned long long>(), b.s0);
+        });
+        check(b.read_counter(), c, "registered");
+        c.verified_bytes = bytes * static_cast<std::uint64_t>(o_.iterations);
+        finish(c);
+        r.registered_copy = std::move(c);
+      } catch (...) {
+        GPU_BASICS_CUDA_TRY_NOTHROW(cudaHostUnregister(p));
+        throw;
+      }
+    }
+    const double t2 = host_seconds();
+    GPU_BASICS_CUDA_TRY(cudaHostUnregister(p));
+    const double t3 = host_seconds();
+    reg.push_back(t1 - t0);
+    unreg.push_back(t3 - t2);
+  }
+  r.register_s = summarize(reg);
+  r.unregister_s = summarize(unreg);
+  return r;
+}
+
+}  // namespace gpu_basics

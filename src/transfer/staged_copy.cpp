@@ -1,0 +1,72 @@
+#include "gpu_basics/transfer/staged_copy.hpp"
+
+#include <cstring>
+
+#include "gpu_basics/transfer/plan.hpp"
+
+namespace gpu_basics {
+
+staged_copier::staged_copier(staging_options o)
+    : o_(o), pool_(o.threads ? o.threads : default_thread_count()) {
+  GPU_BASICS_EXPECTS(o_.buffers >= 2, "the staging ring needs at least 2 buffers");
+  GPU_BASICS_EXPECTS(o_.chunk_bytes >= 4096, "staging chunks of at least 4 KiB");
+  o_.threads = pool_.size();
+  for (unsigned i = 0; i < o_.buffers; ++i) {
+    staging_.emplace_back(o_.chunk_bytes);
+    dma_done_.emplace_back(false);
+    pending_.push_back(false);
+  }
+}
+
+staged_copier::~staged_copier() {
+  for (std::size_t i = 0; i < dma_done_.size(); ++i)
+    if (pending_[i]) GPU_BASICS_CUDA_TRY_NOTHROW(cudaEventSynchronize(dma_done_[i].value()));
+}
+
+void staged_copier::copy_parallel(void* dst, const void* src, std::size_t bytes) {
+  // Split on 64-byte lines so no two threads write the same cache line.
+  pool_.parallel_ranges(bytes, 64, [&](std::size_t off, std::size_t n) {
+    std::memcpy(static_cast<std::byte*>(dst) + off, static_cast<const std::byte*>(src) + off, n);
+  });
+}
+
+void staged_copier::upload(void* dst, const void* src, std::size_t bytes, stream_view s) {
+  const auto chunks = split_fixed(bytes, o_.chunk_bytes);
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    const std::size_t b = c % staging_.size();
+    if (pending_[b] && wait_for_dma_) dma_done_[b].synchronize();  // its previous DMA read it
+    copy_parallel(staging_[b].data(), static_cast<const std::byte*>(src) + chunks[c].offset,
+                  chunks[c].bytes);
+    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(static_cast<std::byte*>(dst) + chunks[c].offset,
+                                        staging_[b].data(), chunks[c].bytes,
+                                        cudaMemcpyHostToDevice, s.value()));
+    dma_done_[b].record(s);
+    pending_[b] = true;
+  }
+}
+
+void staged_copier::download(void* dst, const void* src, std::size_t bytes, stream_view s) {
+  const auto chunks = split_fixed(bytes, o_.chunk_bytes);
+  const std::size_t ring = staging_.size();
+  const auto enqueue = [&](std::size_t c) {
+    const std::size_t b = c % ring;
+    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(staging_[b].data(),
+                                        static_cast<const std::byte*>(src) + chunks[c].offset,
+                                        chunks[c].bytes, cudaMemcpyDeviceToHost, s.value()));
+    dma_done_[b].record(s);
+    pending_[b] = true;
+  };
+  // Uploads may still be reading staging buffers: wait for them before the first DMA reuses one.
+  for (std::size_t b = 0; b < ring; ++b)
+    if (pending_[b]) dma_done_[b].synchronize();
+  for (std::size_t c = 0; c < std::min(ring, chunks.size()); ++c) enqueue(c);
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    const std::size_t b = c % ring;
+    dma_done_[b].synchronize();
+    pending_[b] = false;
+    copy_parallel(static_cast<std::byte*>(dst) + chunks[c].offset, staging_[b].data(), chunks[c].bytes);
+    if (c + ring < chunks.size()) enqueue(c + ring);
+  }
+}
+
+}  // namespace gpu_basics
