@@ -15,17 +15,9 @@
 #include "gpu_basics/core/cuda.hpp"
 #include "gpu_basics/core/device_info.hpp"
 #include "gpu_basics/profiler/nvml.hpp"
+#include "gpu_test_util.hpp"
 
 using namespace gpu_basics;
-
-#define SKIP_WITHOUT_GPU()                                \
-  do {                                                    \
-    try {                                                 \
-      (void)visible_device_count();                       \
-    } catch (const no_device_error& e) {                  \
-      GTEST_SKIP() << e.what();                           \
-    }                                                     \
-  } while (0)
 
 TEST(GpuDevice, QueryIsPlausibleAndAgreesWithNvml) {
   SKIP_WITHOUT_GPU();

@@ -1,0 +1,181 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "gpu_basics/core/config.hpp"
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/thread_pool.hpp"
+#include "gpu_basics/transfer/pattern.hpp"
+#include "gpu_basics/transfer/plan.hpp"
+
+using namespace gpu_basics;
+
+namespace {
+void expect_covers(const std::vector<chunk>& cs, std::uint64_t bytes) {
+  std::uint64_t next = 0;
+  for (const auto& c : cs) {
+    EXPECT_EQ(c.offset, next);
+    EXPECT_GT(c.bytes, 0u);
+    next = c.offset + c.bytes;
+  }
+  EXPECT_EQ(next, bytes);
+}
+}  // namespace
+
+TEST(Plan, SplitEvenCoversTheCopyOnAlignedBoundaries) {
+  for (std::uint64_t bytes : {1ull, 4095ull, 4096ull, 1000000ull, (256ull << 20) + 13}) {
+    for (unsigned parts : {1u, 2u, 3u, 4u, 7u, 64u}) {
+      const auto cs = split_even(bytes, parts, 4096);
+      expect_covers(cs, bytes);
+      EXPECT_LE(cs.size(), parts);
+      for (std::size_t i = 0; i + 1 < cs.size(); ++i) EXPECT_EQ(cs[i + 1].offset % 4096, 0u);
+    }
+  }
+}
+
+TEST(Plan, SplitEvenGivesFewerChunksWhenTooSmall) {
+  EXPECT_EQ(split_even(4096 * 3, 8, 4096).size(), 3u);
+  EXPECT_EQ(split_even(100, 8, 4096).size(), 1u);
+  const auto cs = split_even(256ull << 20, 4, 4096);
+  ASSERT_EQ(cs.size(), 4u);
+  for (const auto& c : cs) EXPECT_EQ(c.bytes, 64ull << 20);
+  EXPECT_TRUE(split_even(0, 4).empty());
+  EXPECT_THROW((void)split_even(10, 0), logic_error);
+}
+
+TEST(Plan, SplitFixedLastChunkShorter) {
+  const auto cs = split_fixed(10 * 1024 + 5, 4096);
+  ASSERT_EQ(cs.size(), 3u);
+  EXPECT_EQ(cs[2], (chunk{8192, 2053}));
+  expect_covers(cs, 10 * 1024 + 5);
+  EXPECT_EQ(split_fixed(8192, 4096).size(), 2u);
+  EXPECT_THROW((void)split_fixed(10, 0), logic_error);
+}
+
+TEST(Plan, PowerOfTwoSweep) {
+  EXPECT_EQ(power_of_two_sweep(4096, 65536), (std::vector<std::uint64_t>{4096, 8192, 16384, 32768, 65536}));
+  EXPECT_EQ(power_of_two_sweep(3000, 9000), (std::vector<std::uint64_t>{4096, 8192}));
+  EXPECT_EQ(power_of_two_sweep(5000, 6000), (std::vector<std::uint64_t>{5000}));
+  EXPECT_EQ(power_of_two_sweep(1ull << 30, 1ull << 30).size(), 1u);
+  EXPECT_THROW((void)power_of_two_sweep(10, 5), logic_error);
+}
+
+TEST(Plan, FormatBytes) {
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(4096), "4 KiB");
+  EXPECT_EQ(format_bytes(256ull << 20), "256 MiB");
+  EXPECT_EQ(format_bytes(3ull << 29), "1.5 GiB");
+}
+
+TEST(Pattern, NoZeroBytesAndSeedsDiffer) {
+  std::vector<std::uint8_t> a(4099), b(4099);
+  fill_pattern_host(a.data(), a.size(), 1);
+  fill_pattern_host(b.data(), b.size(), 2);
+  for (auto x : a) EXPECT_NE(x, 0);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(count_pattern_mismatches_host(a.data(), a.size(), 1), 0u);
+  EXPECT_GT(count_pattern_mismatches_host(a.data(), a.size(), 2), 4000u);
+}
+
+TEST(Pattern, CountsEveryCorruptedByteAtAnyOffset) {
+  std::vector<std::uint8_t> a(10007);
+  fill_pattern_host(a.data(), a.size(), 9);
+  std::mt19937 rng(3);
+  std::vector<std::size_t> hit;
+  for (int i = 0; i < 37; ++i) hit.push_back(rng() % a.size());
+  std::sort(hit.begin(), hit.end());
+  hit.erase(std::unique(hit.begin(), hit.end()), hit.end());
+  for (auto i : hit) a[i] ^= 0x40;
+  EXPECT_EQ(count_pattern_mismatches_host(a.data(), a.size(), 9), hit.size());
+  // A sub-range checked at its own offset, unaligned at both ends.
+  std::vector<std::uint8_t> whole(1000), part(333);
+  fill_pattern_host(whole.data(), whole.size(), 5);
+  fill_pattern_host(part.data(), part.size(), 5, 101);
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + 101));
+  EXPECT_EQ(count_pattern_mismatches_host(whole.data() + 101, 333, 5, 101), 0u);
+}
+
+TEST(ThreadPool, EveryTaskRunsExactlyOnce) {
+  thread_pool pool(4);
+  EXPECT_EQ(pool.size(), 4u);
+  for (int round = 0; round < 50; ++round) {
+    std::vector<std::atomic<int>> hits(1000);
+    pool.parallel_for(hits.size(), [&](std::size_t i) { hits[i]++; });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
+}
+
+TEST(ThreadPool, RangesCoverTheBufferAndCopyIt) {
+  thread_pool pool(3);
+  std::vector<std::uint8_t> src(1 << 20), dst(src.size(), 0);
+  fill_pattern_host(src.data(), src.size(), 77);
+  const std::size_t n = src.size() - 5;
+  pool.parallel_ranges(n, 64, [&](std::size_t off, std::size_t len) {
+    std::memcpy(dst.data() + off, src.data() + off, len);
+  });
+  EXPECT_EQ(count_pattern_mismatches_host(dst.data(), n, 77), 0u);
+  EXPECT_EQ(dst[n], 0);
+}
+
+TEST(ThreadPool, ExceptionsReachTheCaller) {
+  thread_pool pool(4);
+  EXPECT_THROW(pool.parallel_for(100, [](std::size_t i) { if (i == 57) throw std::runtime_error("x"); }),
+               std::runtime_error);
+  std::atomic<int> n{0};
+  pool.parallel_for(10, [&](std::size_t) { ++n; });  // still usable
+  EXPECT_EQ(n.load(), 10);
+}
+
+TEST(ThreadPool, SingleThreadRunsOnTheCaller) {
+  thread_pool pool(1);
+  const auto me = std::this_thread::get_id();
+  pool.parallel_for(5, [&](std::size_t) { EXPECT_EQ(std::this_thread::get_id(), me); });
+}
+
+TEST(ByteSize, ParsesUnits) {
+  EXPECT_EQ(parse_byte_size("4096"), 4096u);
+  EXPECT_EQ(parse_byte_size("4 KiB"), 4096u);
+  EXPECT_EQ(parse_byte_size("8MiB"), 8u << 20);
+  EXPECT_EQ(parse_byte_size("1 gib"), 1ull << 30);
+  EXPECT_EQ(parse_byte_size("1.5 GB"), 1500000000u);
+  EXPECT_FALSE(parse_byte_size("1.5 B").has_value());
+  EXPECT_FALSE(parse_byte_size("lots").has_value());
+  EXPECT_FALSE(parse_byte_size("4 parsecs").has_value());
+  EXPECT_FALSE(parse_byte_size("-4").has_value());
+}
+
+TEST(TransferConfig, KeysParseAndValidate) {
+  config c = parse_config("transfer:\n  large_copy_bytes: 256 MiB\n  sweep: {enabled: true, min_bytes: 4 KiB, max_bytes: 1 MiB}\n"
+                          "  staging: {chunk_bytes: 4 MiB, buffers: 2, threads: 8}\n", "t.yaml");
+  validate(c);
+  EXPECT_EQ(c.transfer.large_copy_bytes, 256u << 20);
+  EXPECT_TRUE(c.transfer.sweep.enabled);
+  EXPECT_EQ(c.transfer.sweep.max_bytes, 1u << 20);
+  EXPECT_EQ(c.transfer.staging.chunk_bytes, 4u << 20);
+  EXPECT_EQ(c.transfer.staging.threads, 8);
+}
+
+TEST(TransferConfig, BadValuesNameKeyAndLine) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"transfer:\n  sweep:\n    min_bytes: 1 MiB\n    max_bytes: 4 KiB\n", "t.yaml:4:16: transfer.sweep.max_bytes: must be at least"},
+      {"transfer:\n  staging:\n    buffers: 1\n", "t.yaml:3:14: transfer.staging.buffers: expected an integer in 2..16, got 1"},
+      {"transfer:\n  staging:\n    chunk_bytes: 1 KiB\n", "t.yaml:3:18: transfer.staging.chunk_bytes: expected a size in 64 KiB..1 GiB"},
+      {"transfer:\n  large_copy_bytes: huge\n", "t.yaml:2:21: transfer.large_copy_bytes: expected a size in 1 MiB..64 GiB"},
+      {"transfer:\n  large_copy_bytes: 65 GiB\n", "t.yaml:2:21: transfer.large_copy_bytes: expected a size"},
+  };
+  for (const auto& [yaml, msg] : cases) {
+    try {
+      validate(parse_config(yaml, "t.yaml"));
+      ADD_FAILURE() << yaml << " accepted";
+    } catch (const config_error& e) {
+      EXPECT_NE(std::string(e.what()).find(msg), std::string::npos) << e.what();
+    }
+  }
+}
