@@ -27,6 +27,8 @@ struct copy_measurement {
   unsigned streams = 1;
   bool bidirectional = false;
   std::vector<double> seconds;  // one per sample
+  /// Bidirectional only: from both copies' start to the last one's end, per sample.
+  std::vector<double> seconds_joint;
   summary time_s;
   summary bandwidth_bytes_per_s;  // bytes_moved / seconds, per sample
   std::uint64_t verified_bytes = 0;
@@ -69,7 +71,8 @@ class copy_bench {
   copy_measurement copy(copy_direction d, host_memory m, std::uint64_t bytes);
   /// One pinned copy split into `streams` chunks, one stream each.
   copy_measurement multi_stream(copy_direction d, std::uint64_t bytes, unsigned streams);
-  /// A pinned H2D copy and a D2H copy of `bytes` each, on two streams at once.
+  /// A pinned H2D copy and a D2H copy of `bytes` each, on two streams at once. Each direction is
+  /// timed on its own stream; `seconds` holds 2·bytes over the sum of the two concurrent rates.
   copy_measurement bidirectional(std::uint64_t bytes);
   sync_async_measurement sync_vs_async(copy_direction d, host_memory m, std::uint64_t bytes);
   /// Pageable copies through the staging ring (staged_copier), host clock from the call to the
