@@ -458,10 +458,12 @@ copy_measurement copy_bench::staged(copy_direction d, std::uint64_t bytes, const
   return r;
 }
 
-copy_measurement copy_bench::host_memcpy(std::uint64_t bytes, unsigned threads) {
+copy_measurement copy_bench::host_memcpy(std::uint64_t bytes, unsigned threads,
+                                         std::uint64_t ring_bytes, std::uint64_t chunk_bytes) {
   auto& b = *b_;
+  const bool ring = ring_bytes > 0 && chunk_bytes > 0 && ring_bytes < bytes;
   b.ensure(copy_direction::h2d, host_memory::pageable, bytes);
-  b.ensure(copy_direction::h2d, host_memory::pinned, bytes);
+  b.ensure(copy_direction::h2d, host_memory::pinned, ring ? ring_bytes : bytes);
   thread_pool pool(threads);
   copy_measurement r;
   r.direction = copy_direction::h2d;
@@ -471,16 +473,26 @@ copy_measurement copy_bench::host_memcpy(std::uint64_t bytes, unsigned threads) 
   const std::uint32_t sd = b.fill_source(copy_direction::h2d, host_memory::pageable, bytes);
   auto* src = b.page_src.ptr;
   auto* dst = static_cast<std::byte*>(b.pin_src.data());
-  std::size_t bad = 0;
+  const auto chunks = ring ? split_fixed(bytes, chunk_bytes) : std::vector<chunk>{{0, bytes}};
+  const std::uint64_t slots = ring ? std::max<std::uint64_t>(1, ring_bytes / chunk_bytes) : 1;
+  const auto slot_offset = [&](std::size_t c) { return ring ? (c % slots) * chunk_bytes : 0; };
   for (int i = 0; i < o_.warmup_iterations + o_.iterations; ++i) {
     const double t0 = host_seconds();
-    pool.parallel_ranges(bytes, 64, [&](std::size_t off, std::size_t n) { std::memcpy(dst + off, src + off, n); });
+    for (std::size_t c = 0; c < chunks.size(); ++c)
+      pool.parallel_ranges(chunks[c].bytes, 64, [&](std::size_t off, std::size_t n) {
+        std::memcpy(dst + slot_offset(c) + off, src + chunks[c].offset + off, n);
+      });
     const double t1 = host_seconds();
     if (i >= o_.warmup_iterations) r.seconds.push_back(t1 - t0);
   }
-  bad += b.host_mismatches(dst, bytes, sd);
+  // Each slot holds the last chunk written to it.
+  std::size_t bad = 0;
+  for (std::size_t c = chunks.size() > slots ? chunks.size() - slots : 0; c < chunks.size(); ++c)
+    bad += count_pattern_mismatches_host(dst + slot_offset(c), chunks[c].bytes, sd, chunks[c].offset);
   check(bad, r, "host memcpy");
-  r.verified_bytes = bytes;
+  r.verified_bytes = 0;
+  for (std::size_t c = chunks.size() > slots ? chunks.size() - slots : 0; c < chunks.size(); ++c)
+    r.verified_bytes += chunks[c].bytes;
   finish(r);
   return r;
 }

@@ -78,9 +78,12 @@ class copy_bench {
   /// Pageable copies through the staging ring (staged_copier), host clock from the call to the
   /// data being in place.
   copy_measurement staged(copy_direction d, std::uint64_t bytes, const staging_options& o);
-  /// The host-side ceiling of a staged upload: a multi-threaded memcpy from pageable into pinned
-  /// memory with `threads` threads, host clock.
-  copy_measurement host_memcpy(std::uint64_t bytes, unsigned threads);
+  /// The host-side ceiling of a staged upload: a multi-threaded memcpy of `bytes` of pageable
+  /// memory into pinned memory with `threads` threads, host clock. With ring_bytes > 0 the
+  /// destination is a ring of that size written chunk by chunk (chunk_bytes), as the staging
+  /// ring is: it stays in the CPU's cache, so only the pageable reads reach DRAM.
+  copy_measurement host_memcpy(std::uint64_t bytes, unsigned threads, std::uint64_t ring_bytes = 0,
+                               std::uint64_t chunk_bytes = 0);
   /// cudaHostRegister / cudaHostUnregister of a pageable buffer, `repeats` times, and H2D copies
   /// from it while registered.
   register_measurement host_register(std::uint64_t bytes, int repeats);
