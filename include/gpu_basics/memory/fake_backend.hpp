@@ -1,0 +1,60 @@
+// A host-memory allocator_backend with a configurable capacity, for testing the allocators'
+// logic without a GPU. Events complete only when the test says so (per stream or all at once),
+// so stream-ordered reuse can be checked deterministically. Thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "gpu_basics/memory/backend.hpp"
+
+namespace gpu_basics {
+
+class fake_backend final : public allocator_backend {
+ public:
+  /// `capacity` bytes in all; addresses are real host memory unless `fake_addresses` is set, in
+  /// which case they are made up (for capacities larger than the host, never dereference them).
+  explicit fake_backend(std::size_t capacity, bool fake_addresses = false);
+  ~fake_backend() override;
+
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* p, std::size_t bytes) noexcept override;
+  event_handle record_event(stream_handle s) override;
+  bool event_done(event_handle e) override;
+  void release_event(event_handle e) noexcept override;
+  void synchronize() override;
+  std::pair<std::size_t, std::size_t> memory_info() override;
+  const char* name() const noexcept override { return "fake"; }
+
+  /// Completes every event recorded so far on `s` (the stream's work "ran").
+  void complete_stream(stream_handle s);
+  /// Makes the next `n` allocations fail (to test the retry path).
+  void fail_next_allocations(int n);
+
+  [[nodiscard]] std::size_t used() const;
+  [[nodiscard]] std::size_t allocations() const;
+  [[nodiscard]] std::size_t live_events() const;
+  /// deallocate() calls for a pointer or size this backend did not hand out (should stay 0).
+  [[nodiscard]] std::size_t bad_deallocations() const;
+
+ private:
+  struct event {
+    stream_handle stream;
+    bool done;
+  };
+  mutable std::mutex mutex_;
+  std::size_t capacity_;
+  bool fake_addresses_;
+  std::size_t used_ = 0;
+  std::size_t allocations_ = 0;
+  std::size_t bad_deallocations_ = 0;
+  std::uintptr_t next_fake_ = 0x100000000000ull;
+  int fail_next_ = 0;
+  std::map<void*, std::size_t> live_;
+  std::set<event*> events_;
+};
+
+}  // namespace gpu_basics

@@ -1,0 +1,490 @@
+#include "gpu_basics/memory/caching_allocator.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "gpu_basics/core/errors.hpp"
+
+namespace gpu_basics {
+
+namespace {
+constexpr std::size_t kMinBlock = 512;           // rounding unit and smallest block
+constexpr std::size_t kSmallRequest = 1 << 20;   // requests up to 1 MiB use the small pool
+constexpr std::size_t kSmallSegment = 2 << 20;   // small pool segments
+constexpr std::size_t kLargeSegment = 20 << 20;  // segments for 1-10 MiB requests
+constexpr std::size_t kMediumLimit = 10 << 20;
+constexpr std::size_t kRoundLarge = 2 << 20;     // large requests round to 2 MiB segments
+constexpr std::size_t kLargeSlack = 20 << 20;    // oversize blocks may exceed a request by this
+
+std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+std::string mib(std::size_t b) { return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20)); }
+}  // namespace
+
+std::size_t round_request(std::size_t bytes) noexcept {
+  if (bytes < kMinBlock) return kMinBlock;
+  return (bytes + kMinBlock - 1) / kMinBlock * kMinBlock;
+}
+bool is_small_request(std::size_t rounded) noexcept { return rounded <= kSmallRequest; }
+std::size_t segment_size_for(std::size_t rounded) noexcept {
+  if (rounded <= kSmallRequest) return kSmallSegment;
+  if (rounded < kMediumLimit) return kLargeSegment;
+  return (rounded + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+}
+
+std::string_view to_string(alloc_source s) noexcept {
+  switch (s) {
+    case alloc_source::cache_hit: return "hit";
+    case alloc_source::split: return "split";
+    case alloc_source::new_segment: return "new segment";
+    case alloc_source::after_retry: return "new segment after freeing the cache";
+  }
+  return "?";
+}
+
+std::string_view to_string(history_kind k) noexcept {
+  switch (k) {
+    case history_kind::alloc: return "alloc";
+    case history_kind::free: return "free";
+    case history_kind::segment_alloc: return "segment_alloc";
+    case history_kind::segment_free: return "segment_free";
+    case history_kind::oom: return "oom";
+  }
+  return "?";
+}
+
+namespace {
+
+struct block;
+struct block_less {
+  bool operator()(const block* a, const block* b) const noexcept;
+};
+using free_set = std::set<block*, block_less>;
+using active_map = std::unordered_map<std::uintptr_t, block*>;
+
+struct block {
+  std::uintptr_t ptr = 0;
+  std::size_t size = 0;
+  std::size_t requested = 0;
+  stream_handle stream = 0;
+  bool small = false;
+  bool allocated = false;
+  bool in_free_set = false;
+  int pending_events = 0;
+  block* prev = nullptr;
+  block* next = nullptr;
+  std::size_t segment_bytes = 0;  // set on a segment's first block
+  std::vector<stream_handle> stream_uses;
+  // Container nodes kept while the block is outside the container, so the hot path reinserts
+  // without allocating.
+  free_set::node_type free_node;
+  active_map::node_type active_node;
+
+  [[nodiscard]] bool is_split() const noexcept { return prev || next; }
+  [[nodiscard]] bool is_free() const noexcept { return !allocated && pending_events == 0; }
+};
+
+bool block_less::operator()(const block* a, const block* b) const noexcept {
+  if (a->stream != b->stream) return a->stream < b->stream;
+  if (a->size != b->size) return a->size < b->size;
+  return a->ptr < b->ptr;
+}
+
+}  // namespace
+
+struct caching_allocator::impl {
+  allocator_backend& backend;
+  allocator_options o;
+  mutable std::mutex mutex;
+  free_set small_free, large_free;
+  active_map active;
+  std::unordered_set<block*> segments;  // first block of each segment
+  std::vector<std::pair<event_handle, block*>> pending;
+  allocator_stats st;
+  std::deque<history_event> hist;
+  std::function<void(const alloc_trace&)> trace;
+
+  impl(allocator_backend& b, allocator_options opts) : backend(b), o(opts) { active.reserve(1024); }
+
+  free_set& pool_of(const block* b) { return b->small ? small_free : large_free; }
+
+  void record(history_kind k, std::uintptr_t p, std::size_t n, stream_handle s) {
+    if (o.history_capacity == 0) return;
+    if (hist.size() == o.history_capacity) hist.pop_front();
+    hist.push_back({k, now_ns(), p, n, s});
+  }
+
+  void insert_free(block* b) {
+    free_set& p = pool_of(b);
+    if (!b->free_node.empty()) {
+      b->free_node.value() = b;
+      p.insert(std::move(b->free_node));
+    } else {
+      p.insert(b);
+    }
+    b->in_free_set = true;
+    if (b->is_split()) {
+      st.inactive_split_bytes.add(static_cast<std::int64_t>(b->size));
+      st.inactive_split_count.add(1);
+    }
+  }
+
+  void remove_free(block* b) {
+    free_set& p = pool_of(b);
+    b->free_node = p.extract(b);
+    b->in_free_set = false;
+    if (b->is_split()) {
+      st.inactive_split_bytes.sub(static_cast<std::int64_t>(b->size));
+      st.inactive_split_count.sub(1);
+    }
+  }
+
+  block* find_free(stream_handle stream, std::size_t rounded, bool small) {
+    free_set& p = small ? small_free : large_free;
+    block key;
+    key.stream = stream;
+    key.size = rounded;
+    const auto it = p.lower_bound(&key);
+    if (it == p.end() || (*it)->stream != stream) return nullptr;
+    block* b = *it;
+    if (rounded < o.max_split_size && b->size >= o.max_split_size) return nullptr;
+    if (rounded >= o.max_split_size && b->size >= rounded + kLargeSlack) return nullptr;
+    return b;
+  }
+
+  bool should_split(const block* b, std::size_t rounded) const {
+    const std::size_t remaining = b->size - rounded;
+    if (b->small) return remaining >= kMinBlock;
+    return remaining > kSmallRequest && b->size < o.max_split_size;
+  }
+
+  /// A block that just became free: merge with free neighbours, then cache it.
+  void free_block(block* b) {
+    st.active_bytes.sub(static_cast<std::int64_t>(b->size));
+    st.active_count.sub(1);
+    for (block* n : {b->prev, b->next}) {
+      if (!n || !n->is_free() || !n->in_free_set) continue;
+      remove_free(n);
+      if (n == b->prev) {  // n absorbs b: keep the segment's first block alive
+        n->size += b->size;
+        n->next = b->next;
+        if (b->next) b->next->prev = n;
+        delete b;
+        b = n;
+      } else {
+        b->size += n->size;
+        b->next = n->next;
+        if (n->next) n->next->prev = b;
+        delete n;
+      }
+    }
+    insert_free(b);
+  }
+
+  void process_events() {
+    if (pending.empty()) return;
+    for (std::size_t i = 0; i < pending.size();) {
+      auto [e, b] = pending[i];
+      if (!backend.event_done(e)) {
+        ++i;
+        continue;
+      }
+      backend.release_event(e);
+      pending[i] = pending.back();
+      pending.pop_back();
+      if (--b->pending_events == 0) free_block(b);
+    }
+  }
+
+  std::uintptr_t alloc_segment(std::size_t bytes) {
+    if (o.reserved_limit != SIZE_MAX &&
+        static_cast<std::size_t>(st.reserved_bytes.current) + bytes > o.reserved_limit)
+      return 0;
+    void* p = backend.allocate(bytes);
+    return reinterpret_cast<std::uintptr_t>(p);
+  }
+
+  empty_cache_report release_cached() {
+    empty_cache_report r;
+    for (auto it = segments.begin(); it != segments.end();) {
+      block* h = *it;
+      if (!h->next && h->is_free() && h->in_free_set) {
+        remove_free(h);
+        backend.deallocate(reinterpret_cast<void*>(h->ptr), h->segment_bytes);
+        st.reserved_bytes.sub(static_cast<std::int64_t>(h->segment_bytes));
+        st.segment_count.sub(1);
+        ++st.device_frees;
+        record(history_kind::segment_free, h->ptr, h->segment_bytes, h->stream);
+        r.released_bytes += h->segment_bytes;
+        ++r.released_segments;
+        it = segments.erase(it);
+        delete h;
+        continue;
+      }
+      r.kept_bytes += h->segment_bytes;
+      bool in_use = false, waiting = false;
+      for (block* b = h; b; b = b->next) {
+        in_use |= b->allocated;
+        waiting |= !b->allocated && b->pending_events > 0;
+      }
+      if (in_use) ++r.kept_in_use_segments;
+      else if (waiting) ++r.kept_pending_segments;
+      ++it;
+    }
+    return r;
+  }
+
+  void fill_free_stats(allocator_stats& s) const {
+    std::size_t total = 0, largest = 0;
+    for (const free_set* p : {&small_free, &large_free})
+      for (const block* b : *p) {
+        total += b->size;
+        largest = std::max(largest, b->size);
+      }
+    s.cached_free_bytes = total;
+    s.largest_free_block = largest;
+    s.fragmentation = total ? 1.0 - static_cast<double>(largest) / static_cast<double>(total) : 0.0;
+  }
+
+  [[noreturn]] void throw_oom(std::size_t bytes, std::size_t rounded, stream_handle stream) {
+    ++st.ooms;
+    record(history_kind::oom, 0, bytes, stream);
+    allocator_stats s = st;
+    fill_free_stats(s);
+    const auto [dev_free, dev_total] = backend.memory_info();
+    std::string limit;
+    if (o.reserved_limit != SIZE_MAX) limit = fmt::format(", reserved limit {}", mib(o.reserved_limit));
+    throw out_of_memory(
+        fmt::format("out of memory: tried to allocate {} ({} rounded) on stream {:#x}; allocator: "
+                    "{} allocated, {} reserved, {} reserved but free, largest free block {}, "
+                    "fragmentation {:.1f}%{}; {} memory: {} free of {}",
+                    mib(bytes), mib(rounded), stream, mib(static_cast<std::size_t>(s.allocated_bytes.current)),
+                    mib(static_cast<std::size_t>(s.reserved_bytes.current)), mib(s.cached_free_bytes),
+                    mib(s.largest_free_block), 100.0 * s.fragmentation, limit, backend.name(),
+                    mib(dev_free), mib(dev_total)),
+        bytes);
+  }
+};
+
+caching_allocator::caching_allocator(std::shared_ptr<allocator_backend> backend, allocator_options o)
+    : backend_(std::move(backend)), o_(o), impl_(std::make_unique<impl>(*backend_, o)) {
+  GPU_BASICS_EXPECTS(backend_ != nullptr, "caching_allocator needs a backend");
+}
+
+caching_allocator::~caching_allocator() {
+  std::lock_guard lock(impl_->mutex);
+  try {
+    impl_->backend.synchronize();
+  } catch (...) {
+  }
+  impl_->process_events();
+  (void)impl_->release_cached();
+  for (auto& [e, b] : impl_->pending) impl_->backend.release_event(e);
+  for (block* h : impl_->segments) {  // still in use: the memory stays with its users
+    for (block* b = h; b;) {
+      block* n = b->next;
+      delete b;
+      b = n;
+    }
+  }
+}
+
+void* caching_allocator::allocate(std::size_t bytes, stream_handle stream) {
+  auto& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  m.process_events();
+  const std::size_t rounded = round_request(bytes);
+  const bool small = is_small_request(rounded);
+  alloc_source source = alloc_source::cache_hit;
+  block* b = m.find_free(stream, rounded, small);
+  if (b) {
+    m.remove_free(b);
+  } else {
+    const std::size_t seg = small ? kSmallSegment : segment_size_for(rounded);
+    std::uintptr_t p = m.alloc_segment(seg);
+    source = alloc_source::new_segment;
+    if (!p) {
+      // Free what the cache holds (after letting pending stream work finish) and try again.
+      m.backend.synchronize();
+      m.process_events();
+      (void)m.release_cached();
+      p = m.alloc_segment(seg);
+      if (!p) m.throw_oom(bytes, rounded, stream);
+      ++m.st.alloc_retries;
+      source = alloc_source::after_retry;
+    }
+    b = new block;
+    b->ptr = p;
+    b->size = seg;
+    b->stream = stream;
+    b->small = small;
+    b->segment_bytes = seg;
+    m.segments.insert(b);
+    m.st.reserved_bytes.add(static_cast<std::int64_t>(seg));
+    m.st.segment_count.add(1);
+    ++m.st.device_allocations;
+    m.record(history_kind::segment_alloc, p, seg, stream);
+  }
+  if (m.should_split(b, rounded)) {
+    auto* rest = new block;
+    rest->ptr = b->ptr + rounded;
+    rest->size = b->size - rounded;
+    rest->stream = b->stream;
+    rest->small = b->small;
+    rest->prev = b;
+    rest->next = b->next;
+    if (b->next) b->next->prev = rest;
+    b->next = rest;
+    b->size = rounded;
+    m.insert_free(rest);
+    if (source == alloc_source::cache_hit) source = alloc_source::split;
+  }
+  b->allocated = true;
+  b->requested = bytes;
+  if (!b->active_node.empty()) {
+    b->active_node.key() = b->ptr;
+    b->active_node.mapped() = b;
+    m.active.insert(std::move(b->active_node));
+  } else {
+    m.active.emplace(b->ptr, b);
+  }
+  auto& st = m.st;
+  st.allocated_bytes.add(static_cast<std::int64_t>(b->size));
+  st.requested_bytes.add(static_cast<std::int64_t>(bytes));
+  st.active_bytes.add(static_cast<std::int64_t>(b->size));
+  st.allocation_count.add(1);
+  st.active_count.add(1);
+  m.record(history_kind::alloc, b->ptr, b->size, stream);
+  if (m.trace)
+    m.trace({bytes, rounded, small, stream, source, st.allocated_bytes.current, st.reserved_bytes.current});
+  return reinterpret_cast<void*>(b->ptr);
+}
+
+void caching_allocator::deallocate(void* p) {
+  if (!p) return;
+  auto& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  auto node = m.active.extract(reinterpret_cast<std::uintptr_t>(p));
+  if (node.empty()) throw logic_error(fmt::format("deallocate({}): not a live allocation of this allocator", p));
+  block* b = node.mapped();
+  b->active_node = std::move(node);
+  auto& st = m.st;
+  st.allocated_bytes.sub(static_cast<std::int64_t>(b->size));
+  st.requested_bytes.sub(static_cast<std::int64_t>(b->requested));
+  st.allocation_count.sub(1);
+  b->allocated = false;
+  m.record(history_kind::free, b->ptr, b->size, b->stream);
+  if (!b->stream_uses.empty()) {
+    for (stream_handle s : b->stream_uses) {
+      m.pending.emplace_back(m.backend.record_event(s), b);
+      ++b->pending_events;
+    }
+    b->stream_uses.clear();
+    return;
+  }
+  m.free_block(b);
+}
+
+void caching_allocator::record_stream(void* p, stream_handle stream) {
+  auto& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  const auto it = m.active.find(reinterpret_cast<std::uintptr_t>(p));
+  if (it == m.active.end()) throw logic_error(fmt::format("record_stream({}): not a live allocation", p));
+  block* b = it->second;
+  if (stream == b->stream) return;  // the owning stream orders its own reuse
+  if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
+    b->stream_uses.push_back(stream);
+}
+
+std::size_t caching_allocator::block_size(void* p) const {
+  auto& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  const auto it = m.active.find(reinterpret_cast<std::uintptr_t>(p));
+  if (it == m.active.end()) throw logic_error(fmt::format("block_size({}): not a live allocation", p));
+  return it->second->size;
+}
+
+empty_cache_report caching_allocator::empty_cache() {
+  auto& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  m.process_events();
+  return m.release_cached();
+}
+
+allocator_stats caching_allocator::stats() const {
+  auto& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  allocator_stats s = m.st;
+  m.fill_free_stats(s);
+  return s;
+}
+
+void caching_allocator::reset_peak_stats() {
+  auto& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  for (memory_stat* s : {&m.st.allocated_bytes, &m.st.requested_bytes, &m.st.reserved_bytes,
+                  &m.st.active_bytes, &m.st.inactive_split_bytes, &m.st.allocation_count,
+                  &m.st.segment_count, &m.st.active_count, &m.st.inactive_split_count})
+    s->peak = s->current;
+}
+
+std::vector<history_event> caching_allocator::history() const {
+  auto& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  return {m.hist.begin(), m.hist.end()};
+}
+
+void caching_allocator::set_trace_callback(std::function<void(const alloc_trace&)> cb) {
+  auto& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  m.trace = std::move(cb);
+}
+
+void to_json(nlohmann::json& j, const memory_stat& s) {
+  j = {{"current", s.current}, {"peak", s.peak}, {"allocated", s.allocated}, {"freed", s.freed}};
+}
+
+void to_json(nlohmann::json& j, const allocator_stats& s) {
+  j = {{"allocated_bytes", s.allocated_bytes},
+       {"requested_bytes", s.requested_bytes},
+       {"reserved_bytes", s.reserved_bytes},
+       {"active_bytes", s.active_bytes},
+       {"inactive_split_bytes", s.inactive_split_bytes},
+       {"allocation_count", s.allocation_count},
+       {"segment_count", s.segment_count},
+       {"active_count", s.active_count},
+       {"inactive_split_count", s.inactive_split_count},
+       {"device_allocations", s.device_allocations},
+       {"device_frees", s.device_frees},
+       {"alloc_retries", s.alloc_retries},
+       {"ooms", s.ooms},
+       {"cached_free_bytes", s.cached_free_bytes},
+       {"largest_free_block_bytes", s.largest_free_block},
+       {"fragmentation", s.fragmentation}};
+}
+
+void to_json(nlohmann::json& j, const empty_cache_report& r) {
+  j = {{"released_bytes", r.released_bytes},
+       {"released_segments", r.released_segments},
+       {"kept_bytes", r.kept_bytes},
+       {"kept_in_use_segments", r.kept_in_use_segments},
+       {"kept_pending_segments", r.kept_pending_segments}};
+}
+
+void to_json(nlohmann::json& j, const history_event& e) {
+  j = {{"kind", to_string(e.kind)}, {"time_ns", e.time_ns}, {"ptr", e.ptr}, {"bytes", e.bytes},
+       {"stream", e.stream}};
+}
+
+}  // namespace gpu_basics
