@@ -1,6 +1,8 @@
 #include "gpu_basics/memory/caching_allocator.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <chrono>
 #include <deque>
 #include <set>
@@ -103,10 +105,32 @@ bool block_less::operator()(const block* a, const block* b) const noexcept {
 
 }  // namespace
 
+/// A test-and-test-and-set lock: the allocator's critical sections are a few dozen
+/// nanoseconds, shorter than a futex round trip, so waiters spin briefly and then yield.
+class spin_lock {
+ public:
+  void lock() noexcept {
+    for (int spins = 0; flag_.exchange(true, std::memory_order_acquire); ++spins) {
+      while (flag_.load(std::memory_order_relaxed)) {
+        if (++spins > 64) {
+          std::this_thread::yield();
+          spins = 0;
+        } else {
+          __builtin_ia32_pause();
+        }
+      }
+    }
+  }
+  void unlock() noexcept { flag_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> flag_{false};
+};
+
 struct caching_allocator::impl {
   allocator_backend& backend;
   allocator_options o;
-  mutable std::mutex mutex;
+  mutable spin_lock mutex;
   free_set small_free, large_free;
   active_map active;
   std::unordered_set<block*> segments;  // first block of each segment
@@ -114,6 +138,27 @@ struct caching_allocator::impl {
   allocator_stats st;
   std::deque<history_event> hist;
   std::function<void(const alloc_trace&)> trace;
+  // Retired block records, reused with their container nodes: a warm split/merge cycle then
+  // allocates nothing.
+  std::vector<block*> spare;
+
+  block* new_block() {
+    if (spare.empty()) return new block;
+    block* b = spare.back();
+    spare.pop_back();
+    return b;
+  }
+  void retire(block* b) {
+    b->prev = b->next = nullptr;
+    b->allocated = b->in_free_set = false;
+    b->pending_events = 0;
+    b->segment_bytes = 0;
+    b->stream_uses.clear();
+    spare.push_back(b);
+  }
+  ~impl() {
+    for (block* b : spare) delete b;
+  }
 
   impl(allocator_backend& b, allocator_options opts) : backend(b), o(opts) { active.reserve(1024); }
 
@@ -180,13 +225,13 @@ struct caching_allocator::impl {
         n->size += b->size;
         n->next = b->next;
         if (b->next) b->next->prev = n;
-        delete b;
+        retire(b);
         b = n;
       } else {
         b->size += n->size;
         b->next = n->next;
         if (n->next) n->next->prev = b;
-        delete n;
+        retire(n);
       }
     }
     insert_free(b);
@@ -229,7 +274,7 @@ struct caching_allocator::impl {
         r.released_bytes += h->segment_bytes;
         ++r.released_segments;
         it = segments.erase(it);
-        delete h;
+        retire(h);
         continue;
       }
       r.kept_bytes += h->segment_bytes;
@@ -324,7 +369,7 @@ void* caching_allocator::allocate(std::size_t bytes, stream_handle stream) {
       ++m.st.alloc_retries;
       source = alloc_source::after_retry;
     }
-    b = new block;
+    b = m.new_block();
     b->ptr = p;
     b->size = seg;
     b->stream = stream;
@@ -337,7 +382,7 @@ void* caching_allocator::allocate(std::size_t bytes, stream_handle stream) {
     m.record(history_kind::segment_alloc, p, seg, stream);
   }
   if (m.should_split(b, rounded)) {
-    auto* rest = new block;
+    auto* rest = m.new_block();
     rest->ptr = b->ptr + rounded;
     rest->size = b->size - rounded;
     rest->stream = b->stream;

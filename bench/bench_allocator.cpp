@@ -1,0 +1,217 @@
+// The caching allocator's cost, beside its peers measured in the same run:
+// - fake backend (any machine) beside glibc malloc+free;
+// - CUDA backend (skipped without a GPU) beside cudaMalloc/cudaFree and cudaMallocAsync.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "gpu_basics/memory/caching_allocator.hpp"
+#include "gpu_basics/memory/cuda_backend.hpp"
+#include "gpu_basics/memory/fake_backend.hpp"
+
+using namespace gpu_basics;
+
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+caching_allocator& fake_allocator() {
+  static caching_allocator a(std::make_shared<fake_backend>(std::size_t{1} << 44, true));
+  return a;
+}
+
+caching_allocator* cuda_allocator() {
+  static std::unique_ptr<caching_allocator> a =
+      have_gpu() ? std::make_unique<caching_allocator>(std::make_shared<cuda_device_backend>()) : nullptr;
+  return a.get();
+}
+
+// ---- warm alloc + free pairs ---------------------------------------------------------------
+
+void BM_CachingPair_Fake(benchmark::State& state) {
+  auto& a = fake_allocator();
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  a.deallocate(a.allocate(bytes));  // warm: the segment is cached
+  for (auto _ : state) {
+    void* p = a.allocate(bytes);
+    benchmark::DoNotOptimize(p);
+    a.deallocate(p);
+  }
+}
+
+void BM_GlibcMallocFree(benchmark::State& state) {
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    void* p = std::malloc(bytes);
+    benchmark::DoNotOptimize(p);
+    std::free(p);
+  }
+}
+
+void BM_CachingPair_Cuda(benchmark::State& state) {
+  auto* a = cuda_allocator();
+  if (!a) {
+    state.SkipWithError("no GPU visible");
+    return;
+  }
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  a->deallocate(a->allocate(bytes));
+  for (auto _ : state) {
+    void* p = a->allocate(bytes);
+    benchmark::DoNotOptimize(p);
+    a->deallocate(p);
+  }
+}
+
+void BM_CudaMallocFree(benchmark::State& state) {
+  if (!have_gpu()) {
+    state.SkipWithError("no GPU visible");
+    return;
+  }
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) state.SkipWithError("cudaMalloc failed");
+    benchmark::DoNotOptimize(p);
+    cudaFree(p);
+  }
+}
+
+void BM_CudaMallocAsyncPair(benchmark::State& state) {
+  if (!have_gpu()) {
+    state.SkipWithError("no GPU visible");
+    return;
+  }
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  cudaStream_t s = nullptr;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  void* w = nullptr;
+  cudaMallocAsync(&w, bytes, s);  // warm the stream's pool
+  cudaFreeAsync(w, s);
+  cudaStreamSynchronize(s);
+  for (auto _ : state) {
+    void* p = nullptr;
+    if (cudaMallocAsync(&p, bytes, s) != cudaSuccess) state.SkipWithError("cudaMallocAsync failed");
+    benchmark::DoNotOptimize(p);
+    cudaFreeAsync(p, s);
+  }
+  cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+}
+
+// ---- a mixed trace: up to 256 live blocks, sizes log-uniform 512 B - 32 MiB, fixed seed -----
+
+struct trace_op {
+  bool alloc;
+  std::size_t bytes;
+  std::size_t slot;
+};
+
+const std::vector<trace_op>& mixed_trace() {
+  static const std::vector<trace_op> ops = [] {
+    std::mt19937_64 rng(42);
+    std::uniform_real_distribution<double> ls(std::log(512.0), std::log(32.0 * 1024 * 1024));
+    std::vector<trace_op> v;
+    std::vector<bool> live(256, false);
+    for (int i = 0; i < 4096; ++i) {
+      const std::size_t slot = rng() % 256;
+      v.push_back({!live[slot], static_cast<std::size_t>(std::exp(ls(rng))), slot});
+      live[slot] = !live[slot];
+    }
+    for (std::size_t s = 0; s < 256; ++s)
+      if (live[s]) v.push_back({false, 0, s});
+    return v;
+  }();
+  return ops;
+}
+
+template <class Alloc, class Free>
+void run_trace(benchmark::State& state, Alloc alloc, Free release) {
+  const auto& ops = mixed_trace();
+  std::vector<void*> slots(256, nullptr);
+  for (auto _ : state)
+    for (const auto& op : ops) {
+      if (op.alloc) {
+        slots[op.slot] = alloc(op.bytes);
+      } else {
+        release(slots[op.slot]);
+        slots[op.slot] = nullptr;
+      }
+    }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(ops.size()));
+  state.counters["ns_per_op"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * static_cast<double>(ops.size()),
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+void BM_MixedTrace_CachingFake(benchmark::State& state) {
+  auto& a = fake_allocator();
+  run_trace(state, [&](std::size_t n) { return a.allocate(n); }, [&](void* p) { a.deallocate(p); });
+}
+void BM_MixedTrace_Glibc(benchmark::State& state) {
+  run_trace(state, [](std::size_t n) { return std::malloc(n); }, [](void* p) { std::free(p); });
+}
+void BM_MixedTrace_CachingCuda(benchmark::State& state) {
+  auto* a = cuda_allocator();
+  if (!a) {
+    state.SkipWithError("no GPU visible");
+    return;
+  }
+  run_trace(state, [&](std::size_t n) { return a->allocate(n); }, [&](void* p) { a->deallocate(p); });
+}
+void BM_MixedTrace_CudaMallocAsync(benchmark::State& state) {
+  if (!have_gpu()) {
+    state.SkipWithError("no GPU visible");
+    return;
+  }
+  cudaStream_t s = nullptr;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  run_trace(state, [&](std::size_t n) { void* p = nullptr; cudaMallocAsync(&p, n, s); return p; },
+            [&](void* p) { cudaFreeAsync(p, s); });
+  cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+}
+
+// ---- 8 threads: each on its own stream, warm pairs -------------------------------------------
+
+void BM_CachingPair_Fake_Threads(benchmark::State& state) {
+  auto& a = fake_allocator();
+  const auto stream = static_cast<stream_handle>(state.thread_index() + 1);
+  a.deallocate(a.allocate(1 << 20, stream));
+  for (auto _ : state) {
+    void* p = a.allocate(1 << 20, stream);
+    benchmark::DoNotOptimize(p);
+    a.deallocate(p);
+  }
+}
+void BM_GlibcMallocFree_Threads(benchmark::State& state) {
+  for (auto _ : state) {
+    void* p = std::malloc(1 << 20);
+    benchmark::DoNotOptimize(p);
+    std::free(p);
+  }
+}
+
+}  // namespace
+
+BENCHMARK(BM_CachingPair_Fake)->Arg(512)->Arg(1 << 20)->Arg(64 << 20);
+BENCHMARK(BM_GlibcMallocFree)->Arg(512)->Arg(1 << 20)->Arg(64 << 20);
+BENCHMARK(BM_CachingPair_Cuda)->Arg(512)->Arg(1 << 20)->Arg(64 << 20);
+BENCHMARK(BM_CudaMallocAsyncPair)->Arg(512)->Arg(1 << 20)->Arg(64 << 20);
+BENCHMARK(BM_CudaMallocFree)->Arg(512)->Arg(1 << 20)->Arg(64 << 20)->Iterations(200);
+BENCHMARK(BM_MixedTrace_CachingFake);
+BENCHMARK(BM_MixedTrace_Glibc);
+BENCHMARK(BM_MixedTrace_CachingCuda);
+BENCHMARK(BM_MixedTrace_CudaMallocAsync);
+BENCHMARK(BM_CachingPair_Fake_Threads)->Threads(8);
+BENCHMARK(BM_GlibcMallocFree_Threads)->Threads(8);
+BENCHMARK_MAIN();
