@@ -24,5 +24,6 @@ struct context {
 
 report run_info(context& ctx);
 report run_transfer(context& ctx);
+report run_memory(context& ctx);
 
 }  // namespace gpu_basics::cli

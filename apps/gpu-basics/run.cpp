@@ -21,7 +21,8 @@ using lesson_fn = report (*)(context&);
 lesson_fn lesson_for(const std::string& command) {
   if (command == "info") return run_info;
   if (command == "transfer") return run_transfer;
-  if (command == "memory" || command == "profile") return nullptr;
+  if (command == "memory") return run_memory;
+  if (command == "profile") return nullptr;
   throw logic_error("unknown command " + command);
 }
 
