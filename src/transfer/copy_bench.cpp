@@ -387,6 +387,9 @@ sync_async_measurement copy_bench::sync_vs_async(copy_direction d, host_memory m
     const double t0 = host_seconds();
     GPU_BASICS_CUDA_TRY(cudaMemcpy(dst, src, bytes, kind));
     const double t1 = host_seconds();
+    // From pageable memory cudaMemcpy returns once the data is staged, possibly before the last
+    // DMA lands (CUDA's API sync-behavior notes): wait for it before checking the destination.
+    GPU_BASICS_CUDA_TRY(cudaDeviceSynchronize());
     verify();
     start.record(b.s0);
     const double a0 = host_seconds();
