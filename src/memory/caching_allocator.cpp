@@ -6,7 +6,6 @@
 #include <chrono>
 #include <deque>
 #include <set>
-#include <unordered_map>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -73,7 +72,6 @@ struct block_less {
   bool operator()(const block* a, const block* b) const noexcept;
 };
 using free_set = std::set<block*, block_less>;
-using active_map = std::unordered_map<std::uintptr_t, block*>;
 
 struct block {
   std::uintptr_t ptr = 0;
@@ -91,7 +89,6 @@ struct block {
   // Container nodes kept while the block is outside the container, so the hot path reinserts
   // without allocating.
   free_set::node_type free_node;
-  active_map::node_type active_node;
 
   [[nodiscard]] bool is_split() const noexcept { return prev || next; }
   [[nodiscard]] bool is_free() const noexcept { return !allocated && pending_events == 0; }
@@ -102,6 +99,68 @@ bool block_less::operator()(const block* a, const block* b) const noexcept {
   if (a->size != b->size) return a->size < b->size;
   return a->ptr < b->ptr;
 }
+
+/// Live allocations by address: open addressing with linear probing and backward-shift
+/// deletion over a power-of-two table (no per-insert allocation, no modulo by a prime).
+class pointer_map {
+ public:
+  pointer_map() : slots_(1024) {}
+  [[nodiscard]] block* find(std::uintptr_t key) const noexcept {
+    for (std::size_t i = index(key);; i = (i + 1) & mask()) {
+      const slot& s = slots_[i];
+      if (s.key == key) return s.value;
+      if (s.key == 0) return nullptr;
+    }
+  }
+  void insert(std::uintptr_t key, block* value) {
+    if ((size_ + 1) * 4 > slots_.size() * 3) grow();
+    place(key, value);
+    ++size_;
+  }
+  block* erase(std::uintptr_t key) noexcept {
+    std::size_t i = index(key);
+    for (;; i = (i + 1) & mask()) {
+      if (slots_[i].key == key) break;
+      if (slots_[i].key == 0) return nullptr;
+    }
+    block* v = slots_[i].value;
+    // Shift later entries of the probe run back so lookups never meet a hole early.
+    for (std::size_t j = (i + 1) & mask();; j = (j + 1) & mask()) {
+      if (slots_[j].key == 0) break;
+      const std::size_t home = index(slots_[j].key);
+      if (((j - home) & mask()) >= ((j - i) & mask())) {
+        slots_[i] = slots_[j];
+        i = j;
+      }
+    }
+    slots_[i] = {};
+    --size_;
+    return v;
+  }
+
+ private:
+  struct slot {
+    std::uintptr_t key = 0;
+    block* value = nullptr;
+  };
+  [[nodiscard]] std::size_t mask() const noexcept { return slots_.size() - 1; }
+  [[nodiscard]] std::size_t index(std::uintptr_t key) const noexcept {
+    return static_cast<std::size_t>(((key >> 9) * 0x9E3779B97F4A7C15ull) >> 20) & mask();
+  }
+  void place(std::uintptr_t key, block* value) noexcept {
+    std::size_t i = index(key);
+    while (slots_[i].key != 0) i = (i + 1) & mask();
+    slots_[i] = {key, value};
+  }
+  void grow() {
+    std::vector<slot> old(slots_.size() * 2);
+    old.swap(slots_);
+    for (const slot& s : old)
+      if (s.key) place(s.key, s.value);
+  }
+  std::vector<slot> slots_;
+  std::size_t size_ = 0;
+};
 
 }  // namespace
 
@@ -132,7 +191,7 @@ struct caching_allocator::impl {
   allocator_options o;
   mutable spin_lock mutex;
   free_set small_free, large_free;
-  active_map active;
+  pointer_map active;
   std::unordered_set<block*> segments;  // first block of each segment
   std::vector<std::pair<event_handle, block*>> pending;
   allocator_stats st;
@@ -160,7 +219,7 @@ struct caching_allocator::impl {
     for (block* b : spare) delete b;
   }
 
-  impl(allocator_backend& b, allocator_options opts) : backend(b), o(opts) { active.reserve(1024); }
+  impl(allocator_backend& b, allocator_options opts) : backend(b), o(opts) {}
 
   free_set& pool_of(const block* b) { return b->small ? small_free : large_free; }
 
@@ -397,13 +456,7 @@ void* caching_allocator::allocate(std::size_t bytes, stream_handle stream) {
   }
   b->allocated = true;
   b->requested = bytes;
-  if (!b->active_node.empty()) {
-    b->active_node.key() = b->ptr;
-    b->active_node.mapped() = b;
-    m.active.insert(std::move(b->active_node));
-  } else {
-    m.active.emplace(b->ptr, b);
-  }
+  m.active.insert(b->ptr, b);
   auto& st = m.st;
   st.allocated_bytes.add(static_cast<std::int64_t>(b->size));
   st.requested_bytes.add(static_cast<std::int64_t>(bytes));
@@ -420,10 +473,8 @@ void caching_allocator::deallocate(void* p) {
   if (!p) return;
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
-  auto node = m.active.extract(reinterpret_cast<std::uintptr_t>(p));
-  if (node.empty()) throw logic_error(fmt::format("deallocate({}): not a live allocation of this allocator", p));
-  block* b = node.mapped();
-  b->active_node = std::move(node);
+  block* b = m.active.erase(reinterpret_cast<std::uintptr_t>(p));
+  if (!b) throw logic_error(fmt::format("deallocate({}): not a live allocation of this allocator", p));
   auto& st = m.st;
   st.allocated_bytes.sub(static_cast<std::int64_t>(b->size));
   st.requested_bytes.sub(static_cast<std::int64_t>(b->requested));
@@ -444,9 +495,8 @@ void caching_allocator::deallocate(void* p) {
 void caching_allocator::record_stream(void* p, stream_handle stream) {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
-  const auto it = m.active.find(reinterpret_cast<std::uintptr_t>(p));
-  if (it == m.active.end()) throw logic_error(fmt::format("record_stream({}): not a live allocation", p));
-  block* b = it->second;
+  block* b = m.active.find(reinterpret_cast<std::uintptr_t>(p));
+  if (!b) throw logic_error(fmt::format("record_stream({}): not a live allocation", p));
   if (stream == b->stream) return;  // the owning stream orders its own reuse
   if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
     b->stream_uses.push_back(stream);
@@ -455,9 +505,9 @@ void caching_allocator::record_stream(void* p, stream_handle stream) {
 std::size_t caching_allocator::block_size(void* p) const {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
-  const auto it = m.active.find(reinterpret_cast<std::uintptr_t>(p));
-  if (it == m.active.end()) throw logic_error(fmt::format("block_size({}): not a live allocation", p));
-  return it->second->size;
+  const block* b = m.active.find(reinterpret_cast<std::uintptr_t>(p));
+  if (!b) throw logic_error(fmt::format("block_size({}): not a live allocation", p));
+  return b->size;
 }
 
 empty_cache_report caching_allocator::empty_cache() {
