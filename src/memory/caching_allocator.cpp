@@ -81,6 +81,7 @@ struct block {
   bool small = false;
   bool allocated = false;
   bool in_free_set = false;
+  bool queued = false;  // listed in impl::unmerged
   int pending_events = 0;
   block* prev = nullptr;
   block* next = nullptr;
@@ -200,6 +201,7 @@ struct caching_allocator::impl {
   // Retired block records, reused with their container nodes: a warm split/merge cycle then
   // allocates nothing.
   std::vector<block*> spare;
+  std::vector<block*> unmerged;  // freed split blocks not yet merged with their neighbours
 
   block* new_block() {
     if (spare.empty()) return new block;
@@ -209,7 +211,7 @@ struct caching_allocator::impl {
   }
   void retire(block* b) {
     b->prev = b->next = nullptr;
-    b->allocated = b->in_free_set = false;
+    b->allocated = b->in_free_set = b->queued = false;
     b->pending_events = 0;
     b->segment_bytes = 0;
     b->stream_uses.clear();
@@ -273,27 +275,43 @@ struct caching_allocator::impl {
     return remaining > kSmallRequest && b->size < o.max_split_size;
   }
 
-  /// A block that just became free: merge with free neighbours, then cache it.
+  /// A block that just became free goes back to the cache as it is. Merging with free
+  /// neighbours is deferred to coalesce() (run before a miss turns into a new segment, and by
+  /// empty_cache and stats): a warm allocate/free pair then finds its own block again, exactly
+  /// sized, instead of splitting and re-merging a segment every time.
   void free_block(block* b) {
     st.active_bytes.sub(static_cast<std::int64_t>(b->size));
     st.active_count.sub(1);
-    for (block* n : {b->prev, b->next}) {
-      if (!n || !n->is_free() || !n->in_free_set) continue;
-      remove_free(n);
-      if (n == b->prev) {  // n absorbs b: keep the segment's first block alive
-        n->size += b->size;
-        n->next = b->next;
-        if (b->next) b->next->prev = n;
-        retire(b);
-        b = n;
-      } else {
-        b->size += n->size;
-        b->next = n->next;
-        if (n->next) n->next->prev = b;
-        retire(n);
-      }
-    }
     insert_free(b);
+    if (b->is_split() && !b->queued) {
+      b->queued = true;
+      unmerged.push_back(b);
+    }
+  }
+
+  /// Merges the blocks freed since the last call with their free neighbours. Entries may be
+  /// stale (merged away, or allocated again since): the `queued` flag tells.
+  void coalesce() {
+    for (block* b : unmerged) {
+      if (!b->queued) continue;
+      b->queued = false;
+      if (!b->in_free_set) continue;
+      while (b->prev && b->prev->in_free_set) b = merge(b->prev, b);
+      while (b->next && b->next->in_free_set) b = merge(b, b->next);
+    }
+    unmerged.clear();
+  }
+
+  /// a absorbs its free right neighbour n; both are free. Returns a.
+  block* merge(block* a, block* n) {
+    remove_free(a);
+    remove_free(n);
+    a->size += n->size;
+    a->next = n->next;
+    if (n->next) n->next->prev = a;
+    retire(n);
+    insert_free(a);
+    return a;
   }
 
   void process_events() {
@@ -320,6 +338,7 @@ struct caching_allocator::impl {
   }
 
   empty_cache_report release_cached() {
+    coalesce();
     empty_cache_report r;
     for (auto it = segments.begin(); it != segments.end();) {
       block* h = *it;
@@ -412,6 +431,10 @@ void* caching_allocator::allocate(std::size_t bytes, stream_handle stream) {
   const bool small = is_small_request(rounded);
   alloc_source source = alloc_source::cache_hit;
   block* b = m.find_free(stream, rounded, small);
+  if (!b && !m.unmerged.empty()) {  // merged neighbours may fit where no single block did
+    m.coalesce();
+    b = m.find_free(stream, rounded, small);
+  }
   if (b) {
     m.remove_free(b);
   } else {
@@ -520,6 +543,7 @@ empty_cache_report caching_allocator::empty_cache() {
 allocator_stats caching_allocator::stats() const {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
+  m.coalesce();  // report the cache as it is after merging
   allocator_stats s = m.st;
   m.fill_free_stats(s);
   return s;
