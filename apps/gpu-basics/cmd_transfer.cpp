@@ -89,7 +89,10 @@ report run_transfer(context& ctx) {
                                       "device memory is free", largest_key, format_bytes(largest),
                                       format_bytes(need_dev), format_bytes(free_b)), need_dev);
     // Host: a pageable source and destination, pinned ones, and the staging ring.
-    const std::uint64_t need_host = (pinned ? 4 : 2) * largest + staging;
+    const auto& db = cfg.transfer.double_buffer;
+    const std::uint64_t pipeline_host =
+        db.enabled ? db.batch_bytes * static_cast<std::uint64_t>(db.batches) : 0;
+    const std::uint64_t need_host = (pinned ? 4 : 2) * largest + staging + pipeline_host;
     const std::uint64_t avail = host_available_bytes();
     if (avail && need_host > avail)
       throw out_of_memory(fmt::format("{}: a {} copy needs {} of host memory, but only {} is "
@@ -406,6 +409,7 @@ report run_transfer(context& ctx) {
   }
 
   r.extra["measurements"] = raw;
+  add_double_buffer(ctx, r);
   return r;
 }
 

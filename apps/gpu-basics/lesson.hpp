@@ -25,5 +25,7 @@ struct context {
 report run_info(context& ctx);
 report run_transfer(context& ctx);
 report run_memory(context& ctx);
+/// Appends the double-buffering table to the transfer report (transfer.double_buffer).
+void add_double_buffer(context& ctx, report& r);
 
 }  // namespace gpu_basics::cli

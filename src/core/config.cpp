@@ -229,6 +229,10 @@ constexpr std::string_view kLargeExpect = "a size in 1 MiB..64 GiB (e.g. 1073741
 constexpr std::string_view kSweepExpect = "a size in 1 B..64 GiB (e.g. 4096 or \"4 KiB\")";
 constexpr std::string_view kChunkExpect = "a size in 64 KiB..1 GiB (e.g. \"8 MiB\")";
 constexpr std::string_view kBuffersExpect = "an integer in 2..16";
+constexpr std::string_view kRatioExpect = "a list of compute/copy time ratios in 0.01..100, e.g. [0.5, 1, 2]";
+constexpr std::string_view kBatchExpect = "a size in 1 MiB..4 GiB (e.g. \"64 MiB\")";
+constexpr std::string_view kBatchesExpect = "an integer in 1..1024";
+constexpr std::string_view kDepthExpect = "an integer in 1..8";
 constexpr std::string_view kThreadsExpect = "an integer in 0..256 (0 = one per core, at most 16)";
 
 const std::vector<key_spec>& schema() {
@@ -286,6 +290,40 @@ const std::vector<key_spec>& schema() {
       {"transfer.sweep.max_bytes",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
          c.transfer.sweep.max_bytes = read_size(n, ctx, kSweepExpect);
+       }},
+      {"transfer.double_buffer.enabled",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.transfer.double_buffer.enabled = read_bool(n, ctx);
+       }},
+      {"transfer.double_buffer.compute_to_copy",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         if (!n.IsSequence() || n.size() == 0)
+           fail(ctx, "expected " + std::string(kRatioExpect) + ", got " +
+                         (n.IsSequence() ? std::string("an empty list") : describe(n)));
+         std::vector<double> v;
+         for (std::size_t i = 0; i < n.size(); ++i) {
+           parse_context ictx{ctx.source, ctx.key + "[" + std::to_string(i) + "]", location_of(ctx.source, n[i])};
+           double d = 0;
+           const std::string s = n[i].IsScalar() ? n[i].Scalar() : std::string();
+           const auto r = std::from_chars(s.data(), s.data() + s.size(), d);
+           if (s.empty() || r.ec != std::errc{} || r.ptr != s.data() + s.size())
+             fail(ictx, "expected a ratio in 0.01..100, got " + describe(n[i]));
+           if (!(d >= 0.01 && d <= 100)) fail(ictx, "expected a ratio in 0.01..100, got " + s);
+           v.push_back(d);
+         }
+         c.transfer.double_buffer.compute_to_copy = std::move(v);
+       }},
+      {"transfer.double_buffer.batch_bytes",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.transfer.double_buffer.batch_bytes = read_size(n, ctx, kBatchExpect);
+       }},
+      {"transfer.double_buffer.batches",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.transfer.double_buffer.batches = read_int(n, ctx, kBatchesExpect);
+       }},
+      {"transfer.double_buffer.depth",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.transfer.double_buffer.depth = read_int(n, ctx, kDepthExpect);
        }},
       {"transfer.staging.chunk_bytes",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
@@ -538,6 +576,9 @@ void validate(const config& cfg) {
              kChunkExpect);
   check_range("transfer.staging.buffers", cfg.transfer.staging.buffers, 2, 16, kBuffersExpect);
   check_range("transfer.staging.threads", cfg.transfer.staging.threads, 0, 256, kThreadsExpect);
+  check_size("transfer.double_buffer.batch_bytes", cfg.transfer.double_buffer.batch_bytes, MiB, 4 * GiB, kBatchExpect);
+  check_range("transfer.double_buffer.batches", cfg.transfer.double_buffer.batches, 1, 1024, kBatchesExpect);
+  check_range("transfer.double_buffer.depth", cfg.transfer.double_buffer.depth, 1, 8, kDepthExpect);
   if (cfg.output.directory.empty())
     fail_at(where("output.directory"), "output.directory", "expected a directory path, got \"\"");
 
@@ -588,6 +629,12 @@ void to_json(nlohmann::json& j, const config& cfg) {
          {{"enabled", cfg.transfer.sweep.enabled},
           {"min_bytes", cfg.transfer.sweep.min_bytes},
           {"max_bytes", cfg.transfer.sweep.max_bytes}}},
+        {"double_buffer",
+         {{"enabled", cfg.transfer.double_buffer.enabled},
+          {"compute_to_copy", cfg.transfer.double_buffer.compute_to_copy},
+          {"batch_bytes", cfg.transfer.double_buffer.batch_bytes},
+          {"batches", cfg.transfer.double_buffer.batches},
+          {"depth", cfg.transfer.double_buffer.depth}}},
         {"staging",
          {{"chunk_bytes", cfg.transfer.staging.chunk_bytes},
           {"buffers", cfg.transfer.staging.buffers},

@@ -78,6 +78,13 @@ struct config {
       std::uint64_t min_bytes = 4096;
       std::uint64_t max_bytes = 1ull << 30;
     } sweep;
+    struct double_buffer_section {
+      bool enabled = true;
+      std::vector<double> compute_to_copy = {0.25, 0.5, 1.0, 2.0, 4.0};
+      std::uint64_t batch_bytes = 64ull << 20;
+      int batches = 16;
+      int depth = 2;
+    } double_buffer;
     struct staging_section {
       std::uint64_t chunk_bytes = 8ull << 20;
       int buffers = 3;
