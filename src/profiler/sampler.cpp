@@ -1,0 +1,179 @@
+#include "gpu_basics/profiler/sampler.hpp"
+
+#include <time.h>
+
+#include <chrono>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "gpu_basics/core/errors.hpp"
+
+namespace gpu_basics {
+
+std::string_view metric_name(gpu_metric m) noexcept {
+  switch (m) {
+    case gpu_metric::gpu_util_percent: return "gpu_util_percent";
+    case gpu_metric::memory_util_percent: return "memory_util_percent";
+    case gpu_metric::memory_used_bytes: return "memory_used_bytes";
+    case gpu_metric::memory_total_bytes: return "memory_total_bytes";
+    case gpu_metric::power_w: return "power_w";
+    case gpu_metric::energy_j: return "energy_j";
+    case gpu_metric::temperature_c: return "temperature_c";
+    case gpu_metric::sm_clock_mhz: return "sm_clock_mhz";
+    case gpu_metric::memory_clock_mhz: return "memory_clock_mhz";
+    case gpu_metric::pcie_tx_bytes_per_s: return "pcie_tx_bytes_per_s";
+    case gpu_metric::pcie_rx_bytes_per_s: return "pcie_rx_bytes_per_s";
+    case gpu_metric::clock_event_reasons: return "clock_event_reasons";
+    case gpu_metric::count_: break;
+  }
+  return "?";
+}
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+template <class T>
+reading<double> as_double(const reading<T>& r, double scale = 1.0) {
+  return {r.status, r.ok() ? static_cast<double>(r.value) * scale : 0.0};
+}
+}  // namespace
+
+nvml_metric_source::nvml_metric_source(std::shared_ptr<nvml> nv, nvml_device device)
+    : nv_(std::move(nv)), dev_(device) {
+  GPU_BASICS_EXPECTS(nv_ != nullptr, "an NVML source needs NVML");
+}
+
+gpu_sample nvml_metric_source::read() {
+  gpu_sample s;
+  s.time_s = now_s();
+  const auto u = nv_->utilization(dev_);
+  s[gpu_metric::gpu_util_percent] = {u.status, static_cast<double>(u.value.gpu_percent)};
+  s[gpu_metric::memory_util_percent] = {u.status, static_cast<double>(u.value.memory_percent)};
+  const auto m = nv_->memory(dev_);
+  s[gpu_metric::memory_used_bytes] = {m.status, static_cast<double>(m.value.used_bytes)};
+  s[gpu_metric::memory_total_bytes] = {m.status, static_cast<double>(m.value.total_bytes)};
+  s[gpu_metric::power_w] = as_double(nv_->power_usage_mw(dev_), 1e-3);
+  s[gpu_metric::energy_j] = as_double(nv_->energy_mj(dev_), 1e-3);
+  s[gpu_metric::temperature_c] = as_double(nv_->temperature_c(dev_));
+  s[gpu_metric::sm_clock_mhz] = as_double(nv_->clock_mhz(dev_, nvml_clock::sm));
+  s[gpu_metric::memory_clock_mhz] = as_double(nv_->clock_mhz(dev_, nvml_clock::memory));
+  s[gpu_metric::pcie_tx_bytes_per_s] = as_double(nv_->pcie_tx_kbps(dev_), 1024.0);
+  s[gpu_metric::pcie_rx_bytes_per_s] = as_double(nv_->pcie_rx_kbps(dev_), 1024.0);
+  s[gpu_metric::clock_event_reasons] = as_double(nv_->clock_event_reasons(dev_));
+  return s;
+}
+
+std::vector<metric_summary> summarize_samples(const std::vector<gpu_sample>& samples) {
+  std::vector<metric_summary> out;
+  for (std::size_t k = 0; k < kGpuMetricCount; ++k) {
+    metric_summary m;
+    m.metric = static_cast<gpu_metric>(k);
+    std::vector<double> v;
+    for (const auto& s : samples) {
+      const auto& r = s.values[k];
+      if (r.ok()) v.push_back(r.value);
+      else if (m.status == metric_status::unavailable) m.status = r.status;
+    }
+    if (!v.empty()) {
+      const summary st = summarize(v);
+      m.status = metric_status::ok;
+      m.samples = v.size();
+      m.mean = st.mean;
+      m.min = st.min;
+      m.max = st.max;
+      m.p50 = st.median;
+      m.p95 = quantile(v, 0.95);
+    }
+    out.push_back(m);
+  }
+  return out;
+}
+
+sampler::sampler(std::shared_ptr<metric_source> source, int interval_ms, std::size_t capacity)
+    : source_(std::move(source)), interval_ms_(interval_ms), capacity_(capacity) {
+  GPU_BASICS_EXPECTS(source_ != nullptr, "a sampler needs a source");
+  GPU_BASICS_EXPECTS(interval_ms >= 1 && interval_ms <= 1000, "sample interval outside 1..1000 ms");
+  GPU_BASICS_EXPECTS(capacity >= 1, "a sampler keeps at least one sample");
+}
+
+sampler::~sampler() { stop(); }
+
+void sampler::start() {
+  if (running_.exchange(true)) return;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void sampler::stop() {
+  if (!running_.exchange(false)) return;
+  if (thread_.joinable()) thread_.join();
+}
+
+void sampler::loop() {
+  const double cpu0 = thread_cpu_s(), wall0 = now_s();
+  const auto period = std::chrono::milliseconds(interval_ms_);
+  auto next = std::chrono::steady_clock::now();
+  while (running_.load()) {
+    gpu_sample s = source_->read();
+    {
+      std::lock_guard lock(mutex_);
+      if (ring_.size() == capacity_) {
+        ring_.pop_front();
+        ++dropped_;
+      }
+      ring_.push_back(std::move(s));
+    }
+    next += period;
+    const auto now = std::chrono::steady_clock::now();
+    if (next < now) next = now;  // fell behind: do not burst to catch up
+    std::this_thread::sleep_until(next);
+  }
+  cpu_s_ = thread_cpu_s() - cpu0;
+  wall_s_ = now_s() - wall0;
+}
+
+std::vector<gpu_sample> sampler::samples() const {
+  std::lock_guard lock(mutex_);
+  return {ring_.begin(), ring_.end()};
+}
+
+std::string samples_csv(const std::vector<gpu_sample>& samples) {
+  std::string out = "time_s";
+  for (std::size_t k = 0; k < kGpuMetricCount; ++k) out += "," + std::string(metric_name(static_cast<gpu_metric>(k)));
+  out += "\n";
+  const double t0 = samples.empty() ? 0.0 : samples.front().time_s;
+  for (const auto& s : samples) {
+    out += fmt::format("{:.6f}", s.time_s - t0);
+    for (const auto& r : s.values) out += r.ok() ? fmt::format(",{:.17g}", r.value) : std::string(",");
+    out += "\n";
+  }
+  return out;
+}
+
+nlohmann::json samples_json(const std::vector<gpu_sample>& samples) {
+  nlohmann::json names = nlohmann::json::array(), rows = nlohmann::json::array();
+  for (std::size_t k = 0; k < kGpuMetricCount; ++k) names.push_back(metric_name(static_cast<gpu_metric>(k)));
+  const double t0 = samples.empty() ? 0.0 : samples.front().time_s;
+  for (const auto& s : samples) {
+    nlohmann::json row{{"time_s", s.time_s - t0}};
+    for (std::size_t k = 0; k < kGpuMetricCount; ++k)
+      row[names[k].get<std::string>()] = s.values[k].ok() ? nlohmann::json(s.values[k].value) : nlohmann::json(nullptr);
+    rows.push_back(std::move(row));
+  }
+  return {{"metrics", names}, {"samples", rows}};
+}
+
+void to_json(nlohmann::json& j, const metric_summary& s) {
+  const bool ok = s.status == metric_status::ok;
+  const auto v = [&](double x) { return ok ? nlohmann::json(x) : nlohmann::json(nullptr); };
+  j = {{"metric", metric_name(s.metric)}, {"status", to_string(s.status)}, {"samples", s.samples},
+       {"mean", v(s.mean)}, {"min", v(s.min)}, {"max", v(s.max)}, {"p50", v(s.p50)}, {"p95", v(s.p95)}};
+}
+
+}  // namespace gpu_basics

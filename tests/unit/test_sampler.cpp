@@ -1,0 +1,98 @@
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/profiler/nvml.hpp"
+#include "gpu_basics/profiler/sampler.hpp"
+
+using namespace gpu_basics;
+
+namespace {
+/// Utilization ramps 0, 1, 2, ...; power is not supported; temperature needs permission.
+gpu_sample scripted(std::size_t n) {
+  gpu_sample s;
+  s.time_s = static_cast<double>(n) * 0.01;
+  for (auto& r : s.values) r = {metric_status::ok, 1.0};
+  s[gpu_metric::gpu_util_percent] = {metric_status::ok, static_cast<double>(n % 101)};
+  s[gpu_metric::power_w] = {metric_status::not_supported, 0};
+  s[gpu_metric::temperature_c] = {metric_status::no_permission, 0};
+  return s;
+}
+}  // namespace
+
+TEST(Sampler, SummariesCarryValuesAndStatuses) {
+  std::vector<gpu_sample> v;
+  for (std::size_t i = 0; i <= 100; ++i) v.push_back(scripted(i));
+  const auto sums = summarize_samples(v);
+  ASSERT_EQ(sums.size(), kGpuMetricCount);
+  const auto& util = sums[static_cast<std::size_t>(gpu_metric::gpu_util_percent)];
+  EXPECT_EQ(util.status, metric_status::ok);
+  EXPECT_EQ(util.samples, 101u);
+  EXPECT_DOUBLE_EQ(util.mean, 50.0);
+  EXPECT_DOUBLE_EQ(util.min, 0.0);
+  EXPECT_DOUBLE_EQ(util.max, 100.0);
+  EXPECT_DOUBLE_EQ(util.p50, 50.0);
+  EXPECT_DOUBLE_EQ(util.p95, 95.0);
+  EXPECT_EQ(sums[static_cast<std::size_t>(gpu_metric::power_w)].status, metric_status::not_supported);
+  EXPECT_EQ(sums[static_cast<std::size_t>(gpu_metric::temperature_c)].status, metric_status::no_permission);
+  const nlohmann::json j = sums[static_cast<std::size_t>(gpu_metric::power_w)];
+  EXPECT_TRUE(j["mean"].is_null());
+  EXPECT_EQ(j["status"], "not supported");
+  EXPECT_EQ(nlohmann::json(util)["p95"], 95.0);
+}
+
+TEST(Sampler, JsonWritesNullAndCsvLeavesEmptyWhereThereIsNoValue) {
+  const std::vector<gpu_sample> v = {scripted(3), scripted(4)};
+  const auto j = nlohmann::json::parse(samples_json(v).dump());
+  ASSERT_EQ(j["samples"].size(), 2u);
+  EXPECT_TRUE(j["samples"][0]["power_w"].is_null());
+  EXPECT_EQ(j["samples"][1]["gpu_util_percent"], 4.0);
+  EXPECT_NEAR(j["samples"][1]["time_s"].get<double>(), 0.01, 1e-12);
+  std::istringstream csv(samples_csv(v));
+  std::string header, row;
+  std::getline(csv, header);
+  std::getline(csv, row);
+  EXPECT_EQ(header.rfind("time_s,gpu_util_percent,", 0), 0u);
+  const auto power_col = static_cast<std::size_t>(gpu_metric::power_w) + 1;
+  std::vector<std::string> cells;
+  std::stringstream ss(row);
+  for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
+  ASSERT_GT(cells.size(), power_col);
+  EXPECT_EQ(cells[power_col], "");
+  EXPECT_EQ(cells[1], "3");
+}
+
+TEST(Sampler, SamplesAtItsIntervalKeepsABoundedRingAndMeasuresItself) {
+  auto src = std::make_shared<fake_metric_source>(scripted);
+  sampler s(src, 5, 20);
+  s.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  s.stop();
+  const auto samples = s.samples();
+  EXPECT_EQ(samples.size(), 20u);  // the ring keeps the newest 20
+  EXPECT_GE(src->reads(), 30u);    // ~60 at 5 ms; a loaded CI machine still gets half
+  EXPECT_LE(src->reads(), 70u);
+  EXPECT_EQ(s.dropped(), src->reads() - 20);
+  EXPECT_EQ(samples.back()[gpu_metric::gpu_util_percent].value, static_cast<double>((src->reads() - 1) % 101));
+  EXPECT_GT(s.wall_seconds(), 0.25);
+  EXPECT_LT(s.cpu_seconds(), 0.5 * s.wall_seconds());  // sleeping, not spinning
+}
+
+TEST(Sampler, RejectsBadSettings) {
+  auto src = std::make_shared<fake_metric_source>(scripted);
+  EXPECT_THROW(sampler(src, 0), logic_error);
+  EXPECT_THROW(sampler(src, 1001), logic_error);
+  EXPECT_THROW(sampler(nullptr, 10), logic_error);
+}
+
+TEST(Nvml, MissingLibraryOrDriverIsOneClearReason) {
+  std::string why;
+  const auto nv = nvml::open(&why);
+  if (nv) GTEST_SKIP() << "NVML is available here";
+  EXPECT_NE(why.find("NVML not available"), std::string::npos) << why;
+  EXPECT_EQ(why.find('\n'), std::string::npos);
+}
