@@ -96,3 +96,29 @@ TEST(Nvml, MissingLibraryOrDriverIsOneClearReason) {
   EXPECT_NE(why.find("NVML not available"), std::string::npos) << why;
   EXPECT_EQ(why.find('\n'), std::string::npos);
 }
+
+#include "gpu_basics/profiler/timing.hpp"
+
+TEST(TimingRegistry, KeyAveragesAggregateAndSortByGpuTime) {
+  timing_registry reg;
+  reg.record("copy", 0.002, 0.00001);
+  reg.record("matmul", 0.010, 0.00002);
+  reg.record("copy", 0.004, 0.00003);
+  reg.record("matmul", 0.012, 0.00002);
+  reg.record("matmul", 0.014, 0.00002);
+  const auto r = reg.regions();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].name, "matmul");
+  EXPECT_EQ(r[0].calls, 3u);
+  EXPECT_DOUBLE_EQ(r[0].gpu_total_s, 0.036);
+  EXPECT_DOUBLE_EQ(r[0].gpu_mean_s(), 0.012);
+  EXPECT_DOUBLE_EQ(r[0].gpu_min_s, 0.010);
+  EXPECT_DOUBLE_EQ(r[0].gpu_max_s, 0.014);
+  EXPECT_DOUBLE_EQ(r[1].host_mean_s(), 0.00002);
+  const table t = reg.key_averages();
+  ASSERT_EQ(t.rows.size(), 2u);
+  EXPECT_EQ(std::get<std::string>(t.rows[0][0]), "matmul");
+  EXPECT_EQ(std::get<std::int64_t>(t.rows[1][1]), 2);
+  reg.clear();
+  EXPECT_TRUE(reg.regions().empty());
+}
