@@ -23,15 +23,6 @@ using namespace gpu_basics;
 namespace {
 stream_handle handle(const cuda_stream& s) { return reinterpret_cast<stream_handle>(s.value()); }
 
-unsigned long long mismatches(const void* p, std::size_t bytes, std::uint32_t seed, stream_view s) {
-  device_buffer counter(sizeof(unsigned long long));
-  GPU_BASICS_CUDA_TRY(cudaMemsetAsync(counter.data(), 0, counter.size(), s.value()));
-  enqueue_count_mismatches(p, bytes, seed, counter.as<unsigned long long>(), s);
-  unsigned long long v = 0;
-  GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(&v, counter.data(), sizeof(v), cudaMemcpyDeviceToHost, s.value()));
-  s.synchronize();
-  return v;
-}
 }  // namespace
 
 TEST(GpuAllocator, EveryByteOfEveryBlockIsUsableAcrossStreams) {
@@ -52,7 +43,7 @@ TEST(GpuAllocator, EveryByteOfEveryBlockIsUsableAcrossStreams) {
     s2.synchronize();
     // Blocks do not overlap: each still holds its own pattern after all were written.
     for (std::size_t i = 0; i < blocks.size(); ++i)
-      ASSERT_EQ(mismatches(blocks[i].first, blocks[i].second, static_cast<std::uint32_t>(i), s1), 0u) << i;
+      ASSERT_EQ(gpu_basics::testing::device_mismatches(blocks[i].first, blocks[i].second, static_cast<std::uint32_t>(i), s1), 0u) << i;
     for (auto& [p, n] : blocks) a.deallocate(p);
   }
   const auto st = a.stats();
@@ -82,7 +73,7 @@ unsigned long long reuse_while_in_use(bool use_record_stream, bool* same_block) 
     owner.synchronize();
     hold.release();
     other.synchronize();
-    const auto bad = mismatches(second, n, 2, owner);
+    const auto bad = gpu_basics::testing::device_mismatches(second, n, 2, owner);
     a.deallocate(second);
     return bad;
   }
@@ -133,7 +124,7 @@ TEST(GpuPinnedPool, PooledPinnedBlocksCarryVerifiedCopiesBothWays) {
       std::memset(down, 0, n);
       GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(d.data(), up, n, cudaMemcpyHostToDevice, s.value()));
       pool.record_stream(up, handle(s));
-      EXPECT_EQ(mismatches(d.data(), n, static_cast<std::uint32_t>(round), s), 0u);
+      EXPECT_EQ(gpu_basics::testing::device_mismatches(d.data(), n, static_cast<std::uint32_t>(round), s), 0u);
       GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(down, d.data(), n, cudaMemcpyDeviceToHost, s.value()));
       s.synchronize();
       EXPECT_EQ(count_pattern_mismatches_host(down, n, static_cast<std::uint32_t>(round)), 0u);

@@ -17,18 +17,9 @@
 #include "gpu_test_util.hpp"
 
 using namespace gpu_basics;
+using gpu_basics::testing::device_mismatches;
 
 namespace {
-unsigned long long device_mismatches(const void* p, std::size_t bytes, std::uint32_t seed) {
-  device_buffer counter(sizeof(unsigned long long));
-  cuda_stream s;
-  GPU_BASICS_CUDA_TRY(cudaMemsetAsync(counter.data(), 0, counter.size(), s.value()));
-  enqueue_count_mismatches(p, bytes, seed, counter.as<unsigned long long>(), s);
-  unsigned long long v = 0;
-  GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(&v, counter.data(), sizeof(v), cudaMemcpyDeviceToHost, s.value()));
-  s.synchronize();
-  return v;
-}
 }  // namespace
 
 TEST(GpuTransfer, DeviceCheckerCountsPlantedCorruption) {
