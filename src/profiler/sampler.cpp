@@ -45,8 +45,8 @@ reading<double> as_double(const reading<T>& r, double scale = 1.0) {
 }
 }  // namespace
 
-nvml_metric_source::nvml_metric_source(std::shared_ptr<nvml> nv, nvml_device device)
-    : nv_(std::move(nv)), dev_(device) {
+nvml_metric_source::nvml_metric_source(std::shared_ptr<nvml> nv, nvml_device device, bool pcie_throughput)
+    : nv_(std::move(nv)), dev_(device), pcie_(pcie_throughput) {
   GPU_BASICS_EXPECTS(nv_ != nullptr, "an NVML source needs NVML");
 }
 
@@ -64,8 +64,10 @@ gpu_sample nvml_metric_source::read() {
   s[gpu_metric::temperature_c] = as_double(nv_->temperature_c(dev_));
   s[gpu_metric::sm_clock_mhz] = as_double(nv_->clock_mhz(dev_, nvml_clock::sm));
   s[gpu_metric::memory_clock_mhz] = as_double(nv_->clock_mhz(dev_, nvml_clock::memory));
-  s[gpu_metric::pcie_tx_bytes_per_s] = as_double(nv_->pcie_tx_kbps(dev_), 1024.0);
-  s[gpu_metric::pcie_rx_bytes_per_s] = as_double(nv_->pcie_rx_kbps(dev_), 1024.0);
+  if (pcie_) {
+    s[gpu_metric::pcie_tx_bytes_per_s] = as_double(nv_->pcie_tx_kbps(dev_), 1024.0);
+    s[gpu_metric::pcie_rx_bytes_per_s] = as_double(nv_->pcie_rx_kbps(dev_), 1024.0);
+  }  // else: left `unavailable` (not asked for)
   s[gpu_metric::clock_event_reasons] = as_double(nv_->clock_event_reasons(dev_));
   return s;
 }

@@ -58,14 +58,17 @@ class metric_source {
 };
 
 /// Reads one device through NVML (by PCI bus id, as the CUDA runtime names it).
+/// PCIe throughput is opt-in: NVML measures each direction over a 20 ms window inside the call,
+/// so a sample with it took ~46 ms on the H200 (and most of a core), too slow for 100 Hz.
 class nvml_metric_source final : public metric_source {
  public:
-  nvml_metric_source(std::shared_ptr<nvml> nv, nvml_device device);
+  nvml_metric_source(std::shared_ptr<nvml> nv, nvml_device device, bool pcie_throughput = false);
   gpu_sample read() override;
 
  private:
   std::shared_ptr<nvml> nv_;
   nvml_device dev_;
+  bool pcie_;
 };
 
 /// Test double: returns what `script` computes for the n-th read.
