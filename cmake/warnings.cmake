@@ -15,6 +15,11 @@ function(gpu_basics_target_options target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:${GPU_BASICS_CXX_WARNINGS}>
     $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-Wall>)
+  if(GPU_BASICS_SANITIZE_THREAD)
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread -fno-omit-frame-pointer>)
+    target_link_options(${target} PRIVATE -fsanitize=thread)
+  endif()
   if(GPU_BASICS_SANITIZE)
     target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
