@@ -1,4 +1,5 @@
 // gpu-basics: the CLI. Parsing and running live in cli.cpp / run.cpp so they are testable.
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -7,6 +8,10 @@
 #include "run.hpp"
 
 int main(int argc, char** argv) {
+  // Load every kernel at context creation. With lazy loading (CUDA 12.2+ default) the first
+  // launch of a kernel can wait for the device to go idle, which never happens while a blocking
+  // kernel holds a stream for a measurement. A user's own setting wins.
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   std::vector<std::string> args(argv, argv + argc);
   const auto parsed = gpu_basics::cli::parse(args, std::cout, std::cerr);
   if (!parsed.opts) return parsed.exit_code;

@@ -1,5 +1,7 @@
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
+
 #include "gpu_basics/transfer/kernels.hpp"
 #include "gpu_basics/transfer/pipeline.hpp"
 #include "gpu_basics/transfer/pipeline_schedule.hpp"
@@ -47,6 +49,9 @@ pipeline_run prefetch_pipeline::execute(const std::vector<const void*>& host_bat
     hold.release();
     copy_stream_.synchronize();
     compute_stream_.synchronize();
+    if (hold.timed_out())
+      spdlog::warn("prefetch_pipeline: the stream was released by the blocking kernel's timeout, not "
+                   "by the host (a lazily loaded kernel?); this run's timeline includes the wait");
   }
   pipeline_run r;
   double end = 0;

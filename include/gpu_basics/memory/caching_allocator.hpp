@@ -3,7 +3,9 @@
 // above); blocks split and freed neighbours coalesce; a freed block is reused on the stream it
 // was allocated on, and one used on other streams (record_stream) only after events on those
 // streams complete. The bookkeeping is host-only over an allocator_backend, so it is tested on
-// a CPU with fake_backend. Thread-safe.
+// a CPU with fake_backend. Thread-safe: one lock guards it, so threads allocating at once
+// serialize (8 threads on the H200 host: ~530 ns a pair against ~45 ns alone); sharding by
+// stream would lift that.
 #pragma once
 
 #include <cstddef>

@@ -22,6 +22,9 @@ void enqueue_count_mismatches(const void* src, std::size_t bytes, std::uint32_t 
 /// Holds a stream with a kernel that spins until release() (or a timeout, so a failing host
 /// never hangs the GPU). Work enqueued behind it starts together when it is released, so its
 /// timing excludes the host's enqueue cost. Destruction releases it.
+/// Lazy module loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) can make the
+/// first launch of a kernel wait for the device to go idle: launch every kernel once before
+/// blocking, or set CUDA_MODULE_LOADING=EAGER (the gpu-basics CLI does).
 class stream_blocker {
  public:
   explicit stream_blocker(double timeout_s = 20.0);
