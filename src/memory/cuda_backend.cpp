@@ -57,7 +57,7 @@ void cuda_device_backend::deallocate(void* p, std::size_t) noexcept {
   GPU_BASICS_CUDA_TRY_NOTHROW(cudaFree(p));
 }
 
-void cuda_device_backend::synchronize() { GPU_BASICS_CUDA_TRY(cudaDeviceSynchronize()); }
+void cuda_backend_events::synchronize() { GPU_BASICS_CUDA_TRY(cudaDeviceSynchronize()); }
 
 std::pair<std::size_t, std::size_t> cuda_device_backend::memory_info() {
   std::size_t f = 0, t = 0;
@@ -96,8 +96,6 @@ void cuda_pinned_backend::deallocate(void* p, std::size_t) noexcept {
     std::free(p);
   }
 }
-
-void cuda_pinned_backend::synchronize() { GPU_BASICS_CUDA_TRY(cudaDeviceSynchronize()); }
 
 std::pair<std::size_t, std::size_t> cuda_pinned_backend::memory_info() {
   const long pages = sysconf(_SC_AVPHYS_PAGES), total = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);

@@ -25,40 +25,40 @@ class cuda_event_pool {
   std::vector<void*> free_;
 };
 
-class cuda_device_backend final : public allocator_backend {
+/// The event half of both CUDA backends.
+class cuda_backend_events : public allocator_backend {
  public:
-  /// Allocates on the current device.
-  cuda_device_backend() = default;
-  void* allocate(std::size_t bytes) override;
-  void deallocate(void* p, std::size_t bytes) noexcept override;
   event_handle record_event(stream_handle s) override { return events_.record(s); }
   bool event_done(event_handle e) override { return events_.done(e); }
   void release_event(event_handle e) noexcept override { events_.release(e); }
   void synchronize() override;
-  std::pair<std::size_t, std::size_t> memory_info() override;
-  const char* name() const noexcept override { return "device"; }
 
  private:
   cuda_event_pool events_;
 };
 
+class cuda_device_backend final : public cuda_backend_events {
+ public:
+  /// Allocates on the current device.
+  cuda_device_backend() = default;
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* p, std::size_t bytes) noexcept override;
+  std::pair<std::size_t, std::size_t> memory_info() override;
+  const char* name() const noexcept override { return "device"; }
+};
+
 enum class pinning_method { host_alloc, host_register };
 
-class cuda_pinned_backend final : public allocator_backend {
+class cuda_pinned_backend final : public cuda_backend_events {
  public:
   explicit cuda_pinned_backend(pinning_method m = pinning_method::host_alloc) : method_(m) {}
   void* allocate(std::size_t bytes) override;
   void deallocate(void* p, std::size_t bytes) noexcept override;
-  event_handle record_event(stream_handle s) override { return events_.record(s); }
-  bool event_done(event_handle e) override { return events_.done(e); }
-  void release_event(event_handle e) noexcept override { events_.release(e); }
-  void synchronize() override;
   std::pair<std::size_t, std::size_t> memory_info() override;
   const char* name() const noexcept override { return "pinned host"; }
 
  private:
   pinning_method method_;
-  cuda_event_pool events_;
 };
 
 }  // namespace gpu_basics
