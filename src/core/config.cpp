@@ -212,6 +212,37 @@ std::string join_names(std::string_view prefix, const auto& table) {
   return out;
 }
 
+
+/// A list of shapes (each a non-empty list of integers; `rank` > 0 requires that many). Records
+/// where every shape and dimension was given; positivity and size are checked in validate().
+std::vector<tensor_shape> read_shape_list(config& c, const YAML::Node& n, const parse_context& ctx,
+                                          std::size_t rank, std::string_view expect) {
+  if (!n.IsSequence() || n.size() == 0)
+    fail(ctx, "expected " + std::string(expect) + ", got " +
+                  (n.IsSequence() ? std::string("an empty list") : describe(n)));
+  std::vector<tensor_shape> shapes;
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    const YAML::Node s = n[i];
+    parse_context sctx{ctx.source, ctx.key + "[" + std::to_string(i) + "]", location_of(ctx.source, s)};
+    if (!s.IsSequence() || s.size() == 0)
+      fail(sctx, "expected a shape (a non-empty list of positive integers), got " +
+                     (s.IsSequence() ? std::string("an empty list") : describe(s)));
+    if (rank && s.size() != rank)
+      fail(sctx, "expected " + std::to_string(rank) + " dimensions, got " + std::to_string(s.size()));
+    tensor_shape shape;
+    for (std::size_t j = 0; j < s.size(); ++j) {
+      parse_context dctx{sctx.source, sctx.key + "[" + std::to_string(j) + "]", location_of(ctx.source, s[j])};
+      const auto v = scalar_int(s[j]);
+      if (!v) fail(dctx, "expected a positive integer dimension, got " + describe(s[j]));
+      shape.dims.push_back(*v);
+      c.origins[dctx.key] = dctx.where;
+    }
+    c.origins[sctx.key] = sctx.where;
+    shapes.push_back(std::move(shape));
+  }
+  return shapes;
+}
+
 // ---- the schema ----------------------------------------------------------------------------
 
 using apply_fn = std::function<void(config&, const YAML::Node&, const parse_context&)>;
@@ -233,6 +264,9 @@ constexpr std::string_view kRatioExpect = "a list of compute/copy time ratios in
 constexpr std::string_view kBatchExpect = "a size in 1 MiB..4 GiB (e.g. \"64 MiB\")";
 constexpr std::string_view kBatchesExpect = "an integer in 1..1024";
 constexpr std::string_view kDepthExpect = "an integer in 1..8";
+constexpr std::string_view kIntervalExpect = "an integer in 1..1000 (milliseconds)";
+constexpr std::string_view kCheckExpect = "an integer in 16..2048";
+constexpr std::string_view kWorkspaceExpect = "a size in 0..4 GiB (e.g. \"64 MiB\")";
 constexpr std::string_view kThreadsExpect = "an integer in 0..256 (0 = one per core, at most 16)";
 
 const std::vector<key_spec>& schema() {
@@ -339,32 +373,40 @@ const std::vector<key_spec>& schema() {
        }},
       {"transfer.tensor_shapes",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
-         constexpr std::string_view expect =
-             "a list of shapes, each a list of positive integers, e.g. [[1024, 1024]]";
+         c.transfer.tensor_shapes =
+             read_shape_list(c, n, ctx, 0, "a list of shapes, each a list of positive integers, e.g. [[1024, 1024]]");
+       }},
+      {"profiler.sample_interval_ms",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.profiler.sample_interval_ms = read_int(n, ctx, kIntervalExpect);
+       }},
+      {"profiler.matmul.shapes",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.profiler.matmul.shapes = read_shape_list(c, n, ctx, 3, "a list of [m, n, k] shapes, e.g. [[8192, 8192, 8192]]");
+       }},
+      {"profiler.matmul.precisions",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         constexpr std::string_view expect = "a list of fp16, bf16, tf32, fp32";
          if (!n.IsSequence() || n.size() == 0)
            fail(ctx, "expected " + std::string(expect) + ", got " +
                          (n.IsSequence() ? std::string("an empty list") : describe(n)));
-         std::vector<tensor_shape> shapes;
+         std::vector<std::string> v;
          for (std::size_t i = 0; i < n.size(); ++i) {
-           const YAML::Node s = n[i];
-           parse_context sctx{ctx.source, ctx.key + "[" + std::to_string(i) + "]",
-                              location_of(ctx.source, s)};
-           if (!s.IsSequence() || s.size() == 0)
-             fail(sctx, "expected a shape (a non-empty list of positive integers), got " +
-                            (s.IsSequence() ? std::string("an empty list") : describe(s)));
-           tensor_shape shape;
-           for (std::size_t j = 0; j < s.size(); ++j) {
-             parse_context dctx{sctx.source, sctx.key + "[" + std::to_string(j) + "]",
-                                location_of(ctx.source, s[j])};
-             const auto v = scalar_int(s[j]);
-             if (!v) fail(dctx, "expected a positive integer dimension, got " + describe(s[j]));
-             shape.dims.push_back(*v);
-             c.origins[dctx.key] = dctx.where;
-           }
-           c.origins[sctx.key] = sctx.where;
-           shapes.push_back(std::move(shape));
+           parse_context ictx{ctx.source, ctx.key + "[" + std::to_string(i) + "]", location_of(ctx.source, n[i])};
+           const std::string p = n[i].IsScalar() ? lower(n[i].Scalar()) : std::string();
+           if (p != "fp16" && p != "bf16" && p != "tf32" && p != "fp32")
+             fail(ictx, "expected one of fp16, bf16, tf32, fp32, got " + describe(n[i]));
+           v.push_back(p);
          }
-         c.transfer.tensor_shapes = std::move(shapes);
+         c.profiler.matmul.precisions = std::move(v);
+       }},
+      {"profiler.matmul.check_size",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.profiler.matmul.check_size = read_int(n, ctx, kCheckExpect);
+       }},
+      {"profiler.matmul.workspace_bytes",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.profiler.matmul.workspace_bytes = read_size(n, ctx, kWorkspaceExpect);
        }},
   };
   return specs;
@@ -582,6 +624,15 @@ void validate(const config& cfg) {
   if (cfg.output.directory.empty())
     fail_at(where("output.directory"), "output.directory", "expected a directory path, got \"\"");
 
+  check_range("profiler.sample_interval_ms", cfg.profiler.sample_interval_ms, 1, 1000, kIntervalExpect);
+  check_range("profiler.matmul.check_size", cfg.profiler.matmul.check_size, 16, 2048, kCheckExpect);
+  check_size("profiler.matmul.workspace_bytes", cfg.profiler.matmul.workspace_bytes, 0, 4 * GiB, kWorkspaceExpect);
+  for (std::size_t i = 0; i < cfg.profiler.matmul.shapes.size(); ++i)
+    for (std::size_t j = 0; j < cfg.profiler.matmul.shapes[i].dims.size(); ++j) {
+      const auto d = cfg.profiler.matmul.shapes[i].dims[j];
+      const std::string dkey = "profiler.matmul.shapes[" + std::to_string(i) + "][" + std::to_string(j) + "]";
+      if (d < 1 || d > 65536) fail_at(where(dkey), dkey, "expected a dimension in 1..65536, got " + std::to_string(d));
+    }
   for (std::size_t i = 0; i < cfg.transfer.tensor_shapes.size(); ++i) {
     const tensor_shape& s = cfg.transfer.tensor_shapes[i];
     const std::string skey = "transfer.tensor_shapes[" + std::to_string(i) + "]";
@@ -639,6 +690,17 @@ void to_json(nlohmann::json& j, const config& cfg) {
          {{"chunk_bytes", cfg.transfer.staging.chunk_bytes},
           {"buffers", cfg.transfer.staging.buffers},
           {"threads", cfg.transfer.staging.threads}}}}},
+      {"profiler",
+       {{"sample_interval_ms", cfg.profiler.sample_interval_ms},
+        {"matmul",
+         {{"shapes", [&] {
+             nlohmann::json a = nlohmann::json::array();
+             for (const auto& sh : cfg.profiler.matmul.shapes) a.push_back(sh.dims);
+             return a;
+           }()},
+          {"precisions", cfg.profiler.matmul.precisions},
+          {"check_size", cfg.profiler.matmul.check_size},
+          {"workspace_bytes", cfg.profiler.matmul.workspace_bytes}}}}},
   };
 }
 

@@ -92,6 +92,16 @@ struct config {
     } staging;
   } transfer;
 
+  struct profiler_section {
+    int sample_interval_ms = 10;
+    struct matmul_section {
+      std::vector<tensor_shape> shapes = {{{8192, 8192, 8192}}};
+      std::vector<std::string> precisions = {"fp16", "bf16", "tf32", "fp32"};
+      int check_size = 256;
+      std::uint64_t workspace_bytes = 64ull << 20;
+    } matmul;
+  } profiler;
+
   /// Source of every key that was set (keys of list items carry "[i]" / "[i][j]").
   std::map<std::string, source_location> origins;
 };

@@ -1,0 +1,40 @@
+// Matrix-multiply arithmetic, host-only: precisions, datasheet peaks, the check's tolerance and
+// error metric, and picking the fastest autotune candidate.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "gpu_basics/core/hardware.hpp"
+
+namespace gpu_basics {
+
+enum class gemm_precision { fp16, bf16, tf32, fp32 };
+
+[[nodiscard]] std::string_view to_string(gemm_precision p) noexcept;
+[[nodiscard]] std::optional<gemm_precision> parse_gemm_precision(std::string_view s);
+
+struct gemm_shape {
+  std::uint64_t m = 0, n = 0, k = 0;
+  bool operator==(const gemm_shape&) const = default;
+};
+
+/// Dense datasheet peak for the precision (fp16/bf16 tensor cores, tf32, plain fp32).
+[[nodiscard]] double datasheet_peak_flops(const gpu_datasheet& d, gemm_precision p) noexcept;
+
+/// Largest |got - ref| over the largest |ref|: 0 for an exact result.
+[[nodiscard]] double max_relative_error(std::span<const double> got, std::span<const double> ref);
+
+/// What the check accepts: output rounding of the precision, with room for k-term accumulation
+/// order (fp16 1e-2, bf16 2e-2, tf32 1e-2, fp32 1e-4, of the largest reference value).
+[[nodiscard]] double gemm_tolerance(gemm_precision p) noexcept;
+
+/// Index of the candidate with the smallest median time (candidates with no times are skipped);
+/// -1 if none has times.
+[[nodiscard]] int fastest_candidate(const std::vector<std::vector<double>>& seconds);
+
+}  // namespace gpu_basics
