@@ -25,6 +25,7 @@ struct context {
 report run_info(context& ctx);
 report run_transfer(context& ctx);
 report run_memory(context& ctx);
+report run_profile(context& ctx);
 /// Appends the double-buffering table to the transfer report (transfer.double_buffer).
 void add_double_buffer(context& ctx, report& r);
 

@@ -17,31 +17,45 @@ namespace {
 
 using lesson_fn = report (*)(context&);
 
-/// The subcommands and their entry points; nullptr: not part of this build yet.
 lesson_fn lesson_for(const std::string& command) {
   if (command == "info") return run_info;
-  if (command == "transfer") return run_transfer;
   if (command == "memory") return run_memory;
-  if (command == "profile") return nullptr;
+  if (command == "transfer") return run_transfer;
+  if (command == "profile") return run_profile;
   throw logic_error("unknown command " + command);
 }
 
-report run_one(const std::string& command, context& ctx) {
-  const lesson_fn f = lesson_for(command);
-  if (!f) throw error("the " + command + " lesson is not part of this build yet");
-  return f(ctx);
+/// The exit code and message for an error escaping a command.
+std::pair<int, std::string> classify(const std::exception& e) {
+  if (dynamic_cast<const no_device_error*>(&e)) return {exit_no_gpu, e.what()};
+  if (dynamic_cast<const out_of_memory*>(&e)) return {exit_out_of_memory, e.what()};
+  if (dynamic_cast<const verification_error*>(&e)) return {exit_verification, std::string("verification failed: ") + e.what()};
+  if (dynamic_cast<const cuda_error*>(&e)) return {exit_cuda, e.what()};
+  if (dynamic_cast<const io_error*>(&e)) return {exit_io, e.what()};
+  if (dynamic_cast<const config_error*>(&e)) return {exit_usage, e.what()};
+  return {exit_internal, std::string("internal error: ") + e.what()};
 }
 
-report run_all(context& ctx, std::ostream& out, bool print) {
+/// Every lesson in turn. A lesson that fails is reported (one line, and under "errors" in the
+/// JSON) and the others still run; the first failure's exit code is returned in *code.
+report run_all(context& ctx, std::ostream& out, std::ostream& err, bool print, int* code) {
   report all;
   all.command = "all";
   for (const auto& c : commands()) {
     if (c == "all") continue;
-    if (!lesson_for(c)) {
-      spdlog::info("skipping '{}': not part of this build yet", c);
+    report r;
+    try {
+      r = lesson_for(c)(ctx);
+    } catch (const no_device_error&) {
+      throw;  // nothing else can run either
+    } catch (const std::exception& e) {
+      const auto [rc, message] = classify(e);
+      err << "gpu-basics: " << c << ": " << message << "\n";
+      all.extra["errors"][c] = message;
+      if (*code == exit_ok) *code = rc;
+      (void)cudaGetLastError();
       continue;
     }
-    report r = run_one(c, ctx);
     if (print) {
       out << "==== gpu-basics " << c << " ====\n\n";
       for (const auto& t : r.tables) out << render_text(t) << "\n";
@@ -88,10 +102,11 @@ int run(const options& o, std::ostream& out, std::ostream& err) {
 
     const bool json_to_stdout = o.json_path && *o.json_path == "-";
     report r;
+    int code = exit_ok;
     if (o.command == "all") {
-      r = run_all(ctx, out, !json_to_stdout);
+      r = run_all(ctx, out, err, !json_to_stdout, &code);
     } else {
-      r = run_one(o.command, ctx);
+      r = lesson_for(o.command)(ctx);
       if (!json_to_stdout)
         for (const auto& t : r.tables) out << render_text(t) << "\n";
     }
@@ -104,21 +119,10 @@ int run(const options& o, std::ostream& out, std::ostream& err) {
     }
     if (o.csv_path)
       for (const auto& f : write_csv(r, *o.csv_path)) spdlog::info("wrote {}", f);
-    return exit_ok;
-  } catch (const no_device_error& e) {
-    return fail(exit_no_gpu, e.what());
-  } catch (const out_of_memory& e) {
-    return fail(exit_out_of_memory, e.what());
-  } catch (const verification_error& e) {
-    return fail(exit_verification, std::string("verification failed: ") + e.what());
-  } catch (const cuda_error& e) {
-    return fail(exit_cuda, e.what());
-  } catch (const io_error& e) {
-    return fail(exit_io, e.what());
-  } catch (const config_error& e) {
-    return fail(exit_usage, e.what());
+    return code;
   } catch (const std::exception& e) {
-    return fail(exit_internal, std::string("internal error: ") + e.what());
+    const auto [code, message] = classify(e);
+    return fail(code, message);
   }
 }
 

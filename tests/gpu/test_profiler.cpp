@@ -76,3 +76,54 @@ TEST(GpuProfiler, RegionTimerMeasuresTheKernelNotTheLaunch) {
   EXPECT_GT(r[0].gpu_mean_s(), 10 * r[0].host_mean_s()) << r[0].gpu_mean_s() << " vs " << r[0].host_mean_s();
   EXPECT_GT(r[0].gpu_min_s, 1e-4);
 }
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu_basics/profiler/gemm_runner.hpp"
+
+TEST(GpuGemm, EveryPrecisionMatchesTheCpuReference) {
+  SKIP_WITHOUT_GPU();
+  gemm_runner g;
+  cuda_stream s;
+  for (gemm_precision p : {gemm_precision::fp16, gemm_precision::bf16, gemm_precision::tf32, gemm_precision::fp32}) {
+    const double err = g.check(p, 192, s);
+    EXPECT_LE(err, gemm_tolerance(p)) << to_string(p);
+    EXPECT_GT(err, 0.0) << to_string(p) << ": an exact match on random data means nothing was rounded";
+  }
+}
+
+TEST(GpuGemm, TunedRunsReportPlausibleThroughput) {
+  SKIP_WITHOUT_GPU();
+  gemm_runner g;
+  cuda_stream s;
+  const auto bf16 = g.run(gemm_precision::bf16, {4096, 4096, 4096}, 2, 5, s);
+  EXPECT_GE(bf16.candidates, 1);
+  EXPECT_GE(bf16.chosen, 0);
+  EXPECT_EQ(bf16.seconds.size(), 5u);
+  EXPECT_GT(bf16.flops_per_s.median, 50e12);  // tensor cores at work
+  EXPECT_LT(bf16.flops_per_s.median, 2000e12);
+  const auto fp32 = g.run(gemm_precision::fp32, {2048, 2048, 2048}, 1, 3, s);
+  EXPECT_LT(fp32.flops_per_s.median, bf16.flops_per_s.median);
+}
+
+TEST(GpuCli, ProfileLessonWritesItsTables) {
+  SKIP_WITHOUT_GPU();
+  const auto dir = std::filesystem::temp_directory_path() / "gpu_basics_profile";
+  std::filesystem::remove_all(dir);
+  const std::string cmd = std::string(GPU_BASICS_CLI) +
+                          " profile --set benchmark.iterations=3 --set 'profiler.matmul.shapes=[[2048, 2048, 2048]]'"
+                          " --set output.directory=" + dir.string() + " --json " + (dir / "p.json").string() +
+                          " > " + dir.string() + ".txt 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream j(dir / "p.json");
+  const auto doc = nlohmann::json::parse(j);
+  std::set<std::string> ids;
+  for (const auto& t : doc["tables"]) ids.insert(t["id"].get<std::string>());
+  for (const char* id : {"timing_methods", "key_averages", "matmul", "nvml"}) EXPECT_TRUE(ids.count(id)) << id;
+  EXPECT_TRUE(std::filesystem::exists(dir / "profile_samples.csv"));
+}
