@@ -13,6 +13,14 @@ void trace_writer::slice(std::string name, std::string category, double ts_us, d
                      {"args", std::move(args)}});
 }
 
+void trace_writer::flow(std::uint64_t id, std::string name, double ts_from_us, std::int64_t pid_from,
+                        std::int64_t tid_from, double ts_to_us, std::int64_t pid_to, std::int64_t tid_to) {
+  events_.push_back({{"name", name}, {"cat", "flow"}, {"ph", "s"}, {"id", id}, {"ts", ts_from_us},
+                     {"pid", pid_from}, {"tid", tid_from}});
+  events_.push_back({{"name", std::move(name)}, {"cat", "flow"}, {"ph", "f"}, {"bp", "e"}, {"id", id},
+                     {"ts", ts_to_us}, {"pid", pid_to}, {"tid", tid_to}});
+}
+
 void trace_writer::counter(std::string name, double ts_us, std::int64_t pid, double sample) {
   nlohmann::json args;
   args[name] = sample;
