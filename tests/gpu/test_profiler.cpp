@@ -7,6 +7,7 @@
 
 #include "gpu_basics/core/cuda.hpp"
 #include "gpu_basics/core/device_info.hpp"
+#include "gpu_basics/profiler/activity.hpp"
 #include "gpu_basics/profiler/gpu_timer.hpp"
 #include "gpu_basics/profiler/sampler.hpp"
 #include "gpu_basics/transfer/kernels.hpp"
@@ -126,4 +127,32 @@ TEST(GpuCli, ProfileLessonWritesItsTables) {
   for (const auto& t : doc["tables"]) ids.insert(t["id"].get<std::string>());
   for (const char* id : {"timing_methods", "key_averages", "matmul", "nvml"}) EXPECT_TRUE(ids.count(id)) << id;
   EXPECT_TRUE(std::filesystem::exists(dir / "profile_samples.csv"));
+}
+
+#include "gpu_basics/profiler/activity_tracer.hpp"
+
+TEST(GpuTrace, CuptiSeesKernelsByNameCopiesWithBytesAndAFlowPerLaunch) {
+  SKIP_WITHOUT_GPU();
+  std::string why;
+  auto tracer = make_cupti_tracer(&why);
+  if (!tracer) GTEST_SKIP() << why;
+  const std::size_t bytes = 1u << 20;
+  device_buffer data(bytes), sum(sizeof(unsigned long long));
+  pinned_buffer host(bytes);
+  cuda_stream s;
+  tracer->start();
+  GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(data.data(), host.data(), bytes, cudaMemcpyHostToDevice, s.value()));
+  for (int i = 0; i < 3; ++i) enqueue_lcg_checksum(data.data(), bytes, 10, sum.as<unsigned long long>(), s);
+  s.synchronize();
+  const activity_log log = tracer->stop();
+  int lcg = 0;
+  for (const auto& k : log.kernels) lcg += k.name.find("lcg_checksum_kernel") != std::string::npos;
+  EXPECT_EQ(lcg, 3);
+  bool copy = false;
+  for (const auto& m : log.memcpys) copy |= m.kind == memcpy_kind::h2d && m.bytes == bytes && m.pinned;
+  EXPECT_TRUE(copy);
+  trace_writer w;
+  const std::size_t flows = add_activity(w, log, 0);
+  EXPECT_EQ(flows, log.kernels.size() + log.memcpys.size() + log.memsets.size());
+  EXPECT_EQ(log.dropped_records, 0u);
 }
