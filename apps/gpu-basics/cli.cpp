@@ -18,20 +18,16 @@ namespace {
 struct subcommand_spec {
   const char* name;
   const char* description;
-  bool tables;
 };
 
 constexpr subcommand_spec kSpecs[] = {
     {"info", "Every visible GPU: name, compute capability, SMs, L2, memory, copy engines, clocks, "
-             "driver and runtime, PCIe link",
-     true},
-    {"memory", "Lesson: device allocation, the caching allocator, pinned memory, empty_cache", true},
+             "driver and runtime, PCIe link"},
+    {"memory", "Lesson: device allocation, the caching allocator, pinned memory, empty_cache"},
     {"transfer", "Lesson: host<->device copies: sync vs async, pinned vs pageable, streams, "
-                 "PCIe bandwidth",
-     true},
-    {"profile", "Lesson: NVML utilization sampling, CUDA-event timing, matmul against the peak",
-     true},
-    {"all", "info, then every lesson, on one configuration", true},
+                 "PCIe bandwidth"},
+    {"profile", "Lesson: NVML utilization sampling, CUDA-event timing, matmul against the peak"},
+    {"all", "info, then every lesson, on one configuration"},
 };
 }  // namespace
 
@@ -52,11 +48,8 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
                     "(repeatable)")
         ->allow_extra_args(false);
     sub->add_option("--log-level", level, "trace, debug, info, warn or error (overrides logging.level)");
-    if (s.tables) {
-      sub->add_option("--json", json, "Write results as JSON to this file ('-' for stdout)");
-      sub->add_option("--csv", csv,
-                      "Write tables as CSV (several tables: <stem>.<table>.csv beside PATH)");
-    }
+    sub->add_option("--json", json, "Write results as JSON to this file ('-' for stdout)");
+    sub->add_option("--csv", csv, "Write tables as CSV (several tables: <stem>.<table>.csv beside PATH)");
   }
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   if (!reversed.empty()) reversed.pop_back();  // argv[0]
