@@ -186,8 +186,8 @@ report run_profile(context& ctx) {
                  {"max", "max", 1.0, 1}, {"p50", "p50", 1.0, 1}, {"p95", "p95", 1.0, 1}};
     for (const auto& m : summarize_samples(samples)) {
       if (m.metric == gpu_metric::pcie_tx_bytes_per_s || m.metric == gpu_metric::pcie_rx_bytes_per_s ||
-          m.metric == gpu_metric::clock_event_reasons)
-        continue;  // not sampled at this rate (PCIe) / a bitmask, not a quantity
+          m.metric == gpu_metric::clock_event_reasons || m.metric == gpu_metric::energy_j)
+        continue;  // not sampled (PCIe) / a bitmask / a counter, shown below as energy used
       const bool ok = m.status == metric_status::ok;
       const auto v = [&](double x) { return ok ? value(x) : value(std::monostate{}); };
       double scale = 1.0;
@@ -199,7 +199,19 @@ report run_profile(context& ctx) {
     t.notes.push_back(
         "- Utilization is the share of time a kernel was running over NVML's last sample period, not "
         "how busy the SMs were: a GEMM and a one-thread kernel can both show 100%.");
-    t.notes.push_back(fmt::format("- The sampler thread used {:.2f}% of one CPU core.", cpu_pct));
+    const energy_use e = energy_between(samples);
+    if (e.status == metric_status::ok)
+      t.notes.push_back(fmt::format(
+          "- Energy counter: {:.0f} J over {:.2f} s, a mean of {:.0f} W (the power column is NVML's recent "
+          "average at each sample; the counter integrates all of it).",
+          e.joules, e.seconds, e.mean_watts()));
+    else
+      t.notes.push_back(fmt::format("- Energy counter: {}.", to_string(e.status)));
+    t.notes.push_back(fmt::format(
+        "- The sampler thread used {:.2f}% of one CPU core. Most NVML reads cost microseconds (the driver "
+        "caches them), but one read of the energy counter costs milliseconds of CPU, so it is read once a "
+        "second and at both ends, not every sample.",
+        cpu_pct));
     const std::string csv = (std::filesystem::path(cfg.output.directory) / "profile_samples.csv").string();
     write_file_atomically(csv, samples_csv(samples));
     t.notes.push_back("- All samples: " + csv);

@@ -50,7 +50,20 @@ nvml_metric_source::nvml_metric_source(std::shared_ptr<nvml> nv, nvml_device dev
   GPU_BASICS_EXPECTS(nv_ != nullptr, "an NVML source needs NVML");
 }
 
-gpu_sample nvml_metric_source::read() {
+bool is_slow_metric(gpu_metric m) noexcept {
+  return m == gpu_metric::energy_j || m == gpu_metric::pcie_tx_bytes_per_s || m == gpu_metric::pcie_rx_bytes_per_s;
+}
+
+gpu_sample fake_metric_source::read(bool include_slow) {
+  gpu_sample s = script_(reads_++);
+  if (include_slow) ++slow_reads_;
+  else
+    for (std::size_t k = 0; k < kGpuMetricCount; ++k)
+      if (is_slow_metric(static_cast<gpu_metric>(k))) s.values[k] = {};
+  return s;
+}
+
+gpu_sample nvml_metric_source::read(bool include_slow) {
   gpu_sample s;
   s.time_s = now_s();
   const auto u = nv_->utilization(dev_);
@@ -60,14 +73,14 @@ gpu_sample nvml_metric_source::read() {
   s[gpu_metric::memory_used_bytes] = {m.status, static_cast<double>(m.value.used_bytes)};
   s[gpu_metric::memory_total_bytes] = {m.status, static_cast<double>(m.value.total_bytes)};
   s[gpu_metric::power_w] = as_double(nv_->power_usage_mw(dev_), 1e-3);
-  s[gpu_metric::energy_j] = as_double(nv_->energy_mj(dev_), 1e-3);
+  if (include_slow) s[gpu_metric::energy_j] = as_double(nv_->energy_mj(dev_), 1e-3);
   s[gpu_metric::temperature_c] = as_double(nv_->temperature_c(dev_));
   s[gpu_metric::sm_clock_mhz] = as_double(nv_->clock_mhz(dev_, nvml_clock::sm));
   s[gpu_metric::memory_clock_mhz] = as_double(nv_->clock_mhz(dev_, nvml_clock::memory));
-  if (pcie_) {
+  if (pcie_ && include_slow) {
     s[gpu_metric::pcie_tx_bytes_per_s] = as_double(nv_->pcie_tx_kbps(dev_), 1024.0);
     s[gpu_metric::pcie_rx_bytes_per_s] = as_double(nv_->pcie_rx_kbps(dev_), 1024.0);
-  }  // else: left `unavailable` (not asked for)
+  }  // else: left `unavailable` (not read this time)
   s[gpu_metric::clock_event_reasons] = as_double(nv_->clock_event_reasons(dev_));
   return s;
 }
@@ -98,10 +111,35 @@ std::vector<metric_summary> summarize_samples(const std::vector<gpu_sample>& sam
   return out;
 }
 
-sampler::sampler(std::shared_ptr<metric_source> source, int interval_ms, std::size_t capacity)
-    : source_(std::move(source)), interval_ms_(interval_ms), capacity_(capacity) {
+energy_use energy_between(const std::vector<gpu_sample>& samples) {
+  energy_use e;
+  const gpu_sample* first = nullptr;
+  const gpu_sample* last = nullptr;
+  for (const auto& s : samples) {
+    const auto& r = s[gpu_metric::energy_j];
+    if (r.ok()) {
+      if (!first) first = &s;
+      last = &s;
+    } else if (e.status == metric_status::unavailable) {
+      e.status = r.status;
+    }
+  }
+  if (first && last != first) {
+    e.status = metric_status::ok;
+    e.joules = (*last)[gpu_metric::energy_j].value - (*first)[gpu_metric::energy_j].value;
+    e.seconds = last->time_s - first->time_s;
+  } else if (first) {
+    e.status = metric_status::unavailable;  // one reading spans no time
+  }
+  return e;
+}
+
+sampler::sampler(std::shared_ptr<metric_source> source, int interval_ms, std::size_t capacity, int slow_interval_ms)
+    : source_(std::move(source)), interval_ms_(interval_ms), capacity_(capacity), slow_interval_ms_(slow_interval_ms) {
   GPU_BASICS_EXPECTS(source_ != nullptr, "a sampler needs a source");
   GPU_BASICS_EXPECTS(interval_ms >= 1 && interval_ms <= 1000, "sample interval outside 1..1000 ms");
+  GPU_BASICS_EXPECTS(slow_interval_ms >= interval_ms && slow_interval_ms <= 60000,
+                     "slow-metric interval outside interval..60000 ms");
   GPU_BASICS_EXPECTS(capacity >= 1, "a sampler keeps at least one sample");
 }
 
@@ -117,25 +155,31 @@ void sampler::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void sampler::push(gpu_sample s) {
+  std::lock_guard lock(mutex_);
+  if (ring_.size() == capacity_) {
+    ring_.pop_front();
+    ++dropped_;
+  }
+  ring_.push_back(std::move(s));
+}
+
 void sampler::loop() {
   const double cpu0 = thread_cpu_s(), wall0 = now_s();
   const auto period = std::chrono::milliseconds(interval_ms_);
+  const auto slow_period = std::chrono::milliseconds(slow_interval_ms_);
   auto next = std::chrono::steady_clock::now();
+  auto next_slow = next;
   while (running_.load()) {
-    gpu_sample s = source_->read();
-    {
-      std::lock_guard lock(mutex_);
-      if (ring_.size() == capacity_) {
-        ring_.pop_front();
-        ++dropped_;
-      }
-      ring_.push_back(std::move(s));
-    }
+    const bool slow = std::chrono::steady_clock::now() >= next_slow;
+    if (slow) next_slow = std::chrono::steady_clock::now() + slow_period;
+    push(source_->read(slow));
     next += period;
     const auto now = std::chrono::steady_clock::now();
     if (next < now) next = now;  // fell behind: do not burst to catch up
     std::this_thread::sleep_until(next);
   }
+  push(source_->read(true));  // the last sample closes the window of the slow counters
   cpu_s_ = thread_cpu_s() - cpu0;
   wall_s_ = now_s() - wall0;
 }

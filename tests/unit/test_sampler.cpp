@@ -82,11 +82,51 @@ TEST(Sampler, SamplesAtItsIntervalKeepsABoundedRingAndMeasuresItself) {
   EXPECT_LT(s.cpu_seconds(), 0.5 * s.wall_seconds());  // sleeping, not spinning
 }
 
+TEST(Sampler, ReadsSlowMetricsFirstAtTheirIntervalAndLast) {
+  auto src = std::make_shared<fake_metric_source>([](std::size_t n) {
+    gpu_sample s = scripted(n);
+    s[gpu_metric::energy_j] = {metric_status::ok, 100.0 + 2.0 * static_cast<double>(n)};
+    return s;
+  });
+  sampler s(src, 2, 100000, 100);
+  s.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  s.stop();
+  const auto samples = s.samples();
+  ASSERT_EQ(samples.size(), src->reads());
+  ASSERT_GE(samples.size(), 40u);
+  EXPECT_TRUE(samples.front()[gpu_metric::energy_j].ok());
+  EXPECT_TRUE(samples.back()[gpu_metric::energy_j].ok());
+  EXPECT_FALSE(samples[1][gpu_metric::energy_j].ok());
+  EXPECT_EQ(samples[1][gpu_metric::energy_j].status, metric_status::unavailable);
+  EXPECT_TRUE(samples[1][gpu_metric::gpu_util_percent].ok());
+  // First, about every 100 ms over 350 ms, and the last: 4 to 6 slow reads, not one per sample.
+  EXPECT_GE(src->slow_reads(), 4u);
+  EXPECT_LE(src->slow_reads(), 6u);
+  const energy_use e = energy_between(samples);
+  ASSERT_EQ(e.status, metric_status::ok);
+  EXPECT_DOUBLE_EQ(e.joules, 2.0 * static_cast<double>(samples.size() - 1));
+  EXPECT_DOUBLE_EQ(e.seconds, samples.back().time_s - samples.front().time_s);
+  EXPECT_GT(e.mean_watts(), 0.0);
+}
+
+TEST(Sampler, EnergyNeedsTwoReadingsAndKeepsTheirStatus) {
+  std::vector<gpu_sample> v = {scripted(0), scripted(1)};
+  v[0][gpu_metric::energy_j] = {metric_status::not_supported, 0};
+  v[1][gpu_metric::energy_j] = {metric_status::not_supported, 0};
+  EXPECT_EQ(energy_between(v).status, metric_status::not_supported);
+  v[1][gpu_metric::energy_j] = {metric_status::ok, 5.0};
+  EXPECT_NE(energy_between(v).status, metric_status::ok);  // one reading spans no time
+  EXPECT_EQ(energy_between({}).status, metric_status::unavailable);
+}
+
 TEST(Sampler, RejectsBadSettings) {
   auto src = std::make_shared<fake_metric_source>(scripted);
   EXPECT_THROW(sampler(src, 0), logic_error);
   EXPECT_THROW(sampler(src, 1001), logic_error);
   EXPECT_THROW(sampler(nullptr, 10), logic_error);
+  EXPECT_THROW(sampler(src, 10, 100, 5), logic_error);
+  EXPECT_THROW(sampler(src, 10, 100, 60001), logic_error);
 }
 
 TEST(Nvml, MissingLibraryOrDriverIsOneClearReason) {

@@ -51,19 +51,26 @@ struct gpu_sample {
   reading<double>& operator[](gpu_metric m) { return values[static_cast<std::size_t>(m)]; }
 };
 
+/// Metrics a source reads only on a "slow" read: those whose one reading costs milliseconds.
+[[nodiscard]] bool is_slow_metric(gpu_metric m) noexcept;
+
 class metric_source {
  public:
   virtual ~metric_source() = default;
-  [[nodiscard]] virtual gpu_sample read() = 0;
+  /// One sample. With include_slow false, the slow metrics (is_slow_metric) are left
+  /// `unavailable` (not read); the sampler asks for them at a lower rate.
+  [[nodiscard]] virtual gpu_sample read(bool include_slow) = 0;
 };
 
 /// Reads one device through NVML (by PCI bus id, as the CUDA runtime names it).
-/// PCIe throughput is opt-in: NVML measures each direction over a 20 ms window inside the call,
-/// so a sample with it took ~46 ms on the H200 (and most of a core), too slow for 100 Hz.
+/// Costs measured on the H200 (driver 580): utilization, memory, power, temperature, clocks and
+/// clock-event reasons take 1-8 us of CPU each (the driver caches them), but the energy counter
+/// takes 3-4 ms of CPU per read, so it is a slow metric. PCIe throughput is opt-in and slow as
+/// well: NVML measures each direction over a 20 ms window inside the call.
 class nvml_metric_source final : public metric_source {
  public:
   nvml_metric_source(std::shared_ptr<nvml> nv, nvml_device device, bool pcie_throughput = false);
-  gpu_sample read() override;
+  gpu_sample read(bool include_slow) override;
 
  private:
   std::shared_ptr<nvml> nv_;
@@ -71,16 +78,18 @@ class nvml_metric_source final : public metric_source {
   bool pcie_;
 };
 
-/// Test double: returns what `script` computes for the n-th read.
+/// Test double: returns what `script` computes for the n-th read, with the slow metrics left
+/// `unavailable` on reads that do not include them, as a real source does.
 class fake_metric_source final : public metric_source {
  public:
   explicit fake_metric_source(std::function<gpu_sample(std::size_t)> script) : script_(std::move(script)) {}
-  gpu_sample read() override { return script_(reads_++); }
+  gpu_sample read(bool include_slow) override;
   [[nodiscard]] std::size_t reads() const noexcept { return reads_; }
+  [[nodiscard]] std::size_t slow_reads() const noexcept { return slow_reads_; }
 
  private:
   std::function<gpu_sample(std::size_t)> script_;
-  std::atomic<std::size_t> reads_{0};
+  std::atomic<std::size_t> reads_{0}, slow_reads_{0};
 };
 
 struct metric_summary {
@@ -94,10 +103,24 @@ struct metric_summary {
 /// where none had one).
 [[nodiscard]] std::vector<metric_summary> summarize_samples(const std::vector<gpu_sample>& samples);
 
+/// Energy used between the first and last samples that read the energy counter (a slow metric,
+/// so the sampler reads it on its first and last samples), and the mean power it implies.
+struct energy_use {
+  metric_status status = metric_status::unavailable;
+  double joules = 0, seconds = 0;
+  [[nodiscard]] double mean_watts() const noexcept { return seconds > 0 ? joules / seconds : 0.0; }
+};
+[[nodiscard]] energy_use energy_between(const std::vector<gpu_sample>& samples);
+
+/// Samples a source on its own thread every interval_ms. Slow metrics are read on the first
+/// sample, then at most every slow_interval_ms, and on a last sample taken by stop(), so a
+/// 100 Hz sampler stays under 1% of a core while counters such as energy still span the run.
 class sampler {
  public:
-  /// interval_ms in 1..1000; at most `capacity` samples kept (oldest dropped first).
-  sampler(std::shared_ptr<metric_source> source, int interval_ms, std::size_t capacity = 100000);
+  /// interval_ms in 1..1000, slow_interval_ms in interval_ms..60000; at most `capacity`
+  /// samples kept (oldest dropped first).
+  sampler(std::shared_ptr<metric_source> source, int interval_ms, std::size_t capacity = 100000,
+          int slow_interval_ms = 1000);
   ~sampler();
   sampler(const sampler&) = delete;
   sampler& operator=(const sampler&) = delete;
@@ -112,9 +135,11 @@ class sampler {
 
  private:
   void loop();
+  void push(gpu_sample s);
   std::shared_ptr<metric_source> source_;
   int interval_ms_;
   std::size_t capacity_;
+  int slow_interval_ms_;
   mutable std::mutex mutex_;
   std::deque<gpu_sample> ring_;
   std::thread thread_;
