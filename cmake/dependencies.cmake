@@ -6,6 +6,8 @@ find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(Threads REQUIRED)
+# zlib is optional: without it, traces cannot be written gzip-compressed (".gz").
+find_package(ZLIB)
 if(GPU_BASICS_BUILD_APPS OR GPU_BASICS_BUILD_TESTS)
   find_package(CLI11 2.1 REQUIRED)
 endif()

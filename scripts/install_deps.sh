@@ -27,6 +27,12 @@ for header in "${!wanted[@]}"; do
   (( found )) || missing+=("${wanted[$header]}")
 done
 command -v cmake >/dev/null || missing+=(cmake)
+# Optional (gzip-compressed traces): added only when apt-get runs anyway, so a machine without a
+# package registry that has everything required still builds, without gzip.
+optional=()
+found=0
+for dir in "${include_dirs[@]}"; do [[ -f "$dir/zlib.h" ]] && found=1; done
+(( found )) || optional+=(zlib1g-dev)
 command -v g++ >/dev/null || missing+=(g++)
 
 if (( ${#missing[@]} == 0 )); then
@@ -41,7 +47,7 @@ else
   if (( EUID != 0 )); then sudo="sudo"; fi
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" "${optional[@]}"
 fi
 
 # nvcc is found by CMake on PATH or at /usr/local/cuda/bin.

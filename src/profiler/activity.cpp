@@ -27,8 +27,8 @@ std::size_t add_activity(trace_writer& out, const activity_log& log, std::uint64
   std::map<std::uint32_t, const api_record*> launches;  // correlation -> API call
 
   for (const auto& a : log.api_calls) {
-    out.slice(a.name, "cuda_runtime", us(a.start_ns), dur(a.start_ns, a.end_ns), kHostPid,
-              static_cast<std::int64_t>(a.thread), {{"correlation", a.correlation}});
+    out.slice_raw(a.name, "cuda_runtime", us(a.start_ns), dur(a.start_ns, a.end_ns), kHostPid,
+              static_cast<std::int64_t>(a.thread), json_text{fmt::format("{{\"correlation\":{}}}", a.correlation)});
     threads.insert(static_cast<std::int64_t>(a.thread));
     if (a.correlation) launches[a.correlation] = &a;
   }
@@ -49,13 +49,11 @@ std::size_t add_activity(trace_writer& out, const activity_log& log, std::uint64
   };
   for (const auto& k : log.kernels) {
     const auto pid = static_cast<std::int64_t>(k.device), tid = static_cast<std::int64_t>(k.stream);
-    out.slice(k.name, "kernel", us(k.start_ns), dur(k.start_ns, k.end_ns), pid, tid,
-              {{"grid", {k.grid[0], k.grid[1], k.grid[2]}},
-               {"block", {k.block[0], k.block[1], k.block[2]}},
-               {"registers_per_thread", k.registers_per_thread},
-               {"shared_memory_bytes", k.shared_memory_bytes},
-               {"stream", k.stream},
-               {"correlation", k.correlation}});
+    out.slice_raw(k.name, "kernel", us(k.start_ns), dur(k.start_ns, k.end_ns), pid, tid,
+              json_text{fmt::format("{{\"grid\":[{},{},{}],\"block\":[{},{},{}],\"registers_per_thread\":{},"
+                                    "\"shared_memory_bytes\":{},\"stream\":{},\"correlation\":{}}}",
+                                    k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
+                                    k.registers_per_thread, k.shared_memory_bytes, k.stream, k.correlation)});
     gpu_tracks.insert({pid, tid});
     devices.insert(pid);
     link(k.correlation, k.start_ns, pid, tid);
@@ -63,11 +61,12 @@ std::size_t add_activity(trace_writer& out, const activity_log& log, std::uint64
   for (const auto& m : log.memcpys) {
     const auto pid = static_cast<std::int64_t>(m.device), tid = static_cast<std::int64_t>(m.stream);
     const double d = dur(m.start_ns, m.end_ns);
-    out.slice(fmt::format("Memcpy {} ({})", to_string(m.kind), m.pinned ? "pinned" : "pageable"), "memcpy",
+    out.slice_raw(fmt::format("Memcpy {} ({})", to_string(m.kind), m.pinned ? "pinned" : "pageable"), "memcpy",
               us(m.start_ns), d, pid, tid,
-              {{"bytes", m.bytes},
-               {"bandwidth_bytes_per_s", d > 0 ? nlohmann::json(static_cast<double>(m.bytes) / (d * 1e-6)) : nlohmann::json(nullptr)},
-               {"correlation", m.correlation}});
+              json_text{d > 0 ? fmt::format("{{\"bytes\":{},\"bandwidth_bytes_per_s\":{},\"correlation\":{}}}", m.bytes,
+                                            static_cast<double>(m.bytes) / (d * 1e-6), m.correlation)
+                              : fmt::format("{{\"bytes\":{},\"bandwidth_bytes_per_s\":null,\"correlation\":{}}}",
+                                            m.bytes, m.correlation)});
     gpu_tracks.insert({pid, tid});
     devices.insert(pid);
     link(m.correlation, m.start_ns, pid, tid);

@@ -105,3 +105,104 @@ TEST(Activity, WithoutGpuRecordsTheTraceIsCpuOnlyAndSaysWhy) {
     }
   EXPECT_EQ(j["metadata"]["activity_source"], log.source);
 }
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#if GPU_BASICS_TEST_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
+#include "gpu_basics/core/errors.hpp"
+
+TEST(TraceWriter, EscapesNamesSortsByTimeAndPutsMetadataFirst) {
+  trace_writer w;
+  w.slice("later", "c", 20.0, 1.0, 0, 1);
+  w.slice("say \"hi\"\\\n\x01", "c", 10.0005, 2.0, 0, 1, {{"k", "v"}});
+  w.name_thread(0, 1, "stream \"1\"", 3);
+  w.slice("negative", "c", -1.5, -3.0, 0, 1);
+  const std::string text = w.to_string();
+  const auto j = nlohmann::json::parse(text);
+  const auto& ev = j["traceEvents"];
+  ASSERT_EQ(ev.size(), 5u);
+  EXPECT_EQ(ev[0]["ph"], "M");
+  EXPECT_EQ(ev[0]["args"]["name"], "stream \"1\"");
+  EXPECT_EQ(ev[1]["ph"], "M");
+  EXPECT_EQ(ev[2]["name"], "negative");
+  EXPECT_DOUBLE_EQ(ev[2]["ts"].get<double>(), -1.5);
+  EXPECT_DOUBLE_EQ(ev[2]["dur"].get<double>(), 0.0);  // a negative duration is clamped
+  EXPECT_EQ(ev[3]["name"], "say \"hi\"\\\n\x01");
+  EXPECT_DOUBLE_EQ(ev[3]["ts"].get<double>(), 10.001);  // nanosecond resolution, rounded
+  EXPECT_EQ(ev[3]["args"]["k"], "v");
+  EXPECT_EQ(ev[4]["name"], "later");
+}
+
+TEST(TraceWriter, CountersAreOneSeriesPerNameWithNullForNoValue) {
+  trace_writer w;
+  w.counter("power_w", 0.0, 5, 120.5);
+  w.counter("power_w", 10.0, 5, 700.25);
+  w.counter("allocated_bytes", 5.0, 6, 1048576);
+  w.counter("power_w", 20.0, 5, std::nan(""));
+  const auto j = w.to_json();
+  std::map<std::string, std::vector<nlohmann::json>> series;
+  for (const auto& e : j["traceEvents"]) {
+    ASSERT_EQ(e["ph"], "C");
+    ASSERT_EQ(e["args"].size(), 1u);  // one series per counter event
+    series[e["name"].get<std::string>()].push_back(e["args"][e["name"].get<std::string>()]);
+  }
+  ASSERT_EQ(series["power_w"].size(), 3u);
+  EXPECT_EQ(series["power_w"][1], 700.25);
+  EXPECT_TRUE(series["power_w"][2].is_null());
+  EXPECT_EQ(series["allocated_bytes"][0], 1048576);
+}
+
+TEST(TraceWriter, SlicesOnATrackNestOrFollowNeverOverlapPartly) {
+  // add_activity's slices per GPU track come from one stream: in stream order they never
+  // overlap partly (which Perfetto would draw wrongly).
+  trace_writer w;
+  (void)add_activity(w, fabricated(), 0);
+  std::map<std::pair<std::int64_t, std::int64_t>, std::vector<std::pair<double, double>>> tracks;
+  for (const auto& e : w.to_json()["traceEvents"])
+    if (e["ph"] == "X")
+      tracks[{e["pid"].get<std::int64_t>(), e["tid"].get<std::int64_t>()}].push_back(
+          {e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+  for (const auto& [track, s] : tracks)
+    for (std::size_t i = 0; i < s.size(); ++i)
+      for (std::size_t k = i + 1; k < s.size(); ++k) {
+        const bool disjoint = s[k].first >= s[i].second || s[i].first >= s[k].second;
+        const bool nested = (s[k].first >= s[i].first && s[k].second <= s[i].second) ||
+                            (s[i].first >= s[k].first && s[i].second <= s[k].second);
+        EXPECT_TRUE(disjoint || nested) << "track " << track.first << "/" << track.second;
+      }
+}
+
+TEST(TraceWriter, GzipPathIsCompressedAndRoundTrips) {
+  trace_writer w;
+  for (int i = 0; i < 1000; ++i) w.slice("kernel " + std::to_string(i % 7), "kernel", i * 2.0, 1.0, 0, 1);
+  const auto dir = std::filesystem::temp_directory_path() / "gpu_basics_trace_gz";
+  std::filesystem::remove_all(dir);
+  const std::string path = (dir / "t.json.gz").string();
+  if (!trace_writer::gzip_supported()) {
+    EXPECT_THROW(w.write(path), io_error);
+    EXPECT_FALSE(std::filesystem::exists(path));
+    return;
+  }
+  w.write(path);
+  std::ifstream in(path, std::ios::binary);
+  unsigned char magic[2] = {0, 0};
+  in.read(reinterpret_cast<char*>(magic), 2);
+  EXPECT_EQ(magic[0], 0x1f);
+  EXPECT_EQ(magic[1], 0x8b);
+  EXPECT_LT(std::filesystem::file_size(path), w.to_string().size() / 5);
+#if GPU_BASICS_TEST_HAVE_ZLIB
+  gzFile f = gzopen(path.c_str(), "rb");
+  ASSERT_NE(f, nullptr);
+  std::string text;
+  char buf[65536];
+  for (int n; (n = gzread(f, buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  gzclose(f);
+  EXPECT_EQ(text, w.to_string());
+#endif
+}
