@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -17,6 +18,23 @@ std::string_view to_string(memcpy_kind k) noexcept {
     case memcpy_kind::other: return "other";
   }
   return "?";
+}
+
+void keep_window(activity_log& log, std::uint64_t from_ns, std::uint64_t to_ns) {
+  const auto outside = [&](const auto& r) { return r.start_ns < from_ns || r.start_ns >= to_ns; };
+  const auto prune = [&](auto& v) { v.erase(std::remove_if(v.begin(), v.end(), outside), v.end()); };
+  prune(log.kernels);
+  prune(log.memcpys);
+  prune(log.memsets);
+  prune(log.api_calls);
+  prune(log.ranges);
+  prune(log.syncs);
+}
+
+nlohmann::json activity_counts(const activity_log& log) {
+  return {{"kernels", log.kernels.size()}, {"memcpys", log.memcpys.size()}, {"memsets", log.memsets.size()},
+          {"api_calls", log.api_calls.size()}, {"syncs", log.syncs.size()}, {"ranges", log.ranges.size()},
+          {"dropped_records", log.dropped_records}};
 }
 
 std::size_t add_activity(trace_writer& out, const activity_log& log, std::uint64_t origin_ns) {
@@ -36,6 +54,13 @@ std::size_t add_activity(trace_writer& out, const activity_log& log, std::uint64
     out.slice(r.name, "user_range", us(r.start_ns), dur(r.start_ns, r.end_ns), kHostPid,
               static_cast<std::int64_t>(r.thread));
     threads.insert(static_cast<std::int64_t>(r.thread));
+  }
+  for (const auto& y : log.syncs) {
+    const auto it = launches.find(y.correlation);
+    const auto thread = it != launches.end() ? static_cast<std::int64_t>(it->second->thread) : std::int64_t{0};
+    out.slice_raw("wait: " + y.what, "cuda_sync", us(y.start_ns), dur(y.start_ns, y.end_ns), kHostPid, thread,
+              json_text{fmt::format("{{\"stream\":{},\"correlation\":{}}}", y.stream, y.correlation)});
+    threads.insert(thread);
   }
   std::size_t flows = 0;
   const auto link = [&](std::uint32_t corr, std::uint64_t gpu_start, std::int64_t pid, std::int64_t tid) {

@@ -4,6 +4,7 @@
 
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/profiler/activity_tracer.hpp"
+#include "gpu_basics/profiler/range.hpp"
 
 #if GPU_BASICS_HAVE_CUPTI
 #include <cupti.h>
@@ -22,7 +23,22 @@ struct collector {
   activity_log log;
   std::size_t live_buffers = 0;
   bool active = false;
+  std::int64_t clock_offset_ns = 0;  // added to CUPTI's timestamps where its clock is not ours
 };
+
+void shift(activity_log& log, std::int64_t d) {
+  const auto move = [d](auto& v) {
+    for (auto& r : v) {
+      r.start_ns = static_cast<std::uint64_t>(static_cast<std::int64_t>(r.start_ns) + d);
+      r.end_ns = static_cast<std::uint64_t>(static_cast<std::int64_t>(r.end_ns) + d);
+    }
+  };
+  move(log.kernels);
+  move(log.memcpys);
+  move(log.memsets);
+  move(log.api_calls);
+  move(log.syncs);
+}
 collector& state() {
   static collector c;
   return c;
@@ -44,6 +60,19 @@ memcpy_kind to_kind(std::uint8_t k) {
     default: return memcpy_kind::other;
   }
 }
+
+std::string sync_name(CUpti_ActivitySynchronizationType t) {
+  switch (t) {
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE: return "event synchronize";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT: return "stream wait event";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE: return "stream synchronize";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE: return "context synchronize";
+    default: return "synchronize";
+  }
+}
+
+// CUPTI's records carry this clock's timestamps: the trace's one clock (ranges, NVML samples).
+std::uint64_t CUPTIAPI cpu_clock() { return trace_clock_ns(); }
 
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
   auto& c = state();
@@ -111,6 +140,11 @@ void CUPTIAPI buffer_completed(CUcontext ctx, std::uint32_t stream, std::uint8_t
         c.log.api_calls.push_back({name ? name : "cuda?", a->start, a->end, a->threadId, a->correlationId});
         break;
       }
+      case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
+        const auto* y = reinterpret_cast<const CUpti_ActivitySynchronization2*>(rec);
+        c.log.syncs.push_back({sync_name(y->type), y->start, y->end, y->correlationId, y->streamId});
+        break;
+      }
       default: break;
     }
   }
@@ -121,7 +155,8 @@ void CUPTIAPI buffer_completed(CUcontext ctx, std::uint32_t stream, std::uint8_t
 }
 
 constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                         CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME};
+                                         CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME,
+                                         CUPTI_ACTIVITY_KIND_SYNCHRONIZATION};
 
 class cupti_tracer final : public activity_tracer {
  public:
@@ -135,6 +170,7 @@ class cupti_tracer final : public activity_tracer {
       const CUptiResult r = cuptiActivityEnable(k);
       if (r != CUPTI_SUCCESS) throw error("CUPTI: cannot enable activity kind " + std::to_string(k) + ": " + cupti_error(r));
     }
+    range_log::start_recording();
   }
   activity_log stop() override {
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -142,6 +178,8 @@ class cupti_tracer final : public activity_tracer {
     cuptiActivityFlushAll(0);
     auto& c = state();
     std::lock_guard lock(c.mutex);
+    c.log.ranges = range_log::stop_recording();
+    if (c.clock_offset_ns != 0) shift(c.log, c.clock_offset_ns);
     return std::move(c.log);
   }
   ~cupti_tracer() override {
@@ -165,6 +203,16 @@ std::unique_ptr<activity_tracer> make_cupti_tracer(std::string* why) {
   if (r != CUPTI_SUCCESS) {
     if (why) *why = "CUPTI unavailable: " + cupti_error(r) + " (another profiler, or no driver?)";
     return nullptr;
+  }
+  // GPU timestamps on our clock; where CUPTI cannot take the callback, measure the offset once.
+  if (cuptiActivityRegisterTimestampCallback(cpu_clock) == CUPTI_SUCCESS) {
+    c.clock_offset_ns = 0;
+  } else {
+    std::uint64_t cupti_now = 0;
+    const std::uint64_t before = trace_clock_ns();
+    cuptiGetTimestamp(&cupti_now);
+    const std::uint64_t after = trace_clock_ns();
+    c.clock_offset_ns = static_cast<std::int64_t>((before + after) / 2) - static_cast<std::int64_t>(cupti_now);
   }
   c.active = true;
   return std::make_unique<cupti_tracer>();

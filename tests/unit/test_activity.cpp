@@ -164,7 +164,8 @@ TEST(TraceWriter, SlicesOnATrackNestOrFollowNeverOverlapPartly) {
   trace_writer w;
   (void)add_activity(w, fabricated(), 0);
   std::map<std::pair<std::int64_t, std::int64_t>, std::vector<std::pair<double, double>>> tracks;
-  for (const auto& e : w.to_json()["traceEvents"])
+  const auto j = w.to_json();
+  for (const auto& e : j["traceEvents"])
     if (e["ph"] == "X")
       tracks[{e["pid"].get<std::int64_t>(), e["tid"].get<std::int64_t>()}].push_back(
           {e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});

@@ -46,6 +46,14 @@ struct api_record {
   std::uint32_t correlation = 0;
 };
 
+/// A CPU thread waiting for the GPU (stream, event or context synchronize; a stream waiting on
+/// an event), tied to its API call by correlation id.
+struct sync_record {
+  std::string what;  // "stream synchronize", ...
+  std::uint64_t start_ns = 0, end_ns = 0;
+  std::uint32_t correlation = 0, stream = 0;
+};
+
 /// A user range (NVTX or gpu_basics' scoped range) on a CPU thread.
 struct range_record {
   std::string name;
@@ -59,11 +67,18 @@ struct activity_log {
   std::vector<memset_record> memsets;
   std::vector<api_record> api_calls;
   std::vector<range_record> ranges;
+  std::vector<sync_record> syncs;
   std::uint64_t dropped_records = 0;
   std::string source = "cupti";  // or why there is no GPU activity ("CUPTI unavailable: ...")
 };
 
 [[nodiscard]] std::string_view to_string(memcpy_kind k) noexcept;
+
+/// Keeps the records that start in [from_ns, to_ns) (a schedule's active window); ranges and API
+/// calls by their start, GPU records by theirs.
+void keep_window(activity_log& log, std::uint64_t from_ns, std::uint64_t to_ns);
+/// Counts per category: kernels, memcpys, memsets, api_calls, syncs, ranges, dropped.
+[[nodiscard]] nlohmann::json activity_counts(const activity_log& log);
 
 /// The CPU process's pid in traces (GPU devices use their index).
 inline constexpr std::int64_t kHostPid = 1000000;

@@ -1,0 +1,42 @@
+// User ranges: an RAII scoped_range emits an NVTX range (seen by Nsight Systems and any NVTX
+// consumer) and, while a trace is being recorded, a CPU slice on the calling thread's track.
+// Ranges, the sampler and CUPTI's GPU timestamps share one clock: trace_clock_ns().
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpu_basics/profiler/activity.hpp"
+
+namespace gpu_basics {
+
+/// Nanoseconds on the steady (CLOCK_MONOTONIC) clock: the clock of every trace record.
+[[nodiscard]] std::uint64_t trace_clock_ns() noexcept;
+/// The id of the calling thread as CUPTI reports it for API records (pthread_self on Linux).
+[[nodiscard]] std::uint64_t trace_thread_id() noexcept;
+
+/// The process-wide log of user ranges. Recording is off until start_recording(); ranges that
+/// end while it is on are kept (thread-safe).
+class range_log {
+ public:
+  static void start_recording();
+  /// Stops recording and returns the ranges recorded since start_recording().
+  static std::vector<range_record> stop_recording();
+  [[nodiscard]] static bool recording() noexcept;
+  static void record(range_record r);
+};
+
+class scoped_range {
+ public:
+  explicit scoped_range(std::string name);
+  ~scoped_range();
+  scoped_range(const scoped_range&) = delete;
+  scoped_range& operator=(const scoped_range&) = delete;
+
+ private:
+  std::string name_;
+  std::uint64_t start_ns_;
+};
+
+}  // namespace gpu_basics

@@ -1,0 +1,59 @@
+// A trace over the steps of a workload, with a schedule like torch.profiler's: `wait` steps
+// untraced (start-up: module loading, handle creation), `warmup` steps traced and discarded (the
+// tracer's own start-up), then `active` steps kept. Drives any activity_tracer (CUPTI, or a fake
+// in tests); without one, the trace keeps the CPU-side user ranges and says why. Host-only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "gpu_basics/profiler/activity_tracer.hpp"
+
+namespace gpu_basics {
+
+struct trace_schedule {
+  int wait = 1;
+  int warmup = 1;
+  int active = 0;  // 0: until finish()
+};
+
+enum class trace_phase { waiting, warming_up, active, done };
+[[nodiscard]] std::string_view to_string(trace_phase p) noexcept;
+
+/// The phase during step `step` (0-based) of a schedule. Pure: tested on its own.
+[[nodiscard]] trace_phase phase_at(const trace_schedule& s, long step) noexcept;
+
+class trace_session {
+ public:
+  /// tracer may be null (no CUPTI): `why` then says so in the trace's metadata.
+  trace_session(std::unique_ptr<activity_tracer> tracer, std::string why, trace_schedule schedule);
+  ~trace_session();
+  trace_session(const trace_session&) = delete;
+  trace_session& operator=(const trace_session&) = delete;
+
+  /// Marks the start of the next step (call before each step's work, then finish() after the
+  /// last one).
+  void step();
+  /// Ends the trace (if still recording) and returns what the active steps recorded.
+  activity_log finish();
+
+  [[nodiscard]] trace_phase phase() const noexcept { return phase_at(schedule_, step_); }
+  [[nodiscard]] long steps() const noexcept { return step_ + 1; }
+  /// The active window on trace_clock_ns(), valid once finish() ran.
+  [[nodiscard]] std::uint64_t active_start_ns() const noexcept { return active_start_ns_; }
+  [[nodiscard]] std::uint64_t active_end_ns() const noexcept { return active_end_ns_; }
+
+ private:
+  void enter(trace_phase from, trace_phase to);
+  std::unique_ptr<activity_tracer> tracer_;
+  std::string why_;
+  trace_schedule schedule_;
+  long step_ = -1;
+  bool recording_ = false;
+  bool finished_ = false;
+  std::uint64_t active_start_ns_ = 0, active_end_ns_ = 0;
+  activity_log log_;
+};
+
+}  // namespace gpu_basics
