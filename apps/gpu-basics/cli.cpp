@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "exit_codes.hpp"
+#include "gpu_basics/profiler/trace_writer.hpp"
 #include "gpu_basics/core/config.hpp"
 
 namespace gpu_basics::cli {
@@ -38,7 +39,7 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
   app.set_version_flag("--version", "gpu-basics 0.1.0");
   options o;
   std::string level;
-  std::string json, csv;
+  std::string json, csv, trace;
   for (const auto& s : kSpecs) {
     CLI::App* sub = app.add_subcommand(s.name, s.description);
     sub->add_option("-c,--config", o.config_path,
@@ -50,6 +51,10 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
     sub->add_option("--log-level", level, "trace, debug, info, warn or error (overrides logging.level)");
     sub->add_option("--json", json, "Write results as JSON to this file ('-' for stdout)");
     sub->add_option("--csv", csv, "Write tables as CSV (several tables: <stem>.<table>.csv beside PATH)");
+    if (const std::string_view n = s.name; n == "memory" || n == "transfer" || n == "profile")
+      sub->add_option("--trace", trace,
+                      "Write a Chrome/Perfetto trace of the lesson's workload (CUPTI kernels, copies, API "
+                      "calls, ranges, counters) to PATH; PATH.gz is gzip-compressed");
   }
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   if (!reversed.empty()) reversed.pop_back();  // argv[0]
@@ -77,6 +82,18 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
   if (o.json_path && o.csv_path && *o.json_path == "-" && *o.csv_path == "-") {
     err << "gpu-basics: --json - and --csv - cannot both write to stdout\n";
     return {std::nullopt, exit_usage};
+  }
+  if (!trace.empty()) {
+    const bool gz = trace.size() > 3 && trace.compare(trace.size() - 3, 3, ".gz") == 0;
+    if (trace == "-") {
+      err << "gpu-basics: --trace needs a file path\n";
+      return {std::nullopt, exit_usage};
+    }
+    if (gz && !trace_writer::gzip_supported()) {
+      err << "gpu-basics: --trace " << trace << ": this build has no zlib, so it cannot write .gz; drop the .gz\n";
+      return {std::nullopt, exit_usage};
+    }
+    o.trace_path = trace;
   }
   if (o.csv_path && *o.csv_path == "-") {
     err << "gpu-basics: --csv needs a file path (tables go to stdout already)\n";

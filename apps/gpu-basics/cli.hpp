@@ -15,6 +15,7 @@ struct options {
   std::optional<std::string> log_level;
   std::optional<std::string> json_path;  // "-" = stdout
   std::optional<std::string> csv_path;
+  std::optional<std::string> trace_path;  // memory, transfer, profile
 };
 
 struct parse_result {

@@ -19,7 +19,9 @@
 #include "gpu_basics/transfer/pipeline.hpp"
 #include "gpu_basics/transfer/pipeline_schedule.hpp"
 #include "gpu_basics/transfer/plan.hpp"
+#include "gpu_basics/profiler/range.hpp"
 #include "lesson.hpp"
+#include "trace_output.hpp"
 
 namespace gpu_basics::cli {
 
@@ -43,7 +45,12 @@ nlohmann::json timeline_json(const pipeline_run& r) {
 
 void add_double_buffer(context& ctx, report& r) {
   const auto& db = ctx.cfg.transfer.double_buffer;
-  if (!db.enabled) return;
+  if (!db.enabled) {
+    if (ctx.trace_path)
+      spdlog::warn("--trace: transfer traces its double-buffering run, which transfer.double_buffer.enabled: "
+                   "false turns off; no trace written");
+    return;
+  }
   const std::size_t bytes = db.batch_bytes;
   const auto batches = static_cast<std::size_t>(db.batches);
   const int reps = std::max(3, std::min(ctx.cfg.benchmark.iterations, 7));
@@ -105,6 +112,7 @@ void add_double_buffer(context& ctx, report& r) {
   std::int64_t pid = 0;
   double closest_to_one = 1e300;
   std::vector<std::pair<std::string, pipeline_run>> traced;
+  unsigned traced_k = 1;
 
   for (double ratio : db.compute_to_copy) {
     const double target = ratio * copy_s;
@@ -157,6 +165,7 @@ void add_double_buffer(context& ctx, report& r) {
     if (std::abs(std::log(ratio)) < closest_to_one) {
       closest_to_one = std::abs(std::log(ratio));
       traced.clear();
+      traced_k = k;
       for (const auto& m : modes) traced.emplace_back(fmt::format("{} (compute/copy {})", m.name, ratio), m.run);
     }
   }
@@ -199,6 +208,28 @@ void add_double_buffer(context& ctx, report& r) {
   r.extra["double_buffer"] = {{"batch_bytes", bytes}, {"batches", batches}, {"copy_s", copy_s},
                               {"trace", trace_path}, {"timelines", timelines}};
   r.tables.push_back(std::move(t));
+
+  // --trace: the double-buffered pipeline at the ratio closest to 1 as CUPTI sees it: real copy
+  // and kernel records on their streams. Three runs: the first untraced, the second warms the
+  // tracer up, the third is kept; every run's checksums are checked.
+  if (auto session = start_trace(ctx, trace_schedule{1, 1, 0})) {
+    std::vector<unsigned long long> want(batches), got(batches);
+    pool.parallel_for(batches, [&](std::size_t i) {
+      want[i] = lcg_checksum_of_pattern(bytes, static_cast<std::uint32_t>(i), traced_k);
+    });
+    prefetch_pipeline pipe(bytes, 2);
+    for (int run = 0; run < 3; ++run) {
+      session->step();
+      scoped_range range(fmt::format("double-buffered run {} ({} batches)", run, batches));
+      GPU_BASICS_CUDA_TRY(cudaMemset(sums.data(), 0, sums.size()));
+      (void)pipe.run(sources, [&](stream_view s, const void* dev, std::size_t batch) {
+        enqueue_lcg_checksum(dev, bytes, traced_k, sums.as<unsigned long long>() + batch, s);
+      });
+      GPU_BASICS_CUDA_TRY(cudaMemcpy(got.data(), sums.data(), sums.size(), cudaMemcpyDeviceToHost));
+      if (got != want) throw verification_error("double-buffering (traced run): a batch checksum did not match");
+    }
+    write_trace(ctx, *session, r, nullptr, nullptr);
+  }
 }
 
 }  // namespace gpu_basics::cli

@@ -14,7 +14,9 @@
 #include "gpu_basics/memory/pinned_pool.hpp"
 #include "gpu_basics/transfer/copy_bench.hpp"
 #include "gpu_basics/transfer/plan.hpp"
+#include "gpu_basics/profiler/range.hpp"
 #include "lesson.hpp"
+#include "trace_output.hpp"
 
 namespace gpu_basics::cli {
 
@@ -168,7 +170,12 @@ report run_memory(context& ctx) {
 
   // ---- 3. peak memory of a workload ---------------------------------------------------------
   {
-    auto alloc = make_allocator();
+    // --trace: this pass, with the allocator's allocated/reserved bytes as counter tracks.
+    allocator_options ho;
+    if (ctx.trace_path) ho.history_capacity = 4096;
+    auto alloc = make_allocator(ho);
+    auto trace = start_trace(ctx, trace_schedule{0, 0, 0});
+    if (trace) trace->step();
     table t;
     t.id = "peak";
     t.title = "Peak memory of a workload (reset_peak_stats, then a forward/backward-like pass)";
@@ -180,11 +187,13 @@ report run_memory(context& ctx) {
     std::vector<void*> acts;
     std::uint64_t asked = 0;
     for (int l = 0; l < 8; ++l) {
+      scoped_range range(fmt::format("forward layer {}", l));
       const std::size_t n = (64 + 16 * static_cast<std::size_t>(l)) * MiB;
       acts.push_back(alloc->allocate(n, sh));
       asked += n;
     }
     for (int l = 7; l >= 0; --l) {
+      scoped_range range(fmt::format("backward layer {}", l));
       void* grad = alloc->allocate(64 * MiB, sh);
       asked += 64 * MiB;
       alloc->deallocate(acts[static_cast<std::size_t>(l)]);
@@ -202,6 +211,10 @@ report run_memory(context& ctx) {
     alloc->deallocate(weights);
     r.extra["peak_stats"] = s;
     r.tables.push_back(std::move(t));
+    if (trace) {
+      const auto h = alloc->history();
+      write_trace(ctx, *trace, r, nullptr, &h);
+    }
   }
 
   // ---- 4. pinned vs pageable host memory ----------------------------------------------------

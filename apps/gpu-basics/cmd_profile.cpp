@@ -16,7 +16,9 @@
 #include "gpu_basics/transfer/copy_bench.hpp"
 #include "gpu_basics/transfer/kernels.hpp"
 #include "gpu_basics/transfer/pipeline.hpp"
+#include "gpu_basics/profiler/range.hpp"
 #include "lesson.hpp"
+#include "trace_output.hpp"
 
 namespace gpu_basics::cli {
 
@@ -28,6 +30,7 @@ report run_profile(context& ctx) {
   report r;
   r.command = "profile";
   cuda_stream s;
+  std::unique_ptr<trace_session> trace;
 
   // ---- 1. three ways to time a kernel -------------------------------------------------------
   {
@@ -78,9 +81,14 @@ report run_profile(context& ctx) {
     device_buffer data(bytes), sum(sizeof(unsigned long long));
     enqueue_fill_pattern(data.data(), bytes, 5, s);
     timing_registry reg;
+    // --trace: the trace starts here. Step 0 (first use of the buffers) is left out, step 1 warms
+    // the tracer up, and it stays on from step 2 through the matmuls below.
+    trace = start_trace(ctx, iters >= 3 ? trace_schedule{1, 1, 0} : trace_schedule{0, 0, 0});
     {
       gpu_timing timing(reg);
       for (int i = 0; i < iters; ++i) {
+        if (trace) trace->step();
+        scoped_range step(fmt::format("step {}", i));
         {
           gpu_timing::scope sc(timing, "H2D copy 64 MiB (pinned)", s);
           GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(data.data(), host.data(), bytes, cudaMemcpyHostToDevice, s.value()));
@@ -142,6 +150,7 @@ report run_profile(context& ctx) {
         const gemm_shape shape{static_cast<std::uint64_t>(sh.dims[0]), static_cast<std::uint64_t>(sh.dims[1]),
                                static_cast<std::uint64_t>(sh.dims[2])};
         spdlog::info("matmul {} {}x{}x{}", to_string(p), shape.m, shape.n, shape.k);
+        scoped_range range(fmt::format("matmul {} {}x{}x{}", to_string(p), shape.m, shape.n, shape.k));
         const auto res = gemm.run(p, shape, cfg.benchmark.warmup_iterations, iters, s);
         const double peak = sheet ? datasheet_peak_flops(*sheet, p) : 0.0;
         t.add_row({std::string(to_string(p)), fmt::format("{} x {} x {}", shape.m, shape.n, shape.k),
@@ -226,6 +235,10 @@ report run_profile(context& ctx) {
     t.add_row({ctx.nvml_status});
     t.notes.push_back("- Without NVML there is no utilization, power or clock data; the rest of the lesson ran.");
     r.tables.push_back(std::move(t));
+  }
+  if (trace) {
+    const auto samples = smp ? smp->samples() : std::vector<gpu_sample>{};
+    write_trace(ctx, *trace, r, smp ? &samples : nullptr, nullptr);
   }
   return r;
 }

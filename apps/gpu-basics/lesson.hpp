@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@ struct context {
   std::shared_ptr<nvml> nv;  // null when NVML is unavailable
   std::string nvml_status;   // "ok" or why not
   std::vector<device_info> devices;
+  std::optional<std::string> trace_path;  // --trace: the lesson writes a trace there
 
   [[nodiscard]] const device_info& device() const { return devices.at(static_cast<std::size_t>(cfg.device)); }
 };

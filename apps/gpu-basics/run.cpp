@@ -88,6 +88,7 @@ int run(const options& o, std::ostream& out, std::ostream& err) {
     setup_logging(cfg.logging.level);
     context ctx;
     ctx.cfg = cfg;
+    ctx.trace_path = o.trace_path;
     (void)visible_device_count();  // no GPU: one clear line before anything else is said
     std::string why;
     ctx.nv = nvml::open(&why);

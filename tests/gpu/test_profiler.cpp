@@ -164,3 +164,135 @@ TEST(GpuTrace, CuptiSeesKernelsByNameCopiesWithBytesAndAFlowPerLaunch) {
   EXPECT_EQ(flows, log.kernels.size() + log.memcpys.size() + log.memsets.size());
   EXPECT_EQ(log.dropped_records, 0u);
 }
+
+#if GPU_BASICS_TEST_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
+#include "gpu_basics/profiler/range.hpp"
+
+namespace {
+nlohmann::json read_trace(const std::filesystem::path& p) {
+  std::string text;
+#if GPU_BASICS_TEST_HAVE_ZLIB
+  gzFile f = gzopen(p.string().c_str(), "rb");  // reads plain files too
+  if (!f) return nullptr;
+  char buf[65536];
+  for (int n; (n = gzread(f, buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+  gzclose(f);
+#else
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return nullptr;
+  text.assign(std::istreambuf_iterator<char>(in), {});
+#endif
+  return nlohmann::json::parse(text);
+}
+}  // namespace
+
+TEST(GpuTrace, RangesShareTheApiCallsThreadTrackAndTheGpuClock) {
+  SKIP_WITHOUT_GPU();
+  std::string why;
+  auto tracer = make_cupti_tracer(&why);
+  if (!tracer) GTEST_SKIP() << why;
+  const std::size_t bytes = 16u << 20;
+  device_buffer data(bytes), sum(sizeof(unsigned long long));
+  cuda_stream s;
+  enqueue_fill_pattern(data.data(), bytes, 2, s);
+  s.synchronize();
+  tracer->start();
+  const std::uint64_t before = trace_clock_ns();
+  {
+    scoped_range r("work");
+    enqueue_lcg_checksum(data.data(), bytes, 2000, sum.as<unsigned long long>(), s);
+    s.synchronize();
+  }
+  const std::uint64_t after = trace_clock_ns();
+  const activity_log log = tracer->stop();
+  ASSERT_EQ(log.ranges.size(), 1u);
+  ASSERT_EQ(log.kernels.size(), 1u);
+  const auto& k = log.kernels[0];
+  const auto& r = log.ranges[0];
+  // On one clock: the kernel ran inside the range that launched and waited for it.
+  EXPECT_GE(k.start_ns, r.start_ns);
+  EXPECT_LE(k.end_ns, r.end_ns);
+  EXPECT_GE(r.start_ns, before);
+  EXPECT_LE(r.end_ns, after);
+  bool launch_on_range_thread = false;
+  for (const auto& a : log.api_calls) launch_on_range_thread |= a.correlation == k.correlation && a.thread == r.thread;
+  EXPECT_TRUE(launch_on_range_thread) << "range thread " << r.thread;
+  bool waited = false;
+  for (const auto& y : log.syncs) waited |= y.what == "stream synchronize" && y.end_ns >= k.end_ns;
+  EXPECT_TRUE(waited);
+}
+
+TEST(GpuCli, ProfileTraceHoldsKernelsFlowsCountersAndNothingFromStartUp) {
+  SKIP_WITHOUT_GPU();
+  const auto dir = std::filesystem::temp_directory_path() / "gpu_basics_profile_trace";
+  std::filesystem::remove_all(dir);
+  const auto trace = dir / (trace_writer::gzip_supported() ? "p.json.gz" : "p.json");
+  const std::string cmd = std::string(GPU_BASICS_CLI) +
+                          " profile --set benchmark.iterations=5 --set 'profiler.matmul.shapes=[[2048, 2048, 2048]]'"
+                          " --set 'profiler.matmul.precisions=[bf16]' --set output.directory=" + dir.string() +
+                          " --trace " + trace.string() + " --json " + (dir / "p.json").string() + " > " +
+                          dir.string() + ".txt 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const auto j = read_trace(trace);
+  ASSERT_TRUE(j.is_object());
+  std::map<std::string, int> cats;
+  std::set<std::string> counters, step_ranges;
+  bool gemm = false;
+  std::map<std::uint64_t, int> flows;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "X") {
+      cats[e["cat"].get<std::string>()]++;
+      const auto name = e["name"].get<std::string>();
+      if (e["cat"] == "kernel" && (name.find("gemm") != std::string::npos || name.find("Kernel") != std::string::npos)) gemm = true;
+      if (e["cat"] == "user_range" && name.rfind("step ", 0) == 0) step_ranges.insert(name);
+    }
+    if (e["ph"] == "C") counters.insert(e["name"].get<std::string>());
+    if (e["ph"] == "s" || e["ph"] == "f") flows[e["id"].get<std::uint64_t>()]++;
+  }
+  EXPECT_GT(cats["kernel"], 0);
+  EXPECT_GT(cats["memcpy"], 0);
+  EXPECT_GT(cats["cuda_runtime"], 0);
+  EXPECT_TRUE(gemm) << "no cuBLAS kernel in the trace";
+  // wait 1, warmup 1: steps 0 and 1 are not in the trace, 2..4 are.
+  EXPECT_EQ(step_ranges, (std::set<std::string>{"step 2", "step 3", "step 4"}));
+  EXPECT_TRUE(counters.count("gpu_util_percent"));
+  EXPECT_TRUE(counters.count("power_w"));
+  EXPECT_GT(flows.size(), 0u);
+  for (const auto& [id, n] : flows) EXPECT_EQ(n, 2) << "flow " << id;
+  EXPECT_EQ(j["metadata"]["counts"]["dropped_records"], 0);
+  EXPECT_TRUE(j["metadata"]["environment"].is_object());
+  std::ifstream rj(dir / "p.json");
+  const auto report = nlohmann::json::parse(rj);
+  bool table = false;
+  for (const auto& t : report["tables"]) table |= t["id"] == "trace";
+  EXPECT_TRUE(table);
+}
+
+TEST(GpuCli, MemoryTraceHasAllocatorCountersThatReturnToZero) {
+  SKIP_WITHOUT_GPU();
+  const auto dir = std::filesystem::temp_directory_path() / "gpu_basics_memory_trace";
+  std::filesystem::remove_all(dir);
+  const auto trace = dir / "m.json";
+  const std::string cmd = std::string(GPU_BASICS_CLI) + " memory --set benchmark.iterations=2 --trace " +
+                          trace.string() + " > " + dir.string() + ".txt 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const auto j = read_trace(trace);
+  ASSERT_TRUE(j.is_object());
+  std::vector<double> allocated, reserved;
+  int mallocs = 0, ranges = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "C" && e["name"] == "allocated_bytes") allocated.push_back(e["args"]["allocated_bytes"].get<double>());
+    if (e["ph"] == "C" && e["name"] == "reserved_bytes") reserved.push_back(e["args"]["reserved_bytes"].get<double>());
+    if (e["ph"] == "X" && e["name"] == "cudaMalloc") ++mallocs;
+    if (e["ph"] == "X" && e["cat"] == "user_range") ++ranges;
+  }
+  ASSERT_FALSE(allocated.empty());
+  EXPECT_EQ(allocated.back(), 0.0);  // weights and every activation freed
+  EXPECT_GE(*std::max_element(allocated.begin(), allocated.end()), 512.0 * (1 << 20) + 1024.0 * (1 << 20));
+  ASSERT_FALSE(reserved.empty());
+  EXPECT_EQ(static_cast<int>(reserved.size()), mallocs) << "one cudaMalloc per new segment";
+  EXPECT_EQ(ranges, 16);  // 8 forward + 8 backward layers
+}

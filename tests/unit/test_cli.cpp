@@ -71,3 +71,26 @@ TEST(Cli, BadConfigIsRejectedBeforeTheGpu) {
   EXPECT_EQ(err.str(), "gpu-basics: --set: transfer.num_streams: expected an integer in 1..64, got 0\n");
   EXPECT_TRUE(out.str().empty());
 }
+
+#include "gpu_basics/profiler/trace_writer.hpp"
+
+TEST(Cli, TraceIsOfferedWhereALessonTracesAndChecksItsPath) {
+  for (const char* c : {"memory", "transfer", "profile"}) {
+    const auto r = parse({c, "--trace", "t.json"});
+    ASSERT_TRUE(r.opts) << c;
+    EXPECT_EQ(r.opts->trace_path, "t.json");
+  }
+  std::string err;
+  EXPECT_EQ(parse({"info", "--trace", "t.json"}, nullptr, &err).exit_code, 2);
+  EXPECT_EQ(parse({"profile"}).opts->trace_path, std::nullopt);
+  EXPECT_EQ(parse({"profile", "--trace", "-"}, nullptr, &err).exit_code, 2);
+  EXPECT_NE(err.find("--trace needs a file path"), std::string::npos) << err;
+  const auto gz = parse({"profile", "--trace", "t.json.gz"}, nullptr, &err);
+  if (trace_writer::gzip_supported()) {
+    ASSERT_TRUE(gz.opts);
+    EXPECT_EQ(gz.opts->trace_path, "t.json.gz");
+  } else {
+    EXPECT_EQ(gz.exit_code, 2);
+    EXPECT_NE(err.find("no zlib"), std::string::npos) << err;
+  }
+}
