@@ -216,11 +216,24 @@ report run_profile(context& ctx) {
           e.joules, e.seconds, e.mean_watts()));
     else
       t.notes.push_back(fmt::format("- Energy counter: {}.", to_string(e.status)));
+    const double wall = smp->wall_seconds();
+    const std::size_t fast_n = samples.size() > smp->slow_samples() ? samples.size() - smp->slow_samples() : 0;
     t.notes.push_back(fmt::format(
-        "- The sampler thread used {:.2f}% of one CPU core. Most NVML reads cost microseconds (the driver "
-        "caches them), but one read of the energy counter costs milliseconds of CPU, so it is read once a "
-        "second and at both ends, not every sample.",
-        cpu_pct));
+        "- The sampler thread used {:.2f}% of one CPU core over {:.2f} s: {:.2f}% in {} reads that include the "
+        "energy counter ({:.1f} ms of CPU each: NVML reads it from the board, while the other metrics come "
+        "from the driver's cache) and {:.2f}% in {} plain samples ({:.0f} us each, waking up included). So "
+        "at {} ms with the counter read once a second, its steady cost is about {:.2f}% of a core; over a "
+        "short run the counter's reads at both ends dominate.",
+        cpu_pct, wall, wall > 0 ? 100.0 * smp->slow_cpu_seconds() / wall : 0.0, smp->slow_samples(),
+        smp->slow_samples() ? 1e3 * smp->slow_cpu_seconds() / static_cast<double>(smp->slow_samples()) : 0.0,
+        wall > 0 ? 100.0 * (smp->cpu_seconds() - smp->slow_cpu_seconds()) / wall : 0.0, fast_n,
+        fast_n ? 1e6 * (smp->cpu_seconds() - smp->slow_cpu_seconds()) / static_cast<double>(fast_n) : 0.0,
+        cfg.profiler.sample_interval_ms,
+        fast_n && smp->slow_samples()
+            ? 100.0 * ((smp->cpu_seconds() - smp->slow_cpu_seconds()) / static_cast<double>(fast_n) /
+                           (cfg.profiler.sample_interval_ms * 1e-3) +
+                       smp->slow_cpu_seconds() / static_cast<double>(smp->slow_samples()))
+            : cpu_pct));
     const std::string csv = (std::filesystem::path(cfg.output.directory) / "profile_samples.csv").string();
     write_file_atomically(csv, samples_csv(samples));
     t.notes.push_back("- All samples: " + csv);

@@ -71,6 +71,17 @@ std::string sync_name(CUpti_ActivitySynchronizationType t) {
   }
 }
 
+// "cudaMalloc_v3020" -> "cudaMalloc": CUPTI's callback names carry the API version.
+std::string api_name(const char* name) {
+  if (!name) return "cuda?";
+  std::string n = name;
+  const auto v = n.rfind("_v");
+  if (v != std::string::npos && v + 2 < n.size() &&
+      n.find_first_not_of("0123456789", v + 2) == std::string::npos)
+    n.erase(v);
+  return n;
+}
+
 // CUPTI's records carry this clock's timestamps: the trace's one clock (ranges, NVML samples).
 std::uint64_t CUPTIAPI cpu_clock() { return trace_clock_ns(); }
 
@@ -137,7 +148,7 @@ void CUPTIAPI buffer_completed(CUcontext ctx, std::uint32_t stream, std::uint8_t
         const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(rec);
         const char* name = nullptr;
         cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &name);
-        c.log.api_calls.push_back({name ? name : "cuda?", a->start, a->end, a->threadId, a->correlationId});
+        c.log.api_calls.push_back({api_name(name), a->start, a->end, a->threadId, a->correlationId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {

@@ -16,7 +16,8 @@ std::uint64_t trace_clock_ns() noexcept {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-std::uint64_t trace_thread_id() noexcept { return static_cast<std::uint64_t>(pthread_self()); }
+// CUPTI's API records carry the low 32 bits of pthread_self() (seen on the H200's driver 580).
+std::uint64_t trace_thread_id() noexcept { return static_cast<std::uint32_t>(pthread_self()); }
 
 namespace {
 struct range_state {

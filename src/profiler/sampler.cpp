@@ -170,16 +170,28 @@ void sampler::loop() {
   const auto slow_period = std::chrono::milliseconds(slow_interval_ms_);
   auto next = std::chrono::steady_clock::now();
   auto next_slow = next;
+  double slow_cpu = 0;
+  std::size_t slow_n = 0;
+  const auto read = [&](bool slow) {
+    const double c0 = slow ? thread_cpu_s() : 0.0;
+    push(source_->read(slow));
+    if (slow) {
+      slow_cpu += thread_cpu_s() - c0;
+      ++slow_n;
+    }
+  };
   while (running_.load()) {
     const bool slow = std::chrono::steady_clock::now() >= next_slow;
     if (slow) next_slow = std::chrono::steady_clock::now() + slow_period;
-    push(source_->read(slow));
+    read(slow);
     next += period;
     const auto now = std::chrono::steady_clock::now();
     if (next < now) next = now;  // fell behind: do not burst to catch up
     std::this_thread::sleep_until(next);
   }
-  push(source_->read(true));  // the last sample closes the window of the slow counters
+  read(true);  // the last sample closes the window of the slow counters
+  slow_cpu_s_ = slow_cpu;
+  slow_samples_ = slow_n;
   cpu_s_ = thread_cpu_s() - cpu0;
   wall_s_ = now_s() - wall0;
 }

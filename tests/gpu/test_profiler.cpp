@@ -41,8 +41,10 @@ TEST(GpuProfiler, NvmlSamplerSeesUtilizationRiseUnderLoad) {
   }
   sampler smp(src, 10);
   smp.start();
-  for (int i = 0; i < 20; ++i) enqueue_lcg_checksum(data.data(), bytes, 20000, sum.as<unsigned long long>(), s);
-  s.synchronize();  // ~1.5 s of work
+  // ~3 s of work: long enough that the sampler's fixed costs (thread start, the energy counter
+  // read at both ends) weigh little against its steady state.
+  for (int i = 0; i < 40; ++i) enqueue_lcg_checksum(data.data(), bytes, 20000, sum.as<unsigned long long>(), s);
+  s.synchronize();
   smp.stop();
   const auto samples = smp.samples();
   std::printf("%zu samples in %.2f s, sampler CPU %.2f%% of a core\n", samples.size(), smp.wall_seconds(),
@@ -58,9 +60,9 @@ TEST(GpuProfiler, NvmlSamplerSeesUtilizationRiseUnderLoad) {
   ASSERT_EQ(e.status, metric_status::ok);
   EXPECT_GT(e.mean_watts(), 50.0) << e.joules << " J in " << e.seconds << " s";  // an H200 idles near 100 W
   EXPECT_LT(e.mean_watts(), 1500.0);
-  // The target is < 1% of a core at 100 Hz (the lesson prints the figure); 3% leaves room for
+  // The target is < 1% of a core at 100 Hz (the lesson prints the figure); 1.5% leaves room for
   // a shared machine. Reading the energy counter every sample cost ~40% here.
-  EXPECT_LT(smp.cpu_seconds(), 0.03 * smp.wall_seconds()) << "sampler cost too much CPU at 100 Hz";
+  EXPECT_LT(smp.cpu_seconds(), 0.015 * smp.wall_seconds()) << "sampler cost too much CPU at 100 Hz";
 }
 
 TEST(GpuProfiler, RegionTimerMeasuresTheKernelNotTheLaunch) {

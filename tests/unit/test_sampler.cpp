@@ -103,6 +103,8 @@ TEST(Sampler, ReadsSlowMetricsFirstAtTheirIntervalAndLast) {
   // First, about every 100 ms over 350 ms, and the last: 4 to 6 slow reads, not one per sample.
   EXPECT_GE(src->slow_reads(), 4u);
   EXPECT_LE(src->slow_reads(), 6u);
+  EXPECT_EQ(s.slow_samples(), src->slow_reads());
+  EXPECT_LE(s.slow_cpu_seconds(), s.cpu_seconds());
   const energy_use e = energy_between(samples);
   ASSERT_EQ(e.status, metric_status::ok);
   EXPECT_DOUBLE_EQ(e.joules, 2.0 * static_cast<double>(samples.size() - 1));

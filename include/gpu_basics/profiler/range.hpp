@@ -13,7 +13,7 @@ namespace gpu_basics {
 
 /// Nanoseconds on the steady (CLOCK_MONOTONIC) clock: the clock of every trace record.
 [[nodiscard]] std::uint64_t trace_clock_ns() noexcept;
-/// The id of the calling thread as CUPTI reports it for API records (pthread_self on Linux).
+/// The id of the calling thread as CUPTI reports it for API records (pthread_self's low 32 bits).
 [[nodiscard]] std::uint64_t trace_thread_id() noexcept;
 
 /// The process-wide log of user ranges. Recording is off until start_recording(); ranges that

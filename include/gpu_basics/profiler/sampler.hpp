@@ -132,6 +132,9 @@ class sampler {
   /// CPU time the sampler thread used, and the wall time it ran.
   [[nodiscard]] double cpu_seconds() const noexcept { return cpu_s_.load(); }
   [[nodiscard]] double wall_seconds() const noexcept { return wall_s_.load(); }
+  /// Of cpu_seconds(): the samples that read the slow metrics, and how many there were.
+  [[nodiscard]] double slow_cpu_seconds() const noexcept { return slow_cpu_s_.load(); }
+  [[nodiscard]] std::size_t slow_samples() const noexcept { return slow_samples_.load(); }
 
  private:
   void loop();
@@ -145,7 +148,8 @@ class sampler {
   std::thread thread_;
   std::atomic<bool> running_{false};
   std::atomic<std::size_t> dropped_{0};
-  std::atomic<double> cpu_s_{0}, wall_s_{0};
+  std::atomic<double> cpu_s_{0}, wall_s_{0}, slow_cpu_s_{0};
+  std::atomic<std::size_t> slow_samples_{0};
 };
 
 /// CSV: time_s and one column per metric; empty where there was no value.
