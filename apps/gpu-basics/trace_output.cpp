@@ -68,10 +68,14 @@ void write_trace(const context& ctx, trace_session& session, report& r, const st
       "- Timestamps are on one clock (CLOCK_MONOTONIC): CUPTI is given it for GPU records, and user "
       "ranges and NVML samples read it, so a kernel lines up with the range and the power sample "
       "around it. Each arrow joins a launch (CPU) to the kernel or copy it started (GPU).");
-  t.notes.push_back(fmt::format(
-      "- Schedule: the first {} step(s) untraced (start-up), the next {} traced and discarded (the "
-      "tracer's own start-up), the rest kept, as torch.profiler's schedule(wait, warmup, active).",
-      session.schedule().wait, session.schedule().warmup));
+  const auto& sch = session.schedule();
+  if (sch.wait == 0 && sch.warmup == 0)
+    t.notes.push_back("- The whole workload is traced (it has no start-up to leave out).");
+  else
+    t.notes.push_back(fmt::format(
+        "- Schedule: the first {} step(s) untraced (start-up), the next {} traced and discarded (the "
+        "tracer's own start-up), the rest kept, as torch.profiler's schedule(wait, warmup, active).",
+        sch.wait, sch.warmup));
   r.extra["trace"] = {{"path", *ctx.trace_path}, {"source", log.source}, {"counts", counts},
                       {"events", w.size()}, {"write_s", write_s}};
   r.tables.push_back(std::move(t));
