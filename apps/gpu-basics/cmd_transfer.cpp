@@ -410,6 +410,7 @@ report run_transfer(context& ctx) {
 
   r.extra["measurements"] = raw;
   add_double_buffer(ctx, r);
+  add_multi_gpu(ctx, r);
   return r;
 }
 

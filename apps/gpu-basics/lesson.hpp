@@ -30,5 +30,8 @@ report run_memory(context& ctx);
 report run_profile(context& ctx);
 /// Appends the double-buffering table to the transfer report (transfer.double_buffer).
 void add_double_buffer(context& ctx, report& r);
+/// Appends the peer-to-peer matrices and NCCL collectives to the transfer report
+/// (transfer.multi_gpu).
+void add_multi_gpu(context& ctx, report& r);
 
 }  // namespace gpu_basics::cli

@@ -267,6 +267,8 @@ constexpr std::string_view kDepthExpect = "an integer in 1..8";
 constexpr std::string_view kIntervalExpect = "an integer in 1..1000 (milliseconds)";
 constexpr std::string_view kCheckExpect = "an integer in 16..2048";
 constexpr std::string_view kWorkspaceExpect = "a size in 0..4 GiB (e.g. \"64 MiB\")";
+constexpr std::string_view kPeerExpect = "a size in 1 MiB..4 GiB (e.g. \"256 MiB\")";
+constexpr std::string_view kNcclExpect = "a size in 8 B..8 GiB (e.g. 8 or \"1 GiB\")";
 constexpr std::string_view kThreadsExpect = "an integer in 0..256 (0 = one per core, at most 16)";
 
 const std::vector<key_spec>& schema() {
@@ -324,6 +326,20 @@ const std::vector<key_spec>& schema() {
       {"transfer.sweep.max_bytes",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
          c.transfer.sweep.max_bytes = read_size(n, ctx, kSweepExpect);
+       }},
+      {"transfer.multi_gpu.enabled",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) { c.transfer.multi_gpu.enabled = read_bool(n, ctx); }},
+      {"transfer.multi_gpu.peer_bytes",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.transfer.multi_gpu.peer_bytes = read_size(n, ctx, kPeerExpect);
+       }},
+      {"transfer.multi_gpu.nccl_min_bytes",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.transfer.multi_gpu.nccl_min_bytes = read_size(n, ctx, kNcclExpect);
+       }},
+      {"transfer.multi_gpu.nccl_max_bytes",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.transfer.multi_gpu.nccl_max_bytes = read_size(n, ctx, kNcclExpect);
        }},
       {"transfer.double_buffer.enabled",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
@@ -621,6 +637,14 @@ void validate(const config& cfg) {
   check_size("transfer.double_buffer.batch_bytes", cfg.transfer.double_buffer.batch_bytes, MiB, 4 * GiB, kBatchExpect);
   check_range("transfer.double_buffer.batches", cfg.transfer.double_buffer.batches, 1, 1024, kBatchesExpect);
   check_range("transfer.double_buffer.depth", cfg.transfer.double_buffer.depth, 1, 8, kDepthExpect);
+  check_size("transfer.multi_gpu.peer_bytes", cfg.transfer.multi_gpu.peer_bytes, MiB, 4 * GiB, kPeerExpect);
+  check_size("transfer.multi_gpu.nccl_min_bytes", cfg.transfer.multi_gpu.nccl_min_bytes, 8, 8 * GiB, kNcclExpect);
+  check_size("transfer.multi_gpu.nccl_max_bytes", cfg.transfer.multi_gpu.nccl_max_bytes, 8, 8 * GiB, kNcclExpect);
+  if (cfg.transfer.multi_gpu.nccl_max_bytes < cfg.transfer.multi_gpu.nccl_min_bytes)
+    fail_at(where("transfer.multi_gpu.nccl_max_bytes"), "transfer.multi_gpu.nccl_max_bytes",
+            "must be at least transfer.multi_gpu.nccl_min_bytes (" +
+                std::to_string(cfg.transfer.multi_gpu.nccl_min_bytes) + "), got " +
+                std::to_string(cfg.transfer.multi_gpu.nccl_max_bytes));
   if (cfg.output.directory.empty())
     fail_at(where("output.directory"), "output.directory", "expected a directory path, got \"\"");
 
@@ -689,7 +713,12 @@ void to_json(nlohmann::json& j, const config& cfg) {
         {"staging",
          {{"chunk_bytes", cfg.transfer.staging.chunk_bytes},
           {"buffers", cfg.transfer.staging.buffers},
-          {"threads", cfg.transfer.staging.threads}}}}},
+          {"threads", cfg.transfer.staging.threads}}},
+        {"multi_gpu",
+         {{"enabled", cfg.transfer.multi_gpu.enabled},
+          {"peer_bytes", cfg.transfer.multi_gpu.peer_bytes},
+          {"nccl_min_bytes", cfg.transfer.multi_gpu.nccl_min_bytes},
+          {"nccl_max_bytes", cfg.transfer.multi_gpu.nccl_max_bytes}}}}},
       {"profiler",
        {{"sample_interval_ms", cfg.profiler.sample_interval_ms},
         {"matmul",

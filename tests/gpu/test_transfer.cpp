@@ -183,6 +183,7 @@ TEST(GpuCli, TransferLessonWritesEveryTable) {
                           " transfer --set 'transfer.tensor_shapes=[[512, 512], [1000, 999]]'"
                           " --set 'transfer.large_copy_bytes=16 MiB' --set benchmark.iterations=3"
                           " --set transfer.sweep.enabled=true --set 'transfer.sweep.max_bytes=1 MiB'"
+                          " --set 'transfer.multi_gpu.peer_bytes=16 MiB' --set 'transfer.multi_gpu.nccl_max_bytes=1 MiB'"
                           " --json " + (dir / "t.json").string() + " --csv " + (dir / "t.csv").string() +
                           " > " + (dir / "out.txt").string() + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
@@ -190,7 +191,8 @@ TEST(GpuCli, TransferLessonWritesEveryTable) {
   const auto doc = nlohmann::json::parse(j);
   std::set<std::string> ids;
   for (const auto& t : doc["tables"]) ids.insert(t["id"].get<std::string>());
-  for (const char* id : {"bandwidth", "d2d", "sync_async", "streams", "pageable_upload", "host_register", "sweep"})
+  for (const char* id : {"bandwidth", "d2d", "sync_async", "streams", "pageable_upload", "host_register", "sweep",
+                         "p2p_access", "p2p_bandwidth", "p2p_bidirectional", "p2p_latency", "nccl"})
     EXPECT_TRUE(ids.count(id)) << id;
   const auto& bw = doc["tables"][0];
   ASSERT_EQ(bw["id"], "bandwidth");

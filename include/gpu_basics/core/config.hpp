@@ -90,6 +90,12 @@ struct config {
       int buffers = 3;
       int threads = 0;  // 0: one per core, at most 16
     } staging;
+    struct multi_gpu_section {
+      bool enabled = true;
+      std::uint64_t peer_bytes = 256ull << 20;
+      std::uint64_t nccl_min_bytes = 8;
+      std::uint64_t nccl_max_bytes = 1ull << 30;
+    } multi_gpu;
   } transfer;
 
   struct profiler_section {
