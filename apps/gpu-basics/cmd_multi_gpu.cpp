@@ -176,6 +176,10 @@ void add_multi_gpu(context& ctx, report& r) {
       "- algbw is the size over the time. busbw multiplies it by what each link must carry for that "
       "collective (nccl-tests: all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n for n ranks), "
       "so it compares with the link's own bandwidth whatever the number of GPUs.");
+  t.notes.push_back(fmt::format(
+      "- Where a rank's input and output together fit in the {:.0f} MiB L2 cache the data can stay in "
+      "cache between runs, and that size beats the larger ones; above it the rate settles at HBM speed.",
+      static_cast<double>(ctx.devices[0].l2_cache_bytes) / 1048576.0));
   if (one)
     t.notes.push_back(
         "- With one rank nothing crosses a link (busbw 0): NCCL copies the buffer within the GPU, so the "

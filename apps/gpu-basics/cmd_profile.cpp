@@ -228,17 +228,13 @@ report run_profile(context& ctx) {
         smp->slow_samples() ? 1e3 * smp->slow_cpu_seconds() / static_cast<double>(smp->slow_samples()) : 0.0,
         wall > 0 ? 100.0 * (smp->cpu_seconds() - smp->slow_cpu_seconds()) / wall : 0.0, fast_n,
         fast_n ? 1e6 * (smp->cpu_seconds() - smp->slow_cpu_seconds()) / static_cast<double>(fast_n) : 0.0,
-        cfg.profiler.sample_interval_ms,
-        fast_n && smp->slow_samples()
-            ? 100.0 * ((smp->cpu_seconds() - smp->slow_cpu_seconds()) / static_cast<double>(fast_n) /
-                           (cfg.profiler.sample_interval_ms * 1e-3) +
-                       smp->slow_cpu_seconds() / static_cast<double>(smp->slow_samples()))
-            : cpu_pct));
+        cfg.profiler.sample_interval_ms, 100.0 * smp->steady_cpu_fraction()));
     const std::string csv = (std::filesystem::path(cfg.output.directory) / "profile_samples.csv").string();
     write_file_atomically(csv, samples_csv(samples));
     t.notes.push_back("- All samples: " + csv);
     r.extra["nvml_samples"] = samples_json(samples);
     r.extra["sampler_cpu_percent"] = cpu_pct;
+    r.extra["sampler_steady_cpu_percent"] = 100.0 * smp->steady_cpu_fraction();
     r.tables.push_back(std::move(t));
   } else {
     table t;

