@@ -222,13 +222,13 @@ report run_profile(context& ctx) {
         "- The sampler thread used {:.2f}% of one CPU core over {:.2f} s: {:.2f}% in {} reads that include the "
         "energy counter ({:.1f} ms of CPU each: NVML reads it from the board, while the other metrics come "
         "from the driver's cache) and {:.2f}% in {} plain samples ({:.0f} us each, waking up included). So "
-        "at {} ms with the counter read once a second, its steady cost is about {:.2f}% of a core; over a "
+        "at {} ms with the counter read every {:.0f} s, its steady cost is about {:.2f}% of a core; over a "
         "short run the counter's reads at both ends dominate.",
         cpu_pct, wall, wall > 0 ? 100.0 * smp->slow_cpu_seconds() / wall : 0.0, smp->slow_samples(),
         smp->slow_samples() ? 1e3 * smp->slow_cpu_seconds() / static_cast<double>(smp->slow_samples()) : 0.0,
         wall > 0 ? 100.0 * (smp->cpu_seconds() - smp->slow_cpu_seconds()) / wall : 0.0, fast_n,
         fast_n ? 1e6 * (smp->cpu_seconds() - smp->slow_cpu_seconds()) / static_cast<double>(fast_n) : 0.0,
-        cfg.profiler.sample_interval_ms, 100.0 * smp->steady_cpu_fraction()));
+        cfg.profiler.sample_interval_ms, smp->slow_interval_ms() * 1e-3, 100.0 * smp->steady_cpu_fraction()));
     const std::string csv = (std::filesystem::path(cfg.output.directory) / "profile_samples.csv").string();
     write_file_atomically(csv, samples_csv(samples));
     t.notes.push_back("- All samples: " + csv);

@@ -114,13 +114,14 @@ struct energy_use {
 
 /// Samples a source on its own thread every interval_ms. Slow metrics are read on the first
 /// sample, then at most every slow_interval_ms, and on a last sample taken by stop(), so a
-/// 100 Hz sampler stays under 1% of a core while counters such as energy still span the run.
+/// 100 Hz sampler stays near 1% of a core while counters such as energy still span the run
+/// (the energy used comes from the first and last readings; those between only draw its curve).
 class sampler {
  public:
   /// interval_ms in 1..1000, slow_interval_ms in interval_ms..60000; at most `capacity`
   /// samples kept (oldest dropped first).
   sampler(std::shared_ptr<metric_source> source, int interval_ms, std::size_t capacity = 100000,
-          int slow_interval_ms = 1000);
+          int slow_interval_ms = 5000);
   ~sampler();
   sampler(const sampler&) = delete;
   sampler& operator=(const sampler&) = delete;
@@ -139,6 +140,7 @@ class sampler {
   /// a plain sample's CPU per interval plus a slow sample's CPU per slow interval (0 before a
   /// run with both kinds of samples).
   [[nodiscard]] double steady_cpu_fraction() const;
+  [[nodiscard]] int slow_interval_ms() const noexcept { return slow_interval_ms_; }
 
  private:
   void loop();
