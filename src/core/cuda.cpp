@@ -27,6 +27,12 @@ void log_cuda_error_nothrow(cudaError_t err, const char* call, const char* file,
   }
 }
 
+device_scope::device_scope(int device) {
+  GPU_BASICS_CUDA_TRY(cudaGetDevice(&previous_));
+  GPU_BASICS_CUDA_TRY(cudaSetDevice(device));
+}
+device_scope::~device_scope() { GPU_BASICS_CUDA_TRY_NOTHROW(cudaSetDevice(previous_)); }
+
 cuda_stream::cuda_stream(unsigned flags, int priority) {
   GPU_BASICS_CUDA_TRY(cudaStreamCreateWithPriority(&stream_, flags, priority));
 }

@@ -114,38 +114,31 @@ void trace_writer::counter(std::string name, double ts_us, std::int64_t pid, dou
   events_.push_back(std::move(e));
 }
 
-void trace_writer::name_process(std::int64_t pid, std::string name, int sort_index) {
+void trace_writer::name_track(const char* what, std::int64_t pid, std::optional<std::int64_t> tid, std::string name,
+                              int sort_index) {
   event e;
   e.ph = 'M';
   e.pid = pid;
-  e.has_tid = false;
-  e.name = "process_name";
+  e.has_tid = tid.has_value();
+  e.tid = tid.value_or(0);
+  e.name = std::string(what) + "_name";
   e.args = "{\"name\":";
   append_json_string(e.args, name);
   e.args += '}';
   events_.push_back(e);
   if (sort_index >= 0) {
-    e.name = "process_sort_index";
+    e.name = std::string(what) + "_sort_index";
     e.args = fmt::format("{{\"sort_index\":{}}}", sort_index);
     events_.push_back(std::move(e));
   }
 }
 
+void trace_writer::name_process(std::int64_t pid, std::string name, int sort_index) {
+  name_track("process", pid, std::nullopt, std::move(name), sort_index);
+}
+
 void trace_writer::name_thread(std::int64_t pid, std::int64_t tid, std::string name, int sort_index) {
-  event e;
-  e.ph = 'M';
-  e.pid = pid;
-  e.tid = tid;
-  e.name = "thread_name";
-  e.args = "{\"name\":";
-  append_json_string(e.args, name);
-  e.args += '}';
-  events_.push_back(e);
-  if (sort_index >= 0) {
-    e.name = "thread_sort_index";
-    e.args = fmt::format("{{\"sort_index\":{}}}", sort_index);
-    events_.push_back(std::move(e));
-  }
+  name_track("thread", pid, tid, std::move(name), sort_index);
 }
 
 void trace_writer::metadata(const std::string& key, nlohmann::json v) { metadata_[key] = std::move(v); }

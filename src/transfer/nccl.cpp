@@ -76,20 +76,6 @@ struct nccl_collectives::impl {
 };
 
 namespace {
-class device_scope {
- public:
-  explicit device_scope(int device) {
-    GPU_BASICS_CUDA_TRY(cudaGetDevice(&previous_));
-    GPU_BASICS_CUDA_TRY(cudaSetDevice(device));
-  }
-  ~device_scope() { (void)cudaSetDevice(previous_); }
-  device_scope(const device_scope&) = delete;
-  device_scope& operator=(const device_scope&) = delete;
-
- private:
-  int previous_ = 0;
-};
-
 template <class F>
 void bind(void* lib, F& fn, const char* name) {
   fn = reinterpret_cast<F>(dlsym(lib, name));

@@ -10,21 +10,6 @@ namespace gpu_basics {
 
 namespace {
 
-/// Makes `device` current for its scope, then restores the previous one.
-class device_scope {
- public:
-  explicit device_scope(int device) {
-    GPU_BASICS_CUDA_TRY(cudaGetDevice(&previous_));
-    GPU_BASICS_CUDA_TRY(cudaSetDevice(device));
-  }
-  ~device_scope() { (void)cudaSetDevice(previous_); }
-  device_scope(const device_scope&) = delete;
-  device_scope& operator=(const device_scope&) = delete;
-
- private:
-  int previous_ = 0;
-};
-
 /// Buffers and a stream on one device: a pattern source, a destination, a mismatch counter.
 struct side {
   int device;

@@ -94,6 +94,19 @@ class cuda_event {
   cudaEvent_t event_{nullptr};
 };
 
+/// Makes `device` the calling thread's current device for its scope, then restores the previous
+/// one (for code that works on several GPUs).
+class device_scope {
+ public:
+  explicit device_scope(int device);
+  ~device_scope();
+  device_scope(const device_scope&) = delete;
+  device_scope& operator=(const device_scope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
 /// Owned device memory from cudaMalloc (uninitialised).
 class device_buffer {
  public:

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,7 @@ class trace_writer {
   [[nodiscard]] static bool gzip_supported() noexcept;
 
  private:
+  void name_track(const char* what, std::int64_t pid, std::optional<std::int64_t> tid, std::string name, int sort_index);
   struct event {
     char ph = 'X';
     char flow_end = 0;  // 'e' on a flow's end ("bp": "e")

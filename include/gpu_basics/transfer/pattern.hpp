@@ -6,11 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define GPU_BASICS_HD __host__ __device__
-#else
-#define GPU_BASICS_HD
-#endif
+#include "gpu_basics/core/host_device.hpp"
 
 namespace gpu_basics {
 
