@@ -34,6 +34,11 @@ found=0
 for dir in "${include_dirs[@]}"; do [[ -f "$dir/zlib.h" ]] && found=1; done
 (( found )) || optional+=(zlib1g-dev)
 command -v g++ >/dev/null || missing+=(g++)
+# clang-format keeps the tree's format (the format.check test). Optional like zlib, except in CI,
+# where the check must run.
+if ! command -v clang-format >/dev/null; then
+  if [[ "${CI:-}" == "true" ]]; then missing+=(clang-format); else optional+=(clang-format); fi
+fi
 
 if (( ${#missing[@]} == 0 )); then
   echo "install_deps: all build dependencies present"

@@ -5,32 +5,22 @@
 #include <CLI/CLI.hpp>
 
 #include "exit_codes.hpp"
-#include "gpu_basics/profiler/trace_writer.hpp"
 #include "gpu_basics/core/config.hpp"
+#include "gpu_basics/lessons/registry.hpp"
+#include "gpu_basics/profiler/trace_writer.hpp"
 
 namespace gpu_basics::cli {
 
 const std::vector<std::string>& commands() {
-  static const std::vector<std::string> c = {"info", "memory", "transfer", "profile", "all"};
+  static const std::vector<std::string> c = [] {
+    std::vector<std::string> v;
+    for (const auto& l : lessons::registry()) v.emplace_back(l.name);
+    v.emplace_back("all");
+    v.emplace_back("show");
+    return v;
+  }();
   return c;
 }
-
-namespace {
-struct subcommand_spec {
-  const char* name;
-  const char* description;
-};
-
-constexpr subcommand_spec kSpecs[] = {
-    {"info", "Every visible GPU: name, compute capability, SMs, L2, memory, copy engines, clocks, "
-             "driver and runtime, PCIe link"},
-    {"memory", "Lesson: device allocation, the caching allocator, pinned memory, empty_cache"},
-    {"transfer", "Lesson: host<->device copies: sync vs async, pinned vs pageable, streams, "
-                 "PCIe bandwidth"},
-    {"profile", "Lesson: NVML utilization sampling, CUDA-event timing, matmul against the peak"},
-    {"all", "info, then every lesson, on one configuration"},
-};
-}  // namespace
 
 parse_result parse(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app{"gpu-basics: measure and explain GPU memory management and CPU<->GPU data movement",
@@ -40,8 +30,11 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
   options o;
   std::string level;
   std::string json, csv, trace;
-  for (const auto& s : kSpecs) {
-    CLI::App* sub = app.add_subcommand(s.name, s.description);
+  const auto add_output_options = [&](CLI::App* sub) {
+    sub->add_option("--json", json, "Write results as JSON to this file ('-' for stdout)");
+    sub->add_option("--csv", csv, "Write tables as CSV (several tables: <stem>.<table>.csv beside PATH)");
+  };
+  const auto add_run_options = [&](CLI::App* sub, bool traces) {
     sub->add_option("-c,--config", o.config_path,
                     "YAML configuration file (default: the built-in configs/gpu_basics.yaml)");
     sub->add_option("-s,--set", o.overrides,
@@ -49,13 +42,19 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
                     "(repeatable)")
         ->allow_extra_args(false);
     sub->add_option("--log-level", level, "trace, debug, info, warn or error (overrides logging.level)");
-    sub->add_option("--json", json, "Write results as JSON to this file ('-' for stdout)");
-    sub->add_option("--csv", csv, "Write tables as CSV (several tables: <stem>.<table>.csv beside PATH)");
-    if (const std::string_view n = s.name; n == "memory" || n == "transfer" || n == "profile")
+    add_output_options(sub);
+    if (traces)
       sub->add_option("--trace", trace,
                       "Write a Chrome/Perfetto trace of the lesson's workload (CUPTI kernels, copies, API "
                       "calls, ranges, counters) to PATH; PATH.gz is gzip-compressed");
-  }
+  };
+  for (const auto& l : lessons::registry())
+    add_run_options(app.add_subcommand(std::string(l.name), std::string(l.description)), l.traces);
+  add_run_options(app.add_subcommand("all", "info, then every lesson, on one configuration"), false);
+  CLI::App* show = app.add_subcommand(
+      "show", "Render a saved run (--json output, any schema version) again, without a GPU");
+  show->add_option("results", o.input_path, "A results file written by --json")->required();
+  add_output_options(show);
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   if (!reversed.empty()) reversed.pop_back();  // argv[0]
   try {

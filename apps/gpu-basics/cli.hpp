@@ -9,13 +9,14 @@
 namespace gpu_basics::cli {
 
 struct options {
-  std::string command;  // info | memory | transfer | profile | all
+  std::string command;  // a lesson's name, "all" or "show"
   std::string config_path;  // empty: the built-in default
   std::vector<std::string> overrides;  // --set key=value, in order
   std::optional<std::string> log_level;
   std::optional<std::string> json_path;  // "-" = stdout
   std::optional<std::string> csv_path;
-  std::optional<std::string> trace_path;  // memory, transfer, profile
+  std::optional<std::string> trace_path;  // lessons that trace
+  std::string input_path;                 // show: the results file to render
 };
 
 struct parse_result {
@@ -27,7 +28,7 @@ struct parse_result {
 [[nodiscard]] parse_result parse(const std::vector<std::string>& args, std::ostream& out,
                                  std::ostream& err);
 
-/// The subcommands, in the order `all` runs them.
+/// The subcommands: every lesson (registry order), then "all" and "show".
 [[nodiscard]] const std::vector<std::string>& commands();
 
 }  // namespace gpu_basics::cli

@@ -1,5 +1,8 @@
 #include "run.hpp"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <ostream>
 
 #include <spdlog/spdlog.h>
@@ -9,64 +12,110 @@
 #include "gpu_basics/core/environment.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/logging.hpp"
-#include "lesson.hpp"
+#include "gpu_basics/lessons/record.hpp"
+#include "gpu_basics/lessons/registry.hpp"
+#include "gpu_basics/lessons/setup.hpp"
 
 namespace gpu_basics::cli {
 
 namespace {
 
-using lesson_fn = report (*)(context&);
-
-lesson_fn lesson_for(const std::string& command) {
-  if (command == "info") return run_info;
-  if (command == "memory") return run_memory;
-  if (command == "transfer") return run_transfer;
-  if (command == "profile") return run_profile;
-  throw logic_error("unknown command " + command);
-}
-
 /// The exit code and message for an error escaping a command.
 std::pair<int, std::string> classify(const std::exception& e) {
   if (dynamic_cast<const no_device_error*>(&e)) return {exit_no_gpu, e.what()};
   if (dynamic_cast<const out_of_memory*>(&e)) return {exit_out_of_memory, e.what()};
-  if (dynamic_cast<const verification_error*>(&e)) return {exit_verification, std::string("verification failed: ") + e.what()};
+  if (dynamic_cast<const verification_error*>(&e))
+    return {exit_verification, std::string("verification failed: ") + e.what()};
+  if (dynamic_cast<const nccl_error*>(&e)) return {exit_nccl, e.what()};
   if (dynamic_cast<const cuda_error*>(&e)) return {exit_cuda, e.what()};
   if (dynamic_cast<const io_error*>(&e)) return {exit_io, e.what()};
   if (dynamic_cast<const config_error*>(&e)) return {exit_usage, e.what()};
+  if (dynamic_cast<const format_error*>(&e)) return {exit_usage, e.what()};
   return {exit_internal, std::string("internal error: ") + e.what()};
 }
 
-/// Every lesson in turn. A lesson that fails is reported (one line, and under "errors" in the
-/// JSON) and the others still run; the first failure's exit code is returned in *code.
-report run_all(context& ctx, std::ostream& out, std::ostream& err, bool print, int* code) {
-  report all;
-  all.command = "all";
-  for (const auto& c : commands()) {
-    if (c == "all") continue;
-    report r;
+/// A one-line progress display on stderr, only when stderr is a terminal.
+lessons::progress_fn terminal_progress(const std::string& lesson) {
+  if (isatty(2) == 0) return {};
+  return [lesson](const std::string& item, int done, int total) {
+    if (done >= total)
+      std::fprintf(stderr, "\r\033[K");
+    else
+      std::fprintf(stderr, "\r\033[K[%s %d/%d] %s", lesson.c_str(), done, total, item.c_str());
+    std::fflush(stderr);
+  };
+}
+
+/// The tables of each lesson, as the live run and `show` print them.
+void print(const lessons::run_record& rec, const std::vector<presentation::report>& reports,
+           std::ostream& out) {
+  for (const auto& rep : reports) {
+    if (rec.command == "all") out << "==== gpu-basics " << rep.lesson << " ====\n\n";
+    for (const auto& t : rep.tables) out << presentation::render_text(t) << "\n";
+  }
+}
+
+void write_outputs(const options& o, const lessons::run_record& rec,
+                   const std::vector<presentation::report>& reports, std::ostream& out) {
+  if (o.json_path && *o.json_path == "-") {
+    out << lessons::to_json(rec, reports).dump(2) << "\n";
+  } else if (o.json_path) {
+    write_file_atomically(*o.json_path, lessons::to_json(rec, reports).dump(2) + "\n");
+    spdlog::info("wrote {}", *o.json_path);
+  }
+  if (o.csv_path) {
+    std::vector<presentation::table> tables;
+    for (const auto& rep : reports)
+      for (auto t : rep.tables) {
+        if (rec.command == "all") t.id = rep.lesson + "." + t.id;
+        tables.push_back(std::move(t));
+      }
+    for (const auto& f : presentation::write_csv(tables, *o.csv_path)) spdlog::info("wrote {}", f);
+  }
+}
+
+/// `show`: a saved run rendered again; no GPU, no configuration.
+int run_show(const options& o, std::ostream& out, std::ostream& err) {
+  const lessons::run_record rec = lessons::load_record(o.input_path);
+  const auto reports = lessons::render(rec);
+  const bool json_to_stdout = o.json_path && *o.json_path == "-";
+  if (!json_to_stdout) print(rec, reports, out);
+  for (const auto& [name, why] : rec.errors)
+    err << "gpu-basics: " << name << " failed in this run: " << why << "\n";
+  write_outputs(o, rec, reports, out);
+  return exit_ok;
+}
+
+/// Measures the lessons of the command; a lesson that fails under `all` is reported in one line
+/// (and under "errors") and the others still run. Returns the first failure's exit code.
+int measure(const options& o, lessons::context& ctx, lessons::run_record& rec,
+            std::vector<presentation::report>& reports, std::ostream& out, std::ostream& err) {
+  const bool print_live = !(o.json_path && *o.json_path == "-");
+  const lessons::device_facts facts = lessons::device_facts::of(ctx.device(), ctx.nvml_status);
+  int code = exit_ok;
+  for (const auto& l : lessons::registry()) {
+    if (o.command != "all" && l.name != o.command) continue;
+    const std::string name(l.name);
+    ctx.progress = terminal_progress(name);
+    nlohmann::json result;
     try {
-      r = lesson_for(c)(ctx);
+      result = l.measure(ctx);
     } catch (const no_device_error&) {
       throw;  // nothing else can run either
     } catch (const std::exception& e) {
+      if (o.command != "all") throw;
       const auto [rc, message] = classify(e);
-      err << "gpu-basics: " << c << ": " << message << "\n";
-      all.extra["errors"][c] = message;
-      if (*code == exit_ok) *code = rc;
-      (void)cudaGetLastError();
+      err << "gpu-basics: " << name << ": " << message << "\n";
+      rec.errors.emplace_back(name, message);
+      if (code == exit_ok) code = rc;
+      lessons::clear_device_error();
       continue;
     }
-    if (print) {
-      out << "==== gpu-basics " << c << " ====\n\n";
-      for (const auto& t : r.tables) out << render_text(t) << "\n";
-    }
-    for (auto& t : r.tables) {
-      t.id = c + "." + t.id;
-      all.tables.push_back(std::move(t));
-    }
-    for (const auto& [k, v] : r.extra.items()) all.extra[c][k] = v;
+    reports.push_back(l.render(result, facts));
+    rec.results.emplace_back(name, std::move(result));
+    if (print_live) print(rec, {reports.back()}, out);
   }
-  return all;
+  return code;
 }
 
 }  // namespace
@@ -76,6 +125,14 @@ int run(const options& o, std::ostream& out, std::ostream& err) {
     err << "gpu-basics: " << message << "\n";
     return code;
   };
+  if (o.command == "show") {
+    try {
+      return run_show(o, out, err);
+    } catch (const std::exception& e) {
+      const auto [code, message] = classify(e);
+      return fail(code, message);
+    }
+  }
   config cfg;
   try {
     // The configuration is validated before any GPU is touched.
@@ -86,40 +143,14 @@ int run(const options& o, std::ostream& out, std::ostream& err) {
   }
   try {
     setup_logging(cfg.logging.level);
-    context ctx;
-    ctx.cfg = cfg;
+    lessons::context ctx = lessons::open_context(cfg);
     ctx.trace_path = o.trace_path;
-    (void)visible_device_count();  // no GPU: one clear line before anything else is said
-    std::string why;
-    ctx.nv = nvml::open(&why);
-    ctx.nvml_status = ctx.nv ? "ok" : why;
-    if (!ctx.nv) spdlog::info("{}; PCIe link and clock readings are omitted", why);
-    ctx.devices = query_devices(ctx.nv.get());
-    if (cfg.device >= static_cast<int>(ctx.devices.size()))
-      throw no_device_error("device: " + std::to_string(cfg.device) + " does not exist: " +
-                            std::to_string(ctx.devices.size()) + " GPU(s) visible (indices 0.." +
-                            std::to_string(ctx.devices.size() - 1) + ")");
-    GPU_BASICS_CUDA_TRY(cudaSetDevice(cfg.device));
-
-    const bool json_to_stdout = o.json_path && *o.json_path == "-";
-    report r;
-    int code = exit_ok;
-    if (o.command == "all") {
-      r = run_all(ctx, out, err, !json_to_stdout, &code);
-    } else {
-      r = lesson_for(o.command)(ctx);
-      if (!json_to_stdout)
-        for (const auto& t : r.tables) out << render_text(t) << "\n";
-    }
-    r.environment = environment_json(ctx.cfg, ctx.devices, ctx.nvml_status);
-    if (json_to_stdout) {
-      out << to_json(r).dump(2) << "\n";
-    } else if (o.json_path) {
-      write_json(r, *o.json_path);
-      spdlog::info("wrote {}", *o.json_path);
-    }
-    if (o.csv_path)
-      for (const auto& f : write_csv(r, *o.csv_path)) spdlog::info("wrote {}", f);
+    lessons::run_record rec;
+    rec.command = o.command;
+    std::vector<presentation::report> reports;
+    const int code = measure(o, ctx, rec, reports, out, err);
+    rec.environment = environment_json(ctx.cfg, ctx.devices, ctx.nvml_status);
+    write_outputs(o, rec, reports, out);
     return code;
   } catch (const std::exception& e) {
     const auto [code, message] = classify(e);

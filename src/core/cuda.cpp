@@ -61,12 +61,14 @@ cuda_event& cuda_event::operator=(cuda_event&& o) noexcept {
   }
   return *this;
 }
-bool cuda_event::query() const {
-  const cudaError_t e = cudaEventQuery(event_);
-  if (e == cudaSuccess) return true;
-  if (e == cudaErrorNotReady) return false;
-  throw_cuda_error(e, "cudaEventQuery(event_)", __FILE__, __LINE__);
+bool event_completed(cudaEvent_t e) {
+  const cudaError_t r = cudaEventQuery(e);
+  if (r == cudaSuccess) return true;
+  if (r == cudaErrorNotReady) return false;
+  throw_cuda_error(r, "cudaEventQuery", __FILE__, __LINE__);
 }
+
+bool cuda_event::query() const { return event_completed(event_); }
 float cuda_event::elapsed_ms(const cuda_event& start, const cuda_event& stop) {
   float ms = 0;
   GPU_BASICS_CUDA_TRY(cudaEventElapsedTime(&ms, start.event_, stop.event_));

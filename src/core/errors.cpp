@@ -32,4 +32,10 @@ cuda_error::cuda_error(int code, std::string name, const std::string& descriptio
       code_(code),
       name_(std::move(name)) {}
 
+nccl_error::nccl_error(int code, const std::string& description, const std::string& call,
+                       const char* file, int line)
+    : error(fmt::format("{} failed: NCCL error {} ({}) at {}:{}", call, code, description, file,
+                        line)),
+      code_(code) {}
+
 }  // namespace gpu_basics

@@ -13,7 +13,7 @@
 
 #include "gpu_basics/core/errors.hpp"
 
-namespace gpu_basics {
+namespace gpu_basics::presentation {
 
 void table::add_row(std::vector<value> row) {
   GPU_BASICS_EXPECTS(row.size() == columns.size(),
@@ -105,17 +105,6 @@ nlohmann::json to_json(const table& t) {
   return {{"id", t.id}, {"title", t.title}, {"columns", cols}, {"rows", rows}, {"notes", t.notes}};
 }
 
-nlohmann::json to_json(const report& r) {
-  nlohmann::json tables = nlohmann::json::array();
-  for (const auto& t : r.tables) tables.push_back(to_json(t));
-  nlohmann::json j{{"schema_version", 1},
-                   {"command", r.command},
-                   {"environment", r.environment},
-                   {"tables", tables}};
-  for (const auto& [k, v] : r.extra.items()) j[k] = v;
-  return j;
-}
-
 namespace {
 std::string csv_escape(const std::string& s) {
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
@@ -154,6 +143,28 @@ std::string render_csv(const table& t) {
   return out;
 }
 
+std::vector<std::string> write_csv(const std::vector<table>& tables, const std::string& path) {
+  std::vector<std::string> written;
+  if (tables.size() == 1) {
+    write_file_atomically(path, render_csv(tables.front()));
+    written.push_back(path);
+    return written;
+  }
+  std::filesystem::path p(path);
+  const std::string ext = p.has_extension() ? p.extension().string() : ".csv";
+  p.replace_extension();
+  for (const auto& t : tables) {
+    const std::string file = p.string() + "." + t.id + ext;
+    write_file_atomically(file, render_csv(t));
+    written.push_back(file);
+  }
+  return written;
+}
+
+}  // namespace gpu_basics::presentation
+
+namespace gpu_basics {
+
 void write_file_atomically(const std::string& path, const std::string& contents) {
   namespace fs = std::filesystem;
   const fs::path target(path);
@@ -183,28 +194,6 @@ void write_file_atomically(const std::string& path, const std::string& contents)
     fs::remove(tmp, ignored);
     throw io_error("cannot write " + path + ": " + ec.message());
   }
-}
-
-void write_json(const report& r, const std::string& path) {
-  write_file_atomically(path, to_json(r).dump(2) + "\n");
-}
-
-std::vector<std::string> write_csv(const report& r, const std::string& path) {
-  std::vector<std::string> written;
-  if (r.tables.size() == 1) {
-    write_file_atomically(path, render_csv(r.tables.front()));
-    written.push_back(path);
-    return written;
-  }
-  std::filesystem::path p(path);
-  const std::string ext = p.has_extension() ? p.extension().string() : ".csv";
-  p.replace_extension();
-  for (const auto& t : r.tables) {
-    const std::string file = p.string() + "." + t.id + ext;
-    write_file_atomically(file, render_csv(t));
-    written.push_back(file);
-  }
-  return written;
 }
 
 }  // namespace gpu_basics

@@ -73,4 +73,18 @@ void to_json(nlohmann::json& j, const summary& s) {
                      {"rel_spread", s.rel_spread}};
 }
 
+void from_json(const nlohmann::json& j, summary& s) {
+  s = summary{};
+  s.count = j.value("count", std::size_t{0});
+  s.median = j.value("median", 0.0);
+  s.mean = j.value("mean", 0.0);
+  s.min = j.value("min", 0.0);
+  s.max = j.value("max", 0.0);
+  s.stdev = j.value("stdev", 0.0);
+  s.p25 = j.value("p25", 0.0);
+  s.p75 = j.value("p75", 0.0);
+  s.iqr = j.value("iqr", 0.0);
+  s.rel_spread = j.value("rel_spread", 0.0);
+}
+
 }  // namespace gpu_basics

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <thread>
-#include <chrono>
 #include <deque>
 #include <set>
 #include <unordered_set>
@@ -11,7 +10,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpu_basics/core/clock.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/event_poll.hpp"
 
 namespace gpu_basics {
 
@@ -23,12 +24,6 @@ constexpr std::size_t kLargeSegment = 20 << 20;  // segments for 1-10 MiB reques
 constexpr std::size_t kMediumLimit = 10 << 20;
 constexpr std::size_t kRoundLarge = 2 << 20;     // large requests round to 2 MiB segments
 constexpr std::size_t kLargeSlack = 20 << 20;    // oversize blocks may exceed a request by this
-
-std::uint64_t now_ns() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
-}
 
 std::string mib(std::size_t b) { return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20)); }
 }  // namespace
@@ -163,6 +158,16 @@ class pointer_map {
   std::size_t size_ = 0;
 };
 
+/// Tells the core this thread is spin-waiting: x86 `pause`, AArch64 `yield` (both let a sibling
+/// hardware thread run and save power); nothing on other targets.
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
 }  // namespace
 
 /// A test-and-test-and-set lock: the allocator's critical sections are a few dozen
@@ -176,7 +181,7 @@ class spin_lock {
           std::this_thread::yield();
           spins = 0;
         } else {
-          __builtin_ia32_pause();
+          cpu_relax();
         }
       }
     }
@@ -228,7 +233,7 @@ struct caching_allocator::impl {
   void record(history_kind k, std::uintptr_t p, std::size_t n, stream_handle s) {
     if (o.history_capacity == 0) return;
     if (hist.size() == o.history_capacity) hist.pop_front();
-    hist.push_back({k, now_ns(), p, n, s});
+    hist.push_back({k, host_clock_ns(), p, n, s});
   }
 
   void insert_free(block* b) {
@@ -316,17 +321,12 @@ struct caching_allocator::impl {
 
   void process_events() {
     if (pending.empty()) return;
-    for (std::size_t i = 0; i < pending.size();) {
-      auto [e, b] = pending[i];
-      if (!backend.event_done(e)) {
-        ++i;
-        continue;
-      }
-      backend.release_event(e);
-      pending[i] = pending.back();
-      pending.pop_back();
-      if (--b->pending_events == 0) free_block(b);
-    }
+    poll_completed(
+        pending, [&](const auto& entry) { return backend.event_done(entry.first); },
+        [&](const auto& entry) {
+          backend.release_event(entry.first);
+          if (--entry.second->pending_events == 0) free_block(entry.second);
+        });
   }
 
   std::uintptr_t alloc_segment(std::size_t bytes) {
@@ -604,6 +604,26 @@ void to_json(nlohmann::json& j, const empty_cache_report& r) {
 void to_json(nlohmann::json& j, const history_event& e) {
   j = {{"kind", to_string(e.kind)}, {"time_ns", e.time_ns}, {"ptr", e.ptr}, {"bytes", e.bytes},
        {"stream", e.stream}};
+}
+
+std::vector<memory_usage_point> memory_usage(const std::vector<history_event>& history,
+                                             std::int64_t allocated_before, std::int64_t reserved_before) {
+  std::vector<memory_usage_point> out;
+  out.reserve(history.size());
+  memory_usage_point now{0, allocated_before, reserved_before};
+  for (const auto& e : history) {
+    const auto bytes = static_cast<std::int64_t>(e.bytes);
+    switch (e.kind) {
+      case history_kind::alloc: now.allocated_bytes += bytes; break;
+      case history_kind::free: now.allocated_bytes -= bytes; break;
+      case history_kind::segment_alloc: now.reserved_bytes += bytes; break;
+      case history_kind::segment_free: now.reserved_bytes -= bytes; break;
+      case history_kind::oom: continue;
+    }
+    now.time_ns = e.time_ns;
+    out.push_back(now);
+  }
+  return out;
 }
 
 }  // namespace gpu_basics

@@ -26,12 +26,7 @@ event_handle cuda_event_pool::record(stream_handle s) {
   return e;
 }
 
-bool cuda_event_pool::done(event_handle e) {
-  const cudaError_t r = cudaEventQuery(static_cast<cudaEvent_t>(e));
-  if (r == cudaSuccess) return true;
-  if (r == cudaErrorNotReady) return false;
-  throw_cuda_error(r, "cudaEventQuery", __FILE__, __LINE__);
-}
+bool cuda_event_pool::done(event_handle e) { return event_completed(static_cast<cudaEvent_t>(e)); }
 
 void cuda_event_pool::release(event_handle e) noexcept {
   std::lock_guard lock(mutex_);

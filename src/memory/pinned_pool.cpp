@@ -2,20 +2,15 @@
 
 #include <algorithm>
 #include <bit>
-#include <chrono>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpu_basics/core/clock.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/event_poll.hpp"
 
 namespace gpu_basics {
-
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
 
 std::size_t pinned_size_class(std::size_t bytes) noexcept {
   if (bytes <= 4096) return 4096;
@@ -41,27 +36,22 @@ pinned_host_pool::~pinned_host_pool() {
 }
 
 void pinned_host_pool::process_events() {
-  for (std::size_t i = 0; i < pending_.size();) {
-    auto [e, p] = pending_[i];
-    if (!backend_->event_done(e)) {
-      ++i;
-      continue;
-    }
-    backend_->release_event(e);
-    pending_[i] = pending_.back();
-    pending_.pop_back();
-    block& b = blocks_.at(p);
-    if (--b.pending == 0) free_[b.size].push_back(p);
-  }
+  poll_completed(
+      pending_, [&](const auto& entry) { return backend_->event_done(entry.first); },
+      [&](const auto& entry) {
+        backend_->release_event(entry.first);
+        block& b = blocks_.at(entry.second);
+        if (--b.pending == 0) free_[b.size].push_back(entry.second);
+      });
 }
 
 std::size_t pinned_host_pool::release_cached() {
   std::size_t released = 0;
   for (auto& [size, list] : free_) {
     for (void* p : list) {
-      const auto t0 = std::chrono::steady_clock::now();
+      const double t0 = host_seconds();
       backend_->deallocate(p, size);
-      st_.unpin_seconds += seconds_since(t0);
+      st_.unpin_seconds += host_seconds() - t0;
       blocks_.erase(p);
       st_.reserved_bytes.sub(static_cast<std::int64_t>(size));
       ++st_.backend_frees;
@@ -73,9 +63,9 @@ std::size_t pinned_host_pool::release_cached() {
 }
 
 void* pinned_host_pool::pin(std::size_t bytes) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = host_seconds();
   void* p = backend_->allocate(bytes);
-  st_.pin_seconds += seconds_since(t0);
+  st_.pin_seconds += host_seconds() - t0;
   return p;
 }
 

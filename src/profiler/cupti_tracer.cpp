@@ -2,6 +2,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "gpu_basics/core/clock.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/profiler/activity_tracer.hpp"
 #include "gpu_basics/profiler/range.hpp"
@@ -83,7 +84,7 @@ std::string api_name(const char* name) {
 }
 
 // CUPTI's records carry this clock's timestamps: the trace's one clock (ranges, NVML samples).
-std::uint64_t CUPTIAPI cpu_clock() { return trace_clock_ns(); }
+std::uint64_t CUPTIAPI cpu_clock() { return host_clock_ns(); }
 
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
   auto& c = state();
@@ -220,9 +221,9 @@ std::unique_ptr<activity_tracer> make_cupti_tracer(std::string* why) {
     c.clock_offset_ns = 0;
   } else {
     std::uint64_t cupti_now = 0;
-    const std::uint64_t before = trace_clock_ns();
+    const std::uint64_t before = host_clock_ns();
     cuptiGetTimestamp(&cupti_now);
-    const std::uint64_t after = trace_clock_ns();
+    const std::uint64_t after = host_clock_ns();
     c.clock_offset_ns = static_cast<std::int64_t>((before + after) / 2) - static_cast<std::int64_t>(cupti_now);
   }
   c.active = true;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "gpu_basics/transfer/pattern.hpp"
+#include "gpu_basics/core/pattern.hpp"
 
 namespace gpu_basics::detail {
 

@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "gpu_basics/transfer/copy_bench.hpp"
+#include "gpu_basics/core/clock.hpp"
 
 namespace gpu_basics {
 

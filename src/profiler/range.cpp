@@ -1,20 +1,15 @@
 #include "gpu_basics/profiler/range.hpp"
 
 #include <pthread.h>
-#include <time.h>
 
 #include <atomic>
 #include <mutex>
 
 #include <nvtx3/nvToolsExt.h>
 
-namespace gpu_basics {
+#include "gpu_basics/core/clock.hpp"
 
-std::uint64_t trace_clock_ns() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
+namespace gpu_basics {
 
 // CUPTI's API records carry the low 32 bits of pthread_self() (seen on the H200's driver 580).
 std::uint64_t trace_thread_id() noexcept { return static_cast<std::uint32_t>(pthread_self()); }
@@ -53,13 +48,13 @@ void range_log::record(range_record r) {
   if (s.on) s.ranges.push_back(std::move(r));
 }
 
-scoped_range::scoped_range(std::string name) : name_(std::move(name)), start_ns_(trace_clock_ns()) {
+scoped_range::scoped_range(std::string name) : name_(std::move(name)), start_ns_(host_clock_ns()) {
   nvtxRangePushA(name_.c_str());
 }
 
 scoped_range::~scoped_range() {
   nvtxRangePop();
-  if (range_log::recording()) range_log::record({std::move(name_), start_ns_, trace_clock_ns(), trace_thread_id()});
+  if (range_log::recording()) range_log::record({std::move(name_), start_ns_, host_clock_ns(), trace_thread_id()});
 }
 
 }  // namespace gpu_basics

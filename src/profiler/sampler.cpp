@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpu_basics/core/clock.hpp"
 #include "gpu_basics/core/errors.hpp"
 
 namespace gpu_basics {
@@ -31,9 +32,6 @@ std::string_view metric_name(gpu_metric m) noexcept {
 }
 
 namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 double thread_cpu_s() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -65,7 +63,7 @@ gpu_sample fake_metric_source::read(bool include_slow) {
 
 gpu_sample nvml_metric_source::read(bool include_slow) {
   gpu_sample s;
-  s.time_s = now_s();
+  s.time_s = host_seconds();
   const auto u = nv_->utilization(dev_);
   s[gpu_metric::gpu_util_percent] = {u.status, static_cast<double>(u.value.gpu_percent)};
   s[gpu_metric::memory_util_percent] = {u.status, static_cast<double>(u.value.memory_percent)};
@@ -165,7 +163,7 @@ void sampler::push(gpu_sample s) {
 }
 
 void sampler::loop() {
-  const double cpu0 = thread_cpu_s(), wall0 = now_s();
+  const double cpu0 = thread_cpu_s(), wall0 = host_seconds();
   const auto period = std::chrono::milliseconds(interval_ms_);
   const auto slow_period = std::chrono::milliseconds(slow_interval_ms_);
   auto next = std::chrono::steady_clock::now();
@@ -193,7 +191,7 @@ void sampler::loop() {
   slow_cpu_s_ = slow_cpu;
   slow_samples_ = slow_n;
   cpu_s_ = thread_cpu_s() - cpu0;
-  wall_s_ = now_s() - wall0;
+  wall_s_ = host_seconds() - wall0;
 }
 
 double sampler::steady_cpu_fraction() const {

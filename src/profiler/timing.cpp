@@ -29,23 +29,6 @@ std::vector<region_stats> timing_registry::regions() const {
   return out;
 }
 
-table timing_registry::key_averages(const std::string& id) const {
-  table t;
-  t.id = id;
-  t.title = "Key averages (GPU time from CUDA events, host time from the host clock)";
-  t.columns = {{"name", "region"},
-               {"calls", "calls"},
-               {"gpu_total_s", "GPU total (ms)", 1e3, 3},
-               {"gpu_mean_s", "GPU mean (us)", 1e6, 1},
-               {"gpu_min_s", "GPU min (us)", 1e6, 1},
-               {"gpu_max_s", "GPU max (us)", 1e6, 1},
-               {"host_mean_s", "host mean (us)", 1e6, 1}};
-  for (const auto& r : regions())
-    t.add_row({r.name, static_cast<std::int64_t>(r.calls), r.gpu_total_s, r.gpu_mean_s(), r.gpu_min_s,
-               r.gpu_max_s, r.host_mean_s()});
-  return t;
-}
-
 void timing_registry::clear() {
   std::lock_guard lock(mutex_);
   regions_.clear();

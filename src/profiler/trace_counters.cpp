@@ -27,25 +27,21 @@ std::size_t add_sample_counters(trace_writer& out, const std::vector<gpu_sample>
   return n;
 }
 
-std::size_t add_allocator_counters(trace_writer& out, const std::vector<history_event>& history,
-                                   std::uint64_t origin_ns, std::int64_t pid, std::int64_t allocated_before,
-                                   std::int64_t reserved_before) {
-  std::int64_t allocated = allocated_before, reserved = reserved_before;
+std::size_t add_memory_counters(trace_writer& out, const std::vector<memory_usage_point>& points,
+                                std::uint64_t origin_ns, std::int64_t pid) {
   std::size_t n = 0;
-  for (const auto& e : history) {
-    const double ts_us = (static_cast<double>(e.time_ns) - static_cast<double>(origin_ns)) * 1e-3;
-    const auto bytes = static_cast<std::int64_t>(e.bytes);
-    switch (e.kind) {
-      case history_kind::alloc: allocated += bytes; break;
-      case history_kind::free: allocated -= bytes; break;
-      case history_kind::segment_alloc: reserved += bytes; break;
-      case history_kind::segment_free: reserved -= bytes; break;
-      case history_kind::oom: continue;
+  const memory_usage_point* before = nullptr;
+  for (const auto& p : points) {
+    const double ts_us = (static_cast<double>(p.time_ns) - static_cast<double>(origin_ns)) * 1e-3;
+    if (!before || p.allocated_bytes != before->allocated_bytes) {
+      out.counter("allocated_bytes", ts_us, pid, static_cast<double>(p.allocated_bytes));
+      ++n;
     }
-    const bool alloc_side = e.kind == history_kind::alloc || e.kind == history_kind::free;
-    out.counter(alloc_side ? "allocated_bytes" : "reserved_bytes", ts_us, pid,
-                static_cast<double>(alloc_side ? allocated : reserved));
-    ++n;
+    if (!before || p.reserved_bytes != before->reserved_bytes) {
+      out.counter("reserved_bytes", ts_us, pid, static_cast<double>(p.reserved_bytes));
+      ++n;
+    }
+    before = &p;
   }
   return n;
 }

@@ -1,5 +1,6 @@
 #include "gpu_basics/profiler/trace_session.hpp"
 
+#include "gpu_basics/core/clock.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/profiler/range.hpp"
 
@@ -43,9 +44,9 @@ void trace_session::enter(trace_phase from, trace_phase to) {
     else range_log::start_recording();
     recording_ = true;
   }
-  if (to == trace_phase::active && from != trace_phase::active) active_start_ns_ = trace_clock_ns();
+  if (to == trace_phase::active && from != trace_phase::active) active_start_ns_ = host_clock_ns();
   if (was && !now) {
-    active_end_ns_ = trace_clock_ns();
+    active_end_ns_ = host_clock_ns();
     if (tracer_) log_ = tracer_->stop();
     else {
       log_ = activity_log{};

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -10,18 +9,16 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "gpu_basics/core/clock.hpp"
 #include "gpu_basics/core/cuda.hpp"
+#include "gpu_basics/core/pattern.hpp"
+#include "gpu_basics/core/pattern_kernels.hpp"
 #include "gpu_basics/core/thread_pool.hpp"
 #include "gpu_basics/transfer/kernels.hpp"
-#include "gpu_basics/transfer/pattern.hpp"
 #include "gpu_basics/transfer/plan.hpp"
 #include "gpu_basics/transfer/staged_copy.hpp"
 
 namespace gpu_basics {
-
-double host_seconds() noexcept {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::string_view to_string(copy_direction d) noexcept {
   switch (d) {

@@ -45,22 +45,4 @@ float collective_expected(collective c, int ranks, int rank, std::uint64_t i, st
   return detail::collective_expected_value(static_cast<int>(c), ranks, rank, i, count_per_rank);
 }
 
-table matrix_table(std::string id, std::string title, const std::vector<std::vector<value>>& cells, std::string unit,
-                   double scale, int precision) {
-  table t;
-  t.id = std::move(id);
-  t.title = std::move(title);
-  t.columns.push_back({"from_gpu", "from \\ to"});
-  for (std::size_t j = 0; j < cells.size(); ++j)
-    t.columns.push_back({fmt::format("to_gpu_{}", j), unit.empty() ? fmt::format("GPU {}", j) : fmt::format("GPU {} ({})", j, unit),
-                         scale, precision});
-  for (std::size_t i = 0; i < cells.size(); ++i) {
-    GPU_BASICS_EXPECTS(cells[i].size() == cells.size(), "a GPU matrix must be square");
-    std::vector<value> row{fmt::format("GPU {}", i)};
-    row.insert(row.end(), cells[i].begin(), cells[i].end());
-    t.add_row(std::move(row));
-  }
-  return t;
-}
-
 }  // namespace gpu_basics

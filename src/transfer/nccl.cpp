@@ -1,6 +1,5 @@
 #include "gpu_basics/transfer/nccl.hpp"
 
-#include <dlfcn.h>
 #include <glob.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "gpu_basics/core/cuda.hpp"
+#include "gpu_basics/core/dynamic_library.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "nccl_kernels.hpp"
 
@@ -43,7 +43,7 @@ std::vector<std::string> nccl_candidates() {
 }  // namespace
 
 struct nccl_collectives::impl {
-  void* lib = nullptr;
+  dynamic_library lib;  // declared first: closed after the communicators are destroyed
   nccl_result (*get_version)(int*) = nullptr;
   nccl_result (*comm_init_all)(nccl_comm*, int, const int*) = nullptr;
   nccl_result (*comm_destroy)(nccl_comm) = nullptr;
@@ -66,45 +66,37 @@ struct nccl_collectives::impl {
     for (auto& r : ranks)
       if (r->comm && comm_destroy) comm_destroy(r->comm);
     ranks.clear();
-    if (lib) dlclose(lib);
   }
 
   void check(nccl_result r, const char* what) const {
     if (r != kNcclSuccess)
-      throw cuda_error(r, "ncclResult", error_string ? error_string(r) : "NCCL error", what, __FILE__, __LINE__);
+      throw nccl_error(r, error_string ? error_string(r) : "unknown NCCL error", what, __FILE__, __LINE__);
   }
 };
-
-namespace {
-template <class F>
-void bind(void* lib, F& fn, const char* name) {
-  fn = reinterpret_cast<F>(dlsym(lib, name));
-}
-}  // namespace
 
 std::unique_ptr<nccl_collectives> nccl_collectives::open(const std::vector<int>& devices, std::string* why) {
   GPU_BASICS_EXPECTS(!devices.empty(), "NCCL needs at least one device");
   auto p = std::make_unique<impl>();
-  for (const auto& c : nccl_candidates())
-    if ((p->lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
-  if (!p->lib) {
+  try {
+    p->lib = dynamic_library(nccl_candidates());
+  } catch (const error&) {
     if (why) *why = "NCCL not available: libnccl.so.2 not found (set GPU_BASICS_NCCL_LIBRARY to its path)";
     return nullptr;
   }
-  bind(p->lib, p->get_version, "ncclGetVersion");
-  bind(p->lib, p->comm_init_all, "ncclCommInitAll");
-  bind(p->lib, p->comm_destroy, "ncclCommDestroy");
-  bind(p->lib, p->error_string, "ncclGetErrorString");
-  bind(p->lib, p->group_start, "ncclGroupStart");
-  bind(p->lib, p->group_end, "ncclGroupEnd");
-  bind(p->lib, p->all_reduce, "ncclAllReduce");
-  bind(p->lib, p->all_gather, "ncclAllGather");
-  bind(p->lib, p->reduce_scatter, "ncclReduceScatter");
-  if (!p->get_version || !p->comm_init_all || !p->comm_destroy || !p->group_start || !p->group_end ||
-      !p->all_reduce || !p->all_gather || !p->reduce_scatter) {
-    if (why) *why = "NCCL not available: the library lacks the collectives' symbols";
+  try {
+    p->lib.bind_required(p->get_version, {"ncclGetVersion"});
+    p->lib.bind_required(p->comm_init_all, {"ncclCommInitAll"});
+    p->lib.bind_required(p->comm_destroy, {"ncclCommDestroy"});
+    p->lib.bind_required(p->group_start, {"ncclGroupStart"});
+    p->lib.bind_required(p->group_end, {"ncclGroupEnd"});
+    p->lib.bind_required(p->all_reduce, {"ncclAllReduce"});
+    p->lib.bind_required(p->all_gather, {"ncclAllGather"});
+    p->lib.bind_required(p->reduce_scatter, {"ncclReduceScatter"});
+  } catch (const error& e) {
+    if (why) *why = std::string("NCCL not available: ") + e.what();
     return nullptr;
   }
+  p->lib.bind(p->error_string, {"ncclGetErrorString"});
   // NVLink SHARP (multicast) stays off: on shared machines it can take the host's GPUs out of
   // service for others.
   setenv("NCCL_NVLS_ENABLE", "0", 1);

@@ -4,7 +4,7 @@
 
 #include "gpu_basics/core/cuda.hpp"
 #include "gpu_basics/core/errors.hpp"
-#include "gpu_basics/transfer/kernels.hpp"
+#include "gpu_basics/core/pattern_kernels.hpp"
 
 namespace gpu_basics {
 

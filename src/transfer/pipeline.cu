@@ -1,6 +1,6 @@
 #include "gpu_basics/transfer/pipeline.hpp"
 
-#include "gpu_basics/transfer/pattern.hpp"
+#include "gpu_basics/core/pattern.hpp"
 
 namespace gpu_basics {
 

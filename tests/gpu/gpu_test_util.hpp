@@ -5,7 +5,7 @@
 #include "gpu_basics/core/cuda.hpp"
 #include "gpu_basics/core/device_info.hpp"
 #include "gpu_basics/core/errors.hpp"
-#include "gpu_basics/transfer/kernels.hpp"
+#include "gpu_basics/core/pattern_kernels.hpp"
 
 /// Skips the test, with the reason, where no GPU is visible.
 #define SKIP_WITHOUT_GPU()                             \

@@ -14,7 +14,7 @@
 
 #include "gpu_basics/core/cuda.hpp"
 #include "gpu_basics/core/device_info.hpp"
-#include "gpu_basics/profiler/nvml.hpp"
+#include "gpu_basics/core/nvml.hpp"
 #include "gpu_test_util.hpp"
 
 using namespace gpu_basics;

@@ -11,11 +11,12 @@
 #include <vector>
 
 #include "gpu_basics/core/cuda.hpp"
+#include "gpu_basics/core/pattern.hpp"
+#include "gpu_basics/core/pattern_kernels.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/cuda_backend.hpp"
 #include "gpu_basics/memory/pinned_pool.hpp"
 #include "gpu_basics/transfer/kernels.hpp"
-#include "gpu_basics/transfer/pattern.hpp"
 #include "gpu_test_util.hpp"
 
 using namespace gpu_basics;

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu_basics/core/cuda.hpp"
-#include "gpu_basics/transfer/pattern.hpp"
+#include "gpu_basics/core/pattern.hpp"
 #include "gpu_basics/transfer/pipeline.hpp"
 #include "gpu_test_util.hpp"
 

@@ -10,9 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu_basics/core/cuda.hpp"
+#include "gpu_basics/core/pattern.hpp"
+#include "gpu_basics/core/pattern_kernels.hpp"
 #include "gpu_basics/transfer/copy_bench.hpp"
 #include "gpu_basics/transfer/kernels.hpp"
-#include "gpu_basics/transfer/pattern.hpp"
 #include "gpu_basics/transfer/staged_copy.hpp"
 #include "gpu_test_util.hpp"
 

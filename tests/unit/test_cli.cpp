@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "cli.hpp"
@@ -22,7 +23,7 @@ cli::parse_result parse(std::vector<std::string> args, std::string* out = nullpt
 
 TEST(Cli, EverySubcommandParses) {
   for (const auto& c : cli::commands()) {
-    const auto r = parse({c});
+    const auto r = c == "show" ? parse({c, "run.json"}) : parse({c});
     ASSERT_TRUE(r.opts) << c;
     EXPECT_EQ(r.opts->command, c);
     EXPECT_TRUE(r.opts->config_path.empty());
@@ -60,6 +61,33 @@ TEST(Cli, ErrorsExitTwoWithOneMessage) {
     EXPECT_EQ(r.exit_code, cli::exit_usage) << (args.empty() ? "" : args[0]);
     EXPECT_EQ(err.rfind("gpu-basics: ", 0), 0u) << err;
   }
+}
+
+TEST(Cli, CommandsComeFromTheRegistry) {
+  EXPECT_EQ(cli::commands(),
+            (std::vector<std::string>{"info", "memory", "transfer", "profile", "all", "show"}));
+  std::string out;
+  (void)parse({"--help"}, &out);
+  for (const auto& c : cli::commands()) EXPECT_NE(out.find(c), std::string::npos) << c;
+}
+
+TEST(Cli, ShowNeedsAFileAndRejectsABadOne) {
+  std::string err;
+  EXPECT_EQ(parse({"show"}, nullptr, &err).exit_code, cli::exit_usage);
+  const auto r = parse({"show", "run.json", "--csv", "t.csv"});
+  ASSERT_TRUE(r.opts);
+  EXPECT_EQ(r.opts->input_path, "run.json");
+  EXPECT_EQ(parse({"show", "run.json", "--set", "device=1"}, nullptr, &err).exit_code,
+            cli::exit_usage);
+  cli::options o;
+  o.command = "show";
+  o.input_path = std::string(GPU_BASICS_SOURCE_DIR) + "/CMakeLists.txt";  // not JSON
+  std::ostringstream out, e;
+  EXPECT_EQ(cli::run(o, out, e), cli::exit_usage);
+  const std::string message = e.str();
+  EXPECT_NE(message.find("CMakeLists.txt: not JSON"), std::string::npos) << message;
+  EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 1) << message;
+  EXPECT_TRUE(out.str().empty());
 }
 
 TEST(Cli, BadConfigIsRejectedBeforeTheGpu) {

@@ -43,18 +43,3 @@ TEST(Collectives, ExpectedValuesAreExactSumsAndGathers) {
   EXPECT_NE(collective_input(0, 1), collective_input(1, 1));  // ranks' inputs differ
   EXPECT_NE(collective_input(0, 0), collective_input(0, 1));
 }
-
-TEST(GpuMatrix, ATableWithARowPerSourceAndAColumnPerDestination) {
-  const std::vector<std::vector<value>> cells = {{2e12, 4.5e10}, {std::monostate{}, 2.1e12}};
-  const table t = matrix_table("p2p_bw", "P2P", cells, "GB/s", 1e-9, 1);
-  ASSERT_EQ(t.columns.size(), 3u);
-  EXPECT_EQ(t.columns[1].key, "to_gpu_0");
-  EXPECT_EQ(t.columns[2].header, "GPU 1 (GB/s)");
-  ASSERT_EQ(t.rows.size(), 2u);
-  EXPECT_EQ(std::get<std::string>(t.rows[1][0]), "GPU 1");
-  EXPECT_TRUE(std::holds_alternative<std::monostate>(t.rows[1][1]));
-  const std::string text = render_text(t);
-  EXPECT_NE(text.find("n/a"), std::string::npos) << text;
-  EXPECT_NE(text.find("45.0"), std::string::npos) << text;
-  EXPECT_THROW(matrix_table("x", "x", {{1.0, 2.0}}, "u", 1, 1), logic_error);
-}

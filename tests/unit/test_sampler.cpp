@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu_basics/core/errors.hpp"
-#include "gpu_basics/profiler/nvml.hpp"
+#include "gpu_basics/core/nvml.hpp"
 #include "gpu_basics/profiler/sampler.hpp"
 
 using namespace gpu_basics;
@@ -159,10 +159,6 @@ TEST(TimingRegistry, KeyAveragesAggregateAndSortByGpuTime) {
   EXPECT_DOUBLE_EQ(r[0].gpu_min_s, 0.010);
   EXPECT_DOUBLE_EQ(r[0].gpu_max_s, 0.014);
   EXPECT_DOUBLE_EQ(r[1].host_mean_s(), 0.00002);
-  const table t = reg.key_averages();
-  ASSERT_EQ(t.rows.size(), 2u);
-  EXPECT_EQ(std::get<std::string>(t.rows[0][0]), "matmul");
-  EXPECT_EQ(std::get<std::int64_t>(t.rows[1][1]), 2);
   reg.clear();
   EXPECT_TRUE(reg.regions().empty());
 }

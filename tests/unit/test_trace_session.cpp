@@ -5,7 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu_basics/core/clock.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/profiler/range.hpp"
 #include "gpu_basics/profiler/trace_counters.hpp"
 #include "gpu_basics/profiler/trace_session.hpp"
@@ -42,7 +44,7 @@ class fake_tracer final : public activity_tracer {
   void kernel(const std::string& name) {
     kernel_record k;
     k.name = name;
-    k.start_ns = trace_clock_ns();
+    k.start_ns = host_clock_ns();
     k.end_ns = k.start_ns + 10;
     log_.kernels.push_back(k);
   }
@@ -52,8 +54,8 @@ class fake_tracer final : public activity_tracer {
 };
 
 void tick() {  // the session's window is on the clock: let it move
-  const auto t = trace_clock_ns();
-  while (trace_clock_ns() == t) {
+  const auto t = host_clock_ns();
+  while (host_clock_ns() == t) {
   }
 }
 }  // namespace
@@ -142,8 +144,17 @@ TEST(TraceCounters, AllocatorHistoryBecomesAllocatedAndReservedBytes) {
       {history_kind::segment_alloc, 1000, 0x1000, 2 << 20, 0}, {history_kind::alloc, 1100, 0x1000, 512, 0},
       {history_kind::alloc, 1200, 0x1200, 1024, 0},             {history_kind::oom, 1250, 0, 1ull << 40, 0},
       {history_kind::free, 1300, 0x1000, 512, 0},               {history_kind::segment_free, 1400, 0x1000, 2 << 20, 0}};
+  // memory/ turns the history into plain points (the oom changes nothing: no point)...
+  const auto points = memory_usage(h, 4096, 8 << 20);
+  const std::vector<memory_usage_point> want_points = {{1000, 4096, (8 << 20) + (2 << 20)},
+                                                       {1100, 4096 + 512, (8 << 20) + (2 << 20)},
+                                                       {1200, 4096 + 512 + 1024, (8 << 20) + (2 << 20)},
+                                                       {1300, 4096 + 1024, (8 << 20) + (2 << 20)},
+                                                       {1400, 4096 + 1024, 8 << 20}};
+  EXPECT_EQ(points, want_points);
+  // ...and the profiler plots them: both series at the first point, then whichever changed.
   trace_writer w;
-  EXPECT_EQ(add_allocator_counters(w, h, 1000, 3, 4096, 8 << 20), 5u);
+  EXPECT_EQ(add_memory_counters(w, points, 1000, 3), 6u);
   std::vector<std::pair<std::string, double>> got;
   const auto j = w.to_json();
   for (const auto& e : j["traceEvents"]) {
@@ -151,12 +162,14 @@ TEST(TraceCounters, AllocatorHistoryBecomesAllocatedAndReservedBytes) {
     got.push_back({name, e["args"][name].get<double>()});
     EXPECT_EQ(e["pid"], 3);
   }
-  const std::vector<std::pair<std::string, double>> want = {{"reserved_bytes", (8 << 20) + (2 << 20)},
+  const std::vector<std::pair<std::string, double>> want = {{"allocated_bytes", 4096},
+                                                            {"reserved_bytes", (8 << 20) + (2 << 20)},
                                                             {"allocated_bytes", 4096 + 512},
                                                             {"allocated_bytes", 4096 + 512 + 1024},
                                                             {"allocated_bytes", 4096 + 1024},
                                                             {"reserved_bytes", 8 << 20}};
   EXPECT_EQ(got, want);
+  EXPECT_EQ(add_memory_counters(w, {}, 0, 3), 0u);
 }
 
 TEST(Activity, KeepWindowDropsRecordsStartingOutsideIt) {

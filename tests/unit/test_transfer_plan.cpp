@@ -11,8 +11,8 @@
 
 #include "gpu_basics/core/config.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/pattern.hpp"
 #include "gpu_basics/core/thread_pool.hpp"
-#include "gpu_basics/transfer/pattern.hpp"
 #include "gpu_basics/transfer/plan.hpp"
 
 using namespace gpu_basics;

@@ -16,6 +16,10 @@ namespace gpu_basics {
 [[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
 /// Logs a failed call from a destructor or other noexcept path, and clears the error.
 void log_cuda_error_nothrow(cudaError_t err, const char* call, const char* file, int line) noexcept;
+/// True when the work captured by `e` has completed, false while it is pending; throws for any
+/// other result. The one place that asks cudaEventQuery (cuda_event, the allocators' events);
+/// poll_completed() (event_poll.hpp) is the loop over many.
+[[nodiscard]] bool event_completed(cudaEvent_t e);
 
 }  // namespace gpu_basics
 

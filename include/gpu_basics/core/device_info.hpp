@@ -41,6 +41,8 @@ struct device_info {
   std::optional<unsigned> memory_clock_current_mhz;
   std::optional<unsigned> power_limit_mw;
   std::optional<unsigned> temperature_c;
+
+  bool operator==(const device_info&) const = default;
 };
 
 /// "13.0" from 13000.
@@ -60,6 +62,11 @@ struct device_info {
 /// Theoretical PCIe rate of the device's link in bytes/s (max generation/width), if known.
 [[nodiscard]] std::optional<double> device_link_bytes_per_s(const device_info& d);
 
+/// The JSON of a device in results files (versions as "13.0", power limit in W, plus the derived
+/// link rate and datasheet figures).
 void to_json(nlohmann::json& j, const device_info& d);
+/// Reads what to_json wrote (derived fields are ignored); missing keys keep their defaults.
+/// @throws nlohmann::json::exception on a value of the wrong type.
+void from_json(const nlohmann::json& j, device_info& d);
 
 }  // namespace gpu_basics

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -54,20 +55,39 @@ class cuda_error : public error {
   std::string name_;
 };
 
+/// An NCCL call failed (communicator set-up, a collective, a group). Carries NCCL's result code
+/// (ncclResult_t: 1 unhandled CUDA error, 2 system error, 3 internal error, 4 invalid argument,
+/// 5 invalid usage, 6 remote error, 7 in progress), the call and where it was made. NCCL's own
+/// failures are not CUDA errors: they get their own type, and their own exit code in the CLI.
+class nccl_error : public error {
+ public:
+  nccl_error(int code, const std::string& description, const std::string& call, const char* file,
+             int line);
+  [[nodiscard]] int code() const noexcept { return code_; }
+
+ private:
+  int code_;
+};
+
 /// No usable GPU: no driver, no device, or a device index that does not exist.
 class no_device_error : public error {
  public:
   using error::error;
 };
 
-/// A device or pinned-host allocation could not be satisfied.
-class out_of_memory : public error {
+/// A device or pinned-host allocation could not be satisfied. A std::bad_alloc (as rmm's
+/// out_of_memory is), so code written for any allocator sees it, and `catch (const
+/// std::exception&)` still does. It is the one error that is not a gpu_basics::error: deriving
+/// from both would give it two std::exception bases, and a catch of std::exception would miss it.
+class out_of_memory : public std::bad_alloc {
  public:
-  out_of_memory(const std::string& message, std::size_t requested_bytes)
-      : error(message), requested_bytes_(requested_bytes) {}
+  out_of_memory(std::string message, std::size_t requested_bytes)
+      : message_(std::move(message)), requested_bytes_(requested_bytes) {}
+  [[nodiscard]] const char* what() const noexcept override { return message_.c_str(); }
   [[nodiscard]] std::size_t requested_bytes() const noexcept { return requested_bytes_; }
 
  private:
+  std::string message_;
   std::size_t requested_bytes_;
 };
 
@@ -79,6 +99,13 @@ class verification_error : public error {
 
 /// An I/O failure writing results (JSON, CSV, traces) or reading inputs.
 class io_error : public error {
+ public:
+  using error::error;
+};
+
+/// A file that is not what it should be: a results file that is not JSON, is not gpu-basics
+/// output, or has a schema version or a lesson this build does not know.
+class format_error : public error {
  public:
   using error::error;
 };

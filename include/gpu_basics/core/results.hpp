@@ -1,6 +1,7 @@
-// One results model for every lesson: tables of typed values, rendered for people (aligned text
-// tables) and for machines (JSON with numbers as numbers and null for "no value", CSV).
-// Host-only.
+// Presentation: what a lesson's present() step produces from its result. Tables of typed cells,
+// rendered for people (aligned text tables) and for machines (JSON with numbers as numbers and
+// null for "no value", CSV). A lesson's lossless result lives in its own struct
+// (gpu_basics/lessons/); these types only show it. Host-only.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,13 @@
 #include <nlohmann/json.hpp>
 
 namespace gpu_basics {
+
+/// Writes text to `path` through a temporary file renamed into place, so a failure never leaves
+/// a half-written file. Creates missing parent directories.
+/// @throws io_error when the directory or the file cannot be written.
+void write_file_atomically(const std::string& path, const std::string& contents);
+
+namespace presentation {
 
 /// A cell: nothing (JSON null), a flag, an integer, a real, or text.
 using value = std::variant<std::monostate, bool, std::int64_t, double, std::string>;
@@ -35,35 +43,30 @@ struct table {
   void add_row(std::vector<value> row);
 };
 
-/// What one lesson (or `info`) produced.
+/// What one lesson shows: its tables, each with the notes that explain it.
 struct report {
-  std::string command;          // "info", "memory", ...
-  nlohmann::json environment;   // see environment.hpp
+  std::string lesson;  // "info", "memory", ...
   std::vector<table> tables;
-  nlohmann::json extra = nlohmann::json::object();  // lesson-specific structured data
 };
 
 /// Aligned text table: title, header, rows, then notes.
 [[nodiscard]] std::string render_text(const table& t);
+/// One cell as text: n/a for no value or a non-finite real, yes/no, value x scale with the
+/// column's decimals.
 [[nodiscard]] std::string render_cell(const value& v, const column& c);
 
 /// {"id", "title", "columns": [...keys], "rows": [{key: value, ...}], "notes": [...]}
 [[nodiscard]] nlohmann::json to_json(const table& t);
-[[nodiscard]] nlohmann::json to_json(const report& r);
+/// A cell as JSON: null for no value or a non-finite real.
 [[nodiscard]] nlohmann::json to_json(const value& v);
 
 /// RFC 4180 CSV: a header of column keys, then rows with base-unit values (empty = no value).
 [[nodiscard]] std::string render_csv(const table& t);
 
-/// Writes text to `path` through a temporary file renamed into place, so a failure never leaves
-/// a half-written file. Creates missing parent directories. Throws io_error.
-void write_file_atomically(const std::string& path, const std::string& contents);
-
-/// Writes the report's JSON (indented) to path.
-void write_json(const report& r, const std::string& path);
-
 /// CSV of every table: one table → `path`; several → `<stem>.<table id>.csv` beside it.
 /// Returns the paths written.
-std::vector<std::string> write_csv(const report& r, const std::string& path);
+/// @throws io_error when a file cannot be written.
+std::vector<std::string> write_csv(const std::vector<table>& tables, const std::string& path);
 
+}  // namespace presentation
 }  // namespace gpu_basics

@@ -24,6 +24,8 @@ struct summary {
   double p75 = 0;
   double iqr = 0;
   double rel_spread = 0;
+
+  bool operator==(const summary&) const = default;
 };
 
 /// Linear-interpolated quantile (q in [0, 1]) of samples (any order). Throws logic_error if empty.
@@ -51,6 +53,10 @@ template <class F>
 /// 100 · value / ceiling, or a negative value when the ceiling is unknown (<= 0).
 [[nodiscard]] double percent_of(double value, double ceiling);
 
+/// {"count", "median", "mean", "min", "max", "stdev", "p25", "p75", "iqr", "rel_spread"}.
 void to_json(nlohmann::json& j, const summary& s);
+/// Reads what to_json wrote; a missing key keeps its default.
+/// @throws nlohmann::json::exception on a value of the wrong type.
+void from_json(const nlohmann::json& j, summary& s);
 
 }  // namespace gpu_basics

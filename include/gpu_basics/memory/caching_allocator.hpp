@@ -18,6 +18,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "gpu_basics/core/memory_usage.hpp"
 #include "gpu_basics/memory/backend.hpp"
 
 namespace gpu_basics {
@@ -94,7 +95,7 @@ enum class history_kind { alloc, free, segment_alloc, segment_free, oom };
 
 struct history_event {
   history_kind kind;
-  std::uint64_t time_ns;  // steady clock
+  std::uint64_t time_ns;  // host_clock_ns() (core/clock.hpp)
   std::uintptr_t ptr;
   std::size_t bytes;
   stream_handle stream;
@@ -155,5 +156,12 @@ void to_json(nlohmann::json& j, const memory_stat& s);
 void to_json(nlohmann::json& j, const allocator_stats& s);
 void to_json(nlohmann::json& j, const empty_cache_report& r);
 void to_json(nlohmann::json& j, const history_event& e);
+
+/// Allocated and reserved bytes after each event of `history` (alloc/free move the first,
+/// segment_alloc/segment_free the second; oom changes nothing and gives no point), starting from
+/// the given values: the input of a trace's memory counters (profiler/trace_counters.hpp).
+[[nodiscard]] std::vector<memory_usage_point> memory_usage(const std::vector<history_event>& history,
+                                                           std::int64_t allocated_before = 0,
+                                                           std::int64_t reserved_before = 0);
 
 }  // namespace gpu_basics

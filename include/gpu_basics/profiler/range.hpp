@@ -1,6 +1,6 @@
 // User ranges: an RAII scoped_range emits an NVTX range (seen by Nsight Systems and any NVTX
 // consumer) and, while a trace is being recorded, a CPU slice on the calling thread's track.
-// Ranges, the sampler and CUPTI's GPU timestamps share one clock: trace_clock_ns().
+// Ranges, the sampler and CUPTI's GPU timestamps share one clock: host_clock_ns() (clock.hpp).
 #pragma once
 
 #include <cstdint>
@@ -11,8 +11,6 @@
 
 namespace gpu_basics {
 
-/// Nanoseconds on the steady (CLOCK_MONOTONIC) clock: the clock of every trace record.
-[[nodiscard]] std::uint64_t trace_clock_ns() noexcept;
 /// The id of the calling thread as CUPTI reports it for API records (pthread_self's low 32 bits).
 [[nodiscard]] std::uint64_t trace_thread_id() noexcept;
 

@@ -19,7 +19,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "gpu_basics/core/stats.hpp"
-#include "gpu_basics/profiler/nvml.hpp"
+#include "gpu_basics/core/nvml.hpp"
 
 namespace gpu_basics {
 
@@ -43,7 +43,7 @@ inline constexpr std::size_t kGpuMetricCount = static_cast<std::size_t>(gpu_metr
 [[nodiscard]] std::string_view metric_name(gpu_metric m) noexcept;
 
 struct gpu_sample {
-  double time_s = 0;  // steady clock
+  double time_s = 0;  // host_seconds() (clock.hpp)
   std::array<reading<double>, kGpuMetricCount> values{};
   [[nodiscard]] const reading<double>& operator[](gpu_metric m) const {
     return values[static_cast<std::size_t>(m)];

@@ -1,6 +1,6 @@
 // Named-region timing like torch.profiler's key averages: each region records its GPU time
 // (from CUDA events) and host time; the registry aggregates calls, total, mean, min and max.
-// The registry is host-only; gpu_timer (timing_cuda.hpp) feeds it from events.
+// The registry is host-only; gpu_timing (gpu_timer.hpp) feeds it from events.
 #pragma once
 
 #include <cstddef>
@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "gpu_basics/core/results.hpp"
 
 namespace gpu_basics {
 
@@ -28,8 +27,6 @@ class timing_registry {
   void record(const std::string& name, double gpu_s, double host_s);
   /// Regions sorted by total GPU time, largest first.
   [[nodiscard]] std::vector<region_stats> regions() const;
-  /// The key-averages table: calls, total, mean, min, max GPU time, host time beside it.
-  [[nodiscard]] table key_averages(const std::string& id = "key_averages") const;
   void clear();
 
  private:

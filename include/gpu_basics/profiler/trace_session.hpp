@@ -41,7 +41,7 @@ class trace_session {
   [[nodiscard]] trace_phase phase() const noexcept { return phase_at(schedule_, step_); }
   [[nodiscard]] long steps() const noexcept { return step_ + 1; }
   [[nodiscard]] const trace_schedule& schedule() const noexcept { return schedule_; }
-  /// The active window on trace_clock_ns(), valid once finish() ran.
+  /// The active window on host_clock_ns(), valid once finish() ran.
   [[nodiscard]] std::uint64_t active_start_ns() const noexcept { return active_start_ns_; }
   [[nodiscard]] std::uint64_t active_end_ns() const noexcept { return active_end_ns_; }
 

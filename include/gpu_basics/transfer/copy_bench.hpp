@@ -95,7 +95,4 @@ class copy_bench {
   std::unique_ptr<buffers> b_;
 };
 
-/// Steady-clock seconds.
-[[nodiscard]] double host_seconds() noexcept;
-
 }  // namespace gpu_basics

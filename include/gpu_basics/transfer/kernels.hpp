@@ -1,5 +1,5 @@
-// Device helpers for measuring copies: pattern fill and check (device or mapped pinned host
-// memory), and a blocking kernel that holds a stream while timed work is enqueued.
+// Device helpers for measuring copies: a blocking kernel that holds a stream while timed work is
+// enqueued. The pattern fill and check kernels are core's (core/pattern_kernels.hpp).
 #pragma once
 
 #include <cstddef>
@@ -10,14 +10,6 @@
 #include "gpu_basics/core/cuda.hpp"
 
 namespace gpu_basics {
-
-/// Writes the pattern (pattern.hpp) over [0, bytes) of a device-accessible buffer.
-void enqueue_fill_pattern(void* dst, std::size_t bytes, std::uint32_t seed, stream_view s);
-/// Writes zeros (the poison before each measured copy, so a copy that did nothing fails).
-void enqueue_fill_zero(void* dst, std::size_t bytes, stream_view s);
-/// Adds the number of bytes of `src` that differ from the pattern to *counter (device memory).
-void enqueue_count_mismatches(const void* src, std::size_t bytes, std::uint32_t seed,
-                              unsigned long long* counter, stream_view s);
 
 /// Holds a stream with a kernel that spins until release() (or a timeout, so a failing host
 /// never hangs the GPU). Work enqueued behind it starts together when it is released, so its

@@ -1,5 +1,5 @@
 // Beyond one GPU, the host-only half: collective bandwidth as nccl-tests defines it, the exact
-// reference values that verify a collective, and GPU x GPU matrices as tables. Unit-tested on the
+// reference values that verify a collective. Unit-tested on the
 // CPU; the measurements live in peer_bench.hpp and nccl.hpp.
 #pragma once
 
@@ -8,7 +8,6 @@
 #include <string_view>
 #include <vector>
 
-#include "gpu_basics/core/results.hpp"
 
 namespace gpu_basics {
 
@@ -39,10 +38,5 @@ struct collective_rate {
 /// i of the gathered buffer; reduce-scatter: element i of rank `rank`'s output).
 [[nodiscard]] float collective_expected(collective c, int ranks, int rank, std::uint64_t i,
                                         std::uint64_t count_per_rank) noexcept;
-
-/// A GPU x GPU table: a row per source GPU, a column per destination ("to GPU j"), each cell in
-/// `unit` after multiplying by `scale`; null cells (no value) print as n/a.
-[[nodiscard]] table matrix_table(std::string id, std::string title, const std::vector<std::vector<value>>& cells,
-                                 std::string unit, double scale, int precision);
 
 }  // namespace gpu_basics

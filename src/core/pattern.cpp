@@ -1,4 +1,4 @@
-#include "gpu_basics/transfer/pattern.hpp"
+#include "gpu_basics/core/pattern.hpp"
 
 #include <cstring>
 

@@ -1,6 +1,8 @@
 // The data pattern every measured copy carries: a pseudo-random 32-bit word per 4-byte index,
 // from a seed, with no zero byte (so a zeroed or unwritten destination never passes). The same
 // function runs on host and device, so either side can check a buffer without a reference copy.
+// In core: copies (transfer) carry it and the profiler's matmul draws its operands from it. The
+// device fill and check are in pattern_kernels.hpp.
 #pragma once
 
 #include <cstddef>

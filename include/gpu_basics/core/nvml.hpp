@@ -1,6 +1,7 @@
 // NVML, loaded at run time with dlopen (no nvml.h at build time, no link dependency). Without
 // the library or a driver, open() says why and callers go on without NVML. Each reading carries
-// a status, so "not supported" and "no permission" are told apart from a value.
+// a status, so "not supported" and "no permission" are told apart from a value. In core: the
+// device queries (device_info) and the profiler's sampler both read it.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,9 @@
-#include "gpu_basics/profiler/nvml.hpp"
-
-#include <dlfcn.h>
+#include "gpu_basics/core/nvml.hpp"
 
 #include <array>
+
+#include "gpu_basics/core/dynamic_library.hpp"
+#include "gpu_basics/core/errors.hpp"
 
 namespace gpu_basics {
 
@@ -26,7 +27,7 @@ constexpr unsigned kPcieRx = 1;
 }  // namespace
 
 struct nvml::api {
-  void* lib = nullptr;
+  dynamic_library lib;
   nvml_return (*init)() = nullptr;
   nvml_return (*shutdown)() = nullptr;
   const char* (*error_string)(nvml_return) = nullptr;
@@ -51,16 +52,6 @@ struct nvml::api {
 };
 
 namespace {
-template <class F>
-void bind(void* lib, F& fn, std::initializer_list<const char*> names) {
-  for (const char* n : names) {
-    if (void* sym = dlsym(lib, n)) {
-      fn = reinterpret_cast<F>(sym);
-      return;
-    }
-  }
-}
-
 metric_status status_of(nvml_return r) {
   switch (r) {
     case kSuccess: return metric_status::ok;
@@ -96,45 +87,47 @@ std::string_view to_string(metric_status s) noexcept {
 
 std::shared_ptr<nvml> nvml::open(std::string* reason) {
   auto a = std::make_unique<api>();
-  a->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!a->lib) {
+  try {
+    a->lib = dynamic_library({"libnvidia-ml.so.1"});
+  } catch (const error&) {
     if (reason) *reason = "NVML not available: libnvidia-ml.so.1 not found (no NVIDIA driver?)";
     return nullptr;
   }
-  // Newest symbol version first; older drivers export the earlier ones.
-  bind(a->lib, a->init, {"nvmlInit_v2", "nvmlInit"});
-  bind(a->lib, a->shutdown, {"nvmlShutdown"});
-  bind(a->lib, a->error_string, {"nvmlErrorString"});
-  bind(a->lib, a->system_driver_version, {"nvmlSystemGetDriverVersion"});
-  bind(a->lib, a->by_pci, {"nvmlDeviceGetHandleByPciBusId_v2", "nvmlDeviceGetHandleByPciBusId"});
-  bind(a->lib, a->by_index, {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"});
-  bind(a->lib, a->name, {"nvmlDeviceGetName"});
-  bind(a->lib, a->pcie_gen, {"nvmlDeviceGetCurrPcieLinkGeneration"});
-  bind(a->lib, a->pcie_gen_max, {"nvmlDeviceGetMaxPcieLinkGeneration"});
-  bind(a->lib, a->pcie_width, {"nvmlDeviceGetCurrPcieLinkWidth"});
-  bind(a->lib, a->pcie_width_max, {"nvmlDeviceGetMaxPcieLinkWidth"});
-  bind(a->lib, a->clock, {"nvmlDeviceGetClockInfo"});
-  bind(a->lib, a->max_clock, {"nvmlDeviceGetMaxClockInfo"});
-  bind(a->lib, a->power_limit, {"nvmlDeviceGetPowerManagementLimit"});
-  bind(a->lib, a->power_usage, {"nvmlDeviceGetPowerUsage"});
-  bind(a->lib, a->temperature, {"nvmlDeviceGetTemperature"});
-  bind(a->lib, a->energy, {"nvmlDeviceGetTotalEnergyConsumption"});
-  bind(a->lib, a->memory, {"nvmlDeviceGetMemoryInfo"});
-  bind(a->lib, a->utilization, {"nvmlDeviceGetUtilizationRates"});
-  bind(a->lib, a->pcie_throughput, {"nvmlDeviceGetPcieThroughput"});
-  bind(a->lib, a->clock_reasons,
-       {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"});
-  if (!a->init || !a->shutdown) {
-    if (reason) *reason = "NVML not available: libnvidia-ml.so.1 lacks nvmlInit";
-    dlclose(a->lib);
+  const dynamic_library& lib = a->lib;
+  try {
+    // Newest symbol version first; older drivers export the earlier ones.
+    lib.bind_required(a->init, {"nvmlInit_v2", "nvmlInit"});
+    lib.bind_required(a->shutdown, {"nvmlShutdown"});
+  } catch (const error& e) {
+    if (reason) *reason = std::string("NVML not available: ") + e.what();
     return nullptr;
   }
+  // The rest may be missing from old drivers: their readings say "not supported".
+  lib.bind(a->error_string, {"nvmlErrorString"});
+  lib.bind(a->system_driver_version, {"nvmlSystemGetDriverVersion"});
+  lib.bind(a->by_pci, {"nvmlDeviceGetHandleByPciBusId_v2", "nvmlDeviceGetHandleByPciBusId"});
+  lib.bind(a->by_index, {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"});
+  lib.bind(a->name, {"nvmlDeviceGetName"});
+  lib.bind(a->pcie_gen, {"nvmlDeviceGetCurrPcieLinkGeneration"});
+  lib.bind(a->pcie_gen_max, {"nvmlDeviceGetMaxPcieLinkGeneration"});
+  lib.bind(a->pcie_width, {"nvmlDeviceGetCurrPcieLinkWidth"});
+  lib.bind(a->pcie_width_max, {"nvmlDeviceGetMaxPcieLinkWidth"});
+  lib.bind(a->clock, {"nvmlDeviceGetClockInfo"});
+  lib.bind(a->max_clock, {"nvmlDeviceGetMaxClockInfo"});
+  lib.bind(a->power_limit, {"nvmlDeviceGetPowerManagementLimit"});
+  lib.bind(a->power_usage, {"nvmlDeviceGetPowerUsage"});
+  lib.bind(a->temperature, {"nvmlDeviceGetTemperature"});
+  lib.bind(a->energy, {"nvmlDeviceGetTotalEnergyConsumption"});
+  lib.bind(a->memory, {"nvmlDeviceGetMemoryInfo"});
+  lib.bind(a->utilization, {"nvmlDeviceGetUtilizationRates"});
+  lib.bind(a->pcie_throughput, {"nvmlDeviceGetPcieThroughput"});
+  lib.bind(a->clock_reasons,
+           {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"});
   const nvml_return r = a->init();
   if (r != kSuccess) {
     if (reason)
       *reason = std::string("NVML not available: nvmlInit failed: ") +
                 (a->error_string ? a->error_string(r) : std::to_string(r).c_str());
-    dlclose(a->lib);
     return nullptr;
   }
   return std::shared_ptr<nvml>(new nvml(std::move(a)));
@@ -142,10 +135,7 @@ std::shared_ptr<nvml> nvml::open(std::string* reason) {
 
 nvml::nvml(std::unique_ptr<api> a) : api_(std::move(a)) {}
 
-nvml::~nvml() {
-  api_->shutdown();
-  dlclose(api_->lib);
-}
+nvml::~nvml() { api_->shutdown(); }  // then api_ closes the library
 
 reading<std::string> nvml::driver_version() const {
   reading<std::string> r;

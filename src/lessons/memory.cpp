@@ -1,0 +1,608 @@
+// The memory lesson's host side: its notes and tables from a result, the result rebuilt from a
+// schema-1 file, and the registry entry. No CUDA header: tested on the CPU.
+#include "gpu_basics/lessons/memory.hpp"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/transfer/plan.hpp"
+
+namespace gpu_basics::lessons {
+
+using presentation::table;
+using presentation::value;
+
+namespace {
+
+constexpr double kMiB = 1.0 / (1 << 20);
+
+double mib(double bytes) {
+  return bytes * kMiB;
+}
+
+/// A duration as a person reads it: ns below 1 us, us below 1 ms, else ms.
+std::string duration_text(double s) {
+  if (s < 1e-6) return fmt::format("{:.0f} ns", s * 1e9);
+  if (s < 1e-3) return fmt::format("{:.1f} us", s * 1e6);
+  return fmt::format("{:.2f} ms", s * 1e3);
+}
+
+/// "2.5x faster than" / "2.5x slower than": `a` against `b` (both > 0).
+std::string compared_to(double a, double b) {
+  if (a < b) return fmt::format("{:.1f}x faster than", b / a);
+  return fmt::format("{:.1f}x slower than", a / b);
+}
+
+// ---- allocation_cost ----------------------------------------------------------------------
+
+double raw_pair_s(const allocation_cost_row& r) {
+  return r.cuda_malloc_s + r.cuda_free_s;
+}
+
+table allocation_cost_table(const allocation_cost_result& a) {
+  table t;
+  t.id = "allocation_cost";
+  t.title = "What one allocation + free costs (host clock, median)";
+  t.columns = {{"bytes", "size"},
+               {"cuda_malloc_s", "cudaMalloc (us)", 1e6, 1},
+               {"cuda_free_s", "cudaFree (us)", 1e6, 1},
+               {"malloc_async_pair_s", "cudaMallocAsync+Free (us)", 1e6, 2},
+               {"cached_pair_s", "caching allocator hit (us)", 1e6, 3},
+               {"speedup_vs_cuda_malloc", "x vs cudaMalloc+Free", 1.0, 0},
+               {"speedup_vs_malloc_async", "x vs MallocAsync", 1.0, 1}};
+  for (const auto& r : a.rows) {
+    const bool hit = r.cached_pair_s > 0;
+    t.add_row({format_bytes(r.bytes), r.cuda_malloc_s, r.cuda_free_s, r.malloc_async_pair_s,
+               r.cached_pair_s, hit ? value(raw_pair_s(r) / r.cached_pair_s) : value(),
+               hit ? value(r.malloc_async_pair_s / r.cached_pair_s) : value()});
+  }
+  return t;
+}
+
+std::vector<note> allocation_cost_notes(const allocation_cost_result& a) {
+  const std::string id = "allocation_cost";
+  if (a.rows.empty()) return {};
+  const auto by_bytes = [](const auto& x, const auto& y) { return x.bytes < y.bytes; };
+  const auto by_hit = [](const auto& x, const auto& y) {
+    return x.cached_pair_s < y.cached_pair_s;
+  };
+  const auto [small, large] = std::minmax_element(a.rows.begin(), a.rows.end(), by_bytes);
+  const auto [fast, slow] = std::minmax_element(a.rows.begin(), a.rows.end(), by_hit);
+  std::string cost =
+      fmt::format("{} for {}", duration_text(raw_pair_s(*small)), format_bytes(small->bytes));
+  if (small->bytes != large->bytes)
+    cost += fmt::format(" and {} for {}", duration_text(raw_pair_s(*large)),
+                        format_bytes(large->bytes));
+  std::vector<note> n;
+  n.push_back({id, fmt::format("- cudaMalloc and cudaFree go to the driver: it finds physical "
+                               "pages, maps them into the GPU's address space and, for cudaFree, "
+                               "synchronizes the device. cudaMalloc + cudaFree took {} here, and "
+                               "cudaFree stalls every stream.",
+                               cost)});
+  std::string hits = duration_text(fast->cached_pair_s);
+  if (duration_text(slow->cached_pair_s) != hits)
+    hits += " to " + duration_text(slow->cached_pair_s);
+  std::string text = fmt::format(
+      "- A caching allocator (PyTorch's, or gpu_basics::caching_allocator) keeps freed blocks and "
+      "hands them out again: a cache hit is host bookkeeping only, {} here. cudaMallocAsync is the "
+      "driver's own stream-ordered pool",
+      hits);
+  const auto& l = *large;
+  if (l.malloc_async_pair_s > 0 && raw_pair_s(l) > 0 && l.cached_pair_s > 0)
+    text += fmt::format(
+        ": a pair of {} took {}, {} cudaMalloc + cudaFree and {} a host-side cache hit.",
+        format_bytes(l.bytes), duration_text(l.malloc_async_pair_s),
+        compared_to(l.malloc_async_pair_s, raw_pair_s(l)),
+        compared_to(l.malloc_async_pair_s, l.cached_pair_s));
+  else
+    text += ".";
+  n.push_back({id, std::move(text)});
+  return n;
+}
+
+// ---- caching ------------------------------------------------------------------------------
+
+constexpr std::array<const char*, 5> kCachingSteps = {"allocate_cold", "free", "allocate_again",
+                                                      "empty_cache", "allocate_after_empty_cache"};
+
+const caching_step* find_step(const caching_result& c, std::string_view kind) {
+  for (const auto& s : c.steps)
+    if (s.kind == kind) return &s;
+  return nullptr;
+}
+
+table caching_table(const caching_result& c) {
+  table t;
+  t.id = "caching";
+  t.title = fmt::format("Allocate, free, allocate again, empty_cache ({} x {})", c.blocks,
+                        format_bytes(c.block_bytes));
+  t.columns = {{"step", "step"},
+               {"allocated_bytes", "allocated (MiB)", kMiB, 0},
+               {"reserved_bytes", "reserved (MiB)", kMiB, 0},
+               {"device_allocations", "cudaMalloc calls", 1.0, 0},
+               {"step_s", "time (us)", 1e6, 1}};
+  for (const auto& s : c.steps)
+    t.add_row({s.label, s.allocated_bytes, s.reserved_bytes, s.device_allocations, s.step_s});
+  return t;
+}
+
+std::vector<note> caching_notes(const caching_result& c) {
+  const std::string id = "caching";
+  std::vector<note> n;
+  std::string first =
+      "- 'allocated' counts blocks handed out; 'reserved' what the allocator holds from the "
+      "driver.";
+  if (const auto* f = find_step(c, "free"))
+    first += fmt::format(
+        " After the free, allocated drops to {:.0f} MiB but reserved stays at {:.0f} MiB: the "
+        "memory is cached, which is why nvidia-smi shows a PyTorch process holding memory it no "
+        "longer uses.",
+        mib(static_cast<double>(f->allocated_bytes)), mib(static_cast<double>(f->reserved_bytes)));
+  n.push_back({id, std::move(first)});
+  if (c.empty_cache) {
+    const auto& ec = *c.empty_cache;
+    std::string price;
+    const auto* after = find_step(c, "allocate_after_empty_cache");
+    const auto* again = find_step(c, "allocate_again");
+    if (after && again)
+      price = fmt::format(" ({} for one {} block here, against {} for {} cache hits)",
+                          duration_text(after->step_s), format_bytes(c.block_bytes),
+                          duration_text(again->step_s), c.blocks);
+    n.push_back(
+        {id, fmt::format(
+                 "- empty_cache() released {} segment(s) ({:.0f} MiB) and kept {} ({} in use, {} "
+                 "waiting on other streams). It gives memory back to other processes, at the price "
+                 "of paying cudaMalloc again on the next allocation{}.",
+                 ec.released_segments, mib(static_cast<double>(ec.released_bytes)),
+                 ec.kept_in_use_segments + ec.kept_pending_segments, ec.kept_in_use_segments,
+                 ec.kept_pending_segments, price)});
+  }
+  return n;
+}
+
+// ---- peak ---------------------------------------------------------------------------------
+
+constexpr const char* kPeakWeights = "allocated before the pass (weights)";
+constexpr const char* kPeakAllocated = "peak allocated during the pass";
+constexpr const char* kPeakReserved = "peak reserved during the pass";
+constexpr const char* kPeakSum = "sum of all allocations in the pass";
+
+table peak_table(const peak_result& p) {
+  table t;
+  t.id = "peak";
+  t.title = "Peak memory of a workload (reset_peak_stats, then a forward/backward-like pass)";
+  t.columns = {{"quantity", "quantity"}, {"bytes", "MiB", kMiB, 1}};
+  const auto opt = [](const std::optional<std::int64_t>& v) { return v ? value(*v) : value(); };
+  t.add_row({std::string(kPeakWeights), static_cast<std::int64_t>(p.weights_bytes)});
+  t.add_row({std::string(kPeakAllocated), opt(p.peak_allocated_bytes)});
+  t.add_row({std::string(kPeakReserved), opt(p.peak_reserved_bytes)});
+  t.add_row({std::string(kPeakSum), static_cast<std::int64_t>(p.requested_bytes)});
+  return t;
+}
+
+std::vector<note> peak_notes(const peak_result& p) {
+  std::string above;
+  if (p.peak_allocated_bytes)
+    above = fmt::format(
+        " ({:.0f} MiB above the weights)",
+        mib(static_cast<double>(*p.peak_allocated_bytes) - static_cast<double>(p.weights_bytes)));
+  return {{"peak", fmt::format("- The peak is what must fit on the GPU: here all activations of "
+                               "the forward pass alive at once plus one gradient{}, not the sum "
+                               "of every allocation ({:.0f} MiB). reset_peak_stats() scopes the "
+                               "peak to the part of the program you care about.",
+                               above, mib(static_cast<double>(p.requested_bytes)))}};
+}
+
+// ---- pinned_vs_pageable -------------------------------------------------------------------
+
+constexpr const char* kPageableLabel = "pageable (malloc + first touch)";
+constexpr const char* kPinnedLabel = "pinned (cudaHostAlloc)";
+
+value opt_value(const std::optional<double>& v) {
+  return v ? value(*v) : value();
+}
+
+table pinned_table(const pinned_result& p) {
+  table t;
+  t.id = "pinned_vs_pageable";
+  t.title = fmt::format("Host memory for a {} tensor: pinned vs pageable", format_bytes(p.bytes));
+  t.columns = {{"memory", "host memory"},
+               {"allocate_s", "allocate (ms)", 1e3, 2},
+               {"reuse_s", "reuse from pool (us)", 1e6, 2},
+               {"h2d_bytes_per_s", "H2D GB/s", 1e-9, 1}};
+  t.add_row({std::string(kPageableLabel), p.pageable_allocate_s, value(),
+             opt_value(p.pageable_h2d_bytes_per_s)});
+  if (p.use_pinned_memory)
+    t.add_row({std::string(kPinnedLabel), opt_value(p.pinned_allocate_s),
+               opt_value(p.pinned_reuse_s), opt_value(p.pinned_h2d_bytes_per_s)});
+  return t;
+}
+
+std::string pinning_cost_note(const pinned_result& p) {
+  std::string s =
+      "- Pinning is expensive: the OS must fault in and lock every page and the driver must map "
+      "them for the GPU";
+  if (p.pinned_allocate_s)
+    s += fmt::format(
+        " (cudaHostAlloc + cudaFreeHost of {} took {} here; malloc + first touch + free {})",
+        format_bytes(p.bytes), duration_text(*p.pinned_allocate_s),
+        duration_text(p.pageable_allocate_s));
+  s += ". A pinned pool (gpu_basics::pinned_host_pool) pays that once and reuses the block";
+  if (p.pinned_reuse_s)
+    s += fmt::format(": a reuse took {} here", duration_text(*p.pinned_reuse_s));
+  if (p.pool)
+    s += fmt::format(" ({} block(s) pinned, {} cache hit(s) in all)", p.pool->backend_allocations,
+                     p.pool->cache_hits);
+  return s + ".";
+}
+
+std::string dma_note(const pinned_result& p, const device_facts& facts) {
+  std::string s =
+      "- The copy engine reads pinned memory directly (DMA). From pageable memory the driver first "
+      "copies through its own pinned staging buffer with the CPU, so H2D runs ";
+  const auto& pg = p.pageable_h2d_bytes_per_s;
+  const auto& pn = p.pinned_h2d_bytes_per_s;
+  if (pg && pn && *pg > 0 && *pn > 0) {
+    const std::string how = *pn >= *pg ? fmt::format("{:.1f}x slower", *pn / *pg) : "no slower";
+    s +=
+        fmt::format("{} here ({:.1f} GB/s against {:.1f} GB/s pinned).", how, *pg / 1e9, *pn / 1e9);
+  } else {
+    s += "slower.";
+  }
+  if (pn && facts.link_bytes_per_s && *facts.link_bytes_per_s > 0)
+    s += fmt::format(" Pinned H2D reached {:.0f}% of the PCIe link's {:.1f} GB/s per direction.",
+                     100.0 * *pn / *facts.link_bytes_per_s, *facts.link_bytes_per_s / 1e9);
+  return s;
+}
+
+std::vector<note> pinned_notes(const pinned_result& p, const device_facts& facts) {
+  const std::string id = "pinned_vs_pageable";
+  if (!p.use_pinned_memory)
+    return {{id, "- memory.use_pinned_memory is false: only pageable memory is measured."}};
+  return {{id, pinning_cost_note(p)}, {id, dma_note(p, facts)}};
+}
+
+// ---- fragmentation ------------------------------------------------------------------------
+
+constexpr const char* kNewSegment = "a new segment (cudaMalloc)";
+constexpr const char* kFromCache = "the cache";
+
+table fragmentation_table(const fragmentation_result& f) {
+  table t;
+  t.id = "fragmentation";
+  t.title = fmt::format("Fragmentation: a cached {} block, {} requests, then {} again",
+                        format_bytes(f.large_bytes), format_bytes(f.small_bytes),
+                        format_bytes(f.large_bytes));
+  t.columns = {{"max_split_size", "max_split_size"},
+               {"fragmentation", "fragmentation %", 100.0, 1},
+               {"largest_free_bytes", "largest free (MiB)", kMiB, 0},
+               {"reserved_bytes", "reserved after (MiB)", kMiB, 0},
+               {"second_64mib", fmt::format("second {} from", format_bytes(f.large_bytes))}};
+  for (const auto& r : f.rows)
+    t.add_row({r.max_split_size ? format_bytes(*r.max_split_size) : std::string("unlimited"),
+               r.fragmentation, static_cast<std::int64_t>(r.largest_free_bytes), r.reserved_bytes,
+               std::string(r.new_segment ? kNewSegment : kFromCache)});
+  return t;
+}
+
+std::vector<note> fragmentation_notes(const fragmentation_result& f) {
+  const std::string id = "fragmentation";
+  const auto unlimited =
+      std::find_if(f.rows.begin(), f.rows.end(), [](const auto& r) { return !r.max_split_size; });
+  const auto limited = std::find_if(f.rows.begin(), f.rows.end(),
+                                    [](const auto& r) { return r.max_split_size.has_value(); });
+  const std::string large = format_bytes(f.large_bytes);
+  const std::string small = format_bytes(f.small_bytes);
+  std::string first =
+      "- fragmentation = 1 - largest free block / all free bytes: free memory in pieces too small "
+      "for the next request.";
+  if (unlimited != f.rows.end())
+    first += fmt::format(
+        " Without a limit the {} requests are carved out of the cached {} block; freeing every "
+        "other one leaves holes ({:.1f}% fragmentation here), {}.",
+        small, large, unlimited->fragmentation * 100.0,
+        unlimited->new_segment
+            ? fmt::format(
+                  "the next {} request does not fit in any of them, and a new segment is reserved",
+                  large)
+            : fmt::format("yet the next {} request was served from the cache here", large));
+  std::vector<note> n{{id, std::move(first)}};
+  if (limited != f.rows.end())
+    n.push_back(
+        {id,
+         fmt::format("- With max_split_size = {}, blocks that large are never split for small "
+                     "requests: the {} requests get their own segments and the {} block stays "
+                     "whole for the next large request{} (PyTorch: "
+                     "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb).",
+                     format_bytes(*limited->max_split_size), small, large,
+                     limited->new_segment ? "; here, though, it still needed a new segment" : "")});
+  return n;
+}
+
+}  // namespace
+
+std::vector<note> explain_memory(const memory_result& r, const device_facts& facts) {
+  std::vector<note> n;
+  const auto add = [&n](std::vector<note> more) { n.insert(n.end(), more.begin(), more.end()); };
+  if (r.allocation_cost) add(allocation_cost_notes(*r.allocation_cost));
+  if (r.caching) add(caching_notes(*r.caching));
+  if (r.peak) add(peak_notes(*r.peak));
+  if (r.trace) add(explain_trace(*r.trace));
+  if (r.pinned) add(pinned_notes(*r.pinned, facts));
+  if (r.fragmentation) add(fragmentation_notes(*r.fragmentation));
+  return n;
+}
+
+std::vector<table> present_memory(const memory_result& r) {
+  std::vector<table> out;
+  if (r.allocation_cost) out.push_back(allocation_cost_table(*r.allocation_cost));
+  if (r.caching) out.push_back(caching_table(*r.caching));
+  if (r.peak) out.push_back(peak_table(*r.peak));
+  if (r.trace) out.push_back(present_trace(*r.trace));
+  if (r.pinned) out.push_back(pinned_table(*r.pinned));
+  if (r.fragmentation) out.push_back(fragmentation_table(*r.fragmentation));
+  return out;
+}
+
+// ---- schema 1 -----------------------------------------------------------------------------
+
+namespace {
+
+using json = nlohmann::json;
+
+/// A number read whole from `text` (digits as the regexes below matched them).
+/// @throws format_error when it does not fit `T`.
+template <class T>
+T number_of(const std::string& text) {
+  T v{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size())
+    throw format_error("'" + text + "' is not a number in range");
+  return v;
+}
+
+/// Bytes from format_bytes' text ("512 B", "1 MiB", "1.0 MiB", "1.5 GiB"), rounded to a byte; a
+/// JSON integer is taken as bytes.
+std::uint64_t parse_bytes(const json& cell) {
+  if (cell.is_number_unsigned() || cell.is_number_integer()) return cell.get<std::uint64_t>();
+  const auto text = cell.get<std::string>();
+  static const std::regex re(R"(^\s*([0-9]+(?:\.[0-9]+)?) (B|KiB|MiB|GiB|TiB)\s*$)");
+  std::smatch m;
+  if (!std::regex_match(text, m, re))
+    throw format_error("'" + text + "' is not a size such as \"512 B\" or \"1.0 MiB\"");
+  static constexpr std::array<std::string_view, 5> units = {"B", "KiB", "MiB", "GiB", "TiB"};
+  const auto u =
+      static_cast<int>(std::find(units.begin(), units.end(), m[2].str()) - units.begin());
+  const double bytes = std::round(number_of<double>(m[1].str()) * std::ldexp(1.0, 10 * u));
+  if (!(bytes < 0x1p64)) throw format_error("'" + text + "' is too large a size");
+  return static_cast<std::uint64_t>(bytes);
+}
+
+/// The sub-matches of `re` in a table's title ([0] the whole match).
+/// @throws format_error when it does not match.
+std::vector<std::string> title_match(const json& t, const std::regex& re) {
+  const auto title = t.at("title").get<std::string>();
+  std::smatch m;
+  if (!std::regex_search(title, m, re))
+    throw format_error("table '" + t.value("id", std::string()) + "': unexpected title '" + title +
+                       "'");
+  return {m.begin(), m.end()};
+}
+
+const json* v1_table(const json& block, const char* id) {
+  const auto& tables = block.at("tables");
+  const auto it = tables.find(id);
+  return it == tables.end() ? nullptr : &*it;
+}
+
+const json* v1_extra(const json& block, const char* key) {
+  const auto it = block.find("extra");
+  if (it == block.end() || !it->is_object()) return nullptr;
+  const auto e = it->find(key);
+  return e == it->end() || e->is_null() ? nullptr : &*e;
+}
+
+const json& v1_rows(const json& t) {
+  const auto& rows = t.at("rows");
+  if (!rows.is_array())
+    throw format_error("table '" + t.value("id", std::string()) + "': rows is not a list");
+  return rows;
+}
+
+std::optional<double> opt_number(const json& row, const char* key) {
+  const auto it = row.find(key);
+  if (it == row.end() || it->is_null()) return std::nullopt;
+  return it->get<double>();
+}
+
+allocation_cost_result allocation_cost_from_v1(const json& t) {
+  allocation_cost_result a;
+  for (const auto& row : v1_rows(t))
+    a.rows.push_back({parse_bytes(row.at("bytes")), row.at("cuda_malloc_s").get<double>(),
+                      row.at("cuda_free_s").get<double>(),
+                      row.at("malloc_async_pair_s").get<double>(),
+                      row.at("cached_pair_s").get<double>()});
+  return a;
+}
+
+caching_result caching_from_v1(const json& t, const json* ec) {
+  static const std::regex re(R"(\((\d+) x ([^)]+)\)\s*$)");
+  const auto m = title_match(t, re);
+  caching_result c;
+  c.blocks = number_of<int>(m[1]);
+  c.block_bytes = parse_bytes(json(m[2]));
+  const auto& rows = v1_rows(t);
+  if (rows.size() > kCachingSteps.size())
+    throw format_error("table 'caching': " + std::to_string(rows.size()) + " steps, expected 5");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    c.steps.push_back({kCachingSteps[i], row.at("step").get<std::string>(),
+                       row.at("allocated_bytes").get<std::int64_t>(),
+                       row.at("reserved_bytes").get<std::int64_t>(),
+                       row.at("device_allocations").get<std::int64_t>(),
+                       row.at("step_s").get<double>()});
+  }
+  if (ec)
+    c.empty_cache = empty_cache_outcome{ec->at("released_bytes").get<std::uint64_t>(),
+                                        ec->at("released_segments").get<std::uint64_t>(),
+                                        ec->at("kept_bytes").get<std::uint64_t>(),
+                                        ec->at("kept_in_use_segments").get<std::uint64_t>(),
+                                        ec->at("kept_pending_segments").get<std::uint64_t>()};
+  return c;
+}
+
+peak_result peak_from_v1(const json& t, const json* stats) {
+  peak_result p;
+  for (const auto& row : v1_rows(t)) {
+    const auto q = row.at("quantity").get<std::string>();
+    const auto& b = row.at("bytes");
+    const auto peak = [&b] {
+      return b.is_null() ? std::nullopt : std::optional(b.get<std::int64_t>());
+    };
+    if (q == kPeakWeights)
+      p.weights_bytes = b.get<std::uint64_t>();
+    else if (q == kPeakAllocated)
+      p.peak_allocated_bytes = peak();
+    else if (q == kPeakReserved)
+      p.peak_reserved_bytes = peak();
+    else if (q == kPeakSum)
+      p.requested_bytes = b.get<std::uint64_t>();
+    else
+      throw format_error("table 'peak': unknown quantity '" + q + "'");
+  }
+  // The allocator's stats after the pass hold the same peaks.
+  if (stats && !p.peak_allocated_bytes)
+    p.peak_allocated_bytes = stats->at("allocated_bytes").at("peak").get<std::int64_t>();
+  if (stats && !p.peak_reserved_bytes)
+    p.peak_reserved_bytes = stats->at("reserved_bytes").at("peak").get<std::int64_t>();
+  return p;
+}
+
+trace_summary trace_from_v1(const json& t, const json* extra) {
+  trace_summary s;
+  static const std::regex title(R"(^Trace written to (.*)$)");
+  s.path = title_match(t, title)[1];
+  const std::vector<std::pair<const char*, std::int64_t*>> rows = {
+      {"kernels", &s.kernels},
+      {"memory copies", &s.memcpys},
+      {"memsets", &s.memsets},
+      {"CUDA runtime API calls", &s.api_calls},
+      {"synchronizations (CPU waiting for the GPU)", &s.syncs},
+      {"user ranges (scoped_range / NVTX)", &s.ranges},
+      {"launch -> GPU flow arrows", &s.flows},
+      {"NVML counter samples", &s.nvml_counter_events},
+      {"allocator counter samples", &s.allocator_counter_events},
+      {"records dropped by CUPTI", &s.dropped_records},
+      {"trace events written", &s.events}};
+  for (const auto& row : v1_rows(t)) {
+    const auto what = row.at("what").get<std::string>();
+    for (const auto& [label, field] : rows)
+      if (what == label) *field = row.at("count").get<std::int64_t>();
+  }
+  if (extra) {
+    s.source = extra->value("source", std::string());
+    s.write_s = extra->value("write_s", 0.0);
+  }
+  // The first note reads "- Source: <source>. <n> events written in <t> ms. ... GPU <d> holds".
+  static const std::regex first(R"(^- Source: (.*)\. \d+ events written in ([0-9.]+) ms)");
+  static const std::regex gpu(R"(GPU (\d+) holds)");
+  for (const auto& n : t.value("notes", json::array())) {
+    std::smatch m;
+    const auto text = n.get<std::string>();
+    if (std::regex_search(text, m, gpu)) s.device = number_of<int>(m[1].str());
+    if (!extra && std::regex_search(text, m, first)) {
+      s.source = m[1].str();
+      s.write_s = number_of<double>(m[2].str()) * 1e-3;
+    }
+  }
+  return s;  // the memory lesson traced its pass whole: schedule (0, 0)
+}
+
+pinned_result pinned_from_v1(const json& t, const json* pool) {
+  static const std::regex re(R"(for a (.+) tensor)");
+  pinned_result p;
+  p.bytes = parse_bytes(json(title_match(t, re)[1]));
+  p.use_pinned_memory = false;
+  for (const auto& row : v1_rows(t)) {
+    const auto what = row.at("memory").get<std::string>();
+    if (what.starts_with("pageable")) {
+      p.pageable_allocate_s = row.at("allocate_s").get<double>();
+      p.pageable_h2d_bytes_per_s = opt_number(row, "h2d_bytes_per_s");
+    } else if (what.starts_with("pinned")) {
+      p.use_pinned_memory = true;
+      p.pinned_allocate_s = opt_number(row, "allocate_s");
+      p.pinned_reuse_s = opt_number(row, "reuse_s");
+      p.pinned_h2d_bytes_per_s = opt_number(row, "h2d_bytes_per_s");
+    } else {
+      throw format_error("table 'pinned_vs_pageable': unknown host memory '" + what + "'");
+    }
+  }
+  if (pool)
+    p.pool = pinned_pool_outcome{
+        pool->at("backend_allocations").get<std::int64_t>(),
+        pool->at("backend_frees").get<std::int64_t>(), pool->at("cache_hits").get<std::int64_t>(),
+        pool->at("pin_seconds").get<double>(), pool->at("unpin_seconds").get<double>()};
+  return p;
+}
+
+fragmentation_result fragmentation_from_v1(const json& t) {
+  static const std::regex re(R"(a cached (.+) block, (.+) requests)");
+  const auto m = title_match(t, re);
+  fragmentation_result f;
+  f.large_bytes = parse_bytes(json(m[1]));
+  f.small_bytes = parse_bytes(json(m[2]));
+  for (const auto& row : v1_rows(t)) {
+    fragmentation_row r;
+    const auto& limit = row.at("max_split_size");
+    if (!(limit.is_string() && limit.get<std::string>() == "unlimited"))
+      r.max_split_size = parse_bytes(limit);
+    r.fragmentation = row.at("fragmentation").get<double>();
+    r.largest_free_bytes = row.at("largest_free_bytes").get<std::uint64_t>();
+    r.reserved_bytes = row.at("reserved_bytes").get<std::int64_t>();
+    const auto from = row.at("second_64mib").get<std::string>();
+    if (from != kNewSegment && from != kFromCache)
+      throw format_error("table 'fragmentation': unknown source '" + from + "'");
+    r.new_segment = from == kNewSegment;
+    f.rows.push_back(r);
+  }
+  return f;
+}
+
+}  // namespace
+
+memory_result memory_from_v1(const nlohmann::json& block) {
+  memory_result r;
+  if (const auto* t = v1_table(block, "allocation_cost"))
+    r.allocation_cost = allocation_cost_from_v1(*t);
+  if (const auto* t = v1_table(block, "caching"))
+    r.caching = caching_from_v1(*t, v1_extra(block, "empty_cache"));
+  if (const auto* t = v1_table(block, "peak"))
+    r.peak = peak_from_v1(*t, v1_extra(block, "peak_stats"));
+  if (const auto* t = v1_table(block, "trace"))
+    r.trace = trace_from_v1(*t, v1_extra(block, "trace"));
+  if (const auto* t = v1_table(block, "pinned_vs_pageable"))
+    r.pinned = pinned_from_v1(*t, v1_extra(block, "pinned_pool"));
+  if (const auto* t = v1_table(block, "fragmentation")) r.fragmentation = fragmentation_from_v1(*t);
+  return r;
+}
+
+lesson memory_lesson() {
+  lesson l;
+  l.name = "memory";
+  l.description = "Lesson: device allocation, the caching allocator, pinned memory, empty_cache";
+  l.traces = true;
+  l.measure = [](context& ctx) { return nlohmann::json(measure_memory(ctx)); };
+  l.render = [](const nlohmann::json& j, const device_facts& f) {
+    return render_typed<memory_result, explain_memory, present_memory>(j, f, "memory");
+  };
+  l.upgrade_v1 = [](const nlohmann::json& block) { return nlohmann::json(memory_from_v1(block)); };
+  return l;
+}
+
+}  // namespace gpu_basics::lessons

@@ -1,0 +1,321 @@
+// The memory lesson's measurements on the GPU: allocation cost, the caching allocator's cache and
+// empty_cache, the peak of a forward/backward-like pass (traced with --trace), pinned vs pageable
+// host memory, fragmentation with and without max_split_size. No printing.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "gpu_basics/core/clock.hpp"
+#include "gpu_basics/core/cuda.hpp"
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/stats.hpp"
+#include "gpu_basics/lessons/memory.hpp"
+#include "gpu_basics/memory/caching_allocator.hpp"
+#include "gpu_basics/memory/cuda_backend.hpp"
+#include "gpu_basics/memory/pinned_pool.hpp"
+#include "gpu_basics/profiler/range.hpp"
+#include "gpu_basics/transfer/copy_bench.hpp"
+#include "gpu_basics/transfer/plan.hpp"
+
+namespace gpu_basics::lessons {
+
+namespace {
+
+constexpr std::size_t MiB = 1 << 20;
+constexpr double kMiB = 1.0 / (1 << 20);
+
+constexpr int kPairsPerSample = 1000;  // allocate + free pairs timed together
+constexpr int kCachingBlocks = 4;
+constexpr std::size_t kCachingBlockBytes = 256 * MiB;
+constexpr std::size_t kWeightsBytes = 512 * MiB;
+constexpr int kLayers = 8;
+constexpr std::size_t kGradientBytes = 64 * MiB;
+constexpr int kHostAllocateRepetitions = 3;
+constexpr int kMaxCopyIterations = 10;
+constexpr std::size_t kLargeBytes = 64 * MiB;
+constexpr std::size_t kSmallBytes = 2 * MiB;
+constexpr int kSmallRequests = 8;
+constexpr std::size_t kLimitedSplitBytes = 32 * MiB;
+
+/// Counts the lesson's parts done, for ctx.report_progress.
+struct progress_counter {
+  const context& ctx;
+  int total;
+  int done = 0;
+  void step(const std::string& item) { ctx.report_progress(item, ++done, total); }
+};
+
+template <class F>
+double median_seconds(int iterations, F f) {
+  std::vector<double> t;
+  for (int i = 0; i < iterations; ++i) {
+    const double t0 = host_seconds();
+    f();
+    t.push_back(host_seconds() - t0);
+  }
+  return summarize(t).median;
+}
+
+/// Publishes `p` where the compiler cannot see who reads it, so writes through it are kept.
+void* volatile escaped = nullptr;
+void escape(void* p) {
+  escaped = p;
+}
+
+void log_allocation(const alloc_trace& t) {
+  spdlog::debug(
+      "alloc {} B -> {} B, {} pool, stream {:#x}, {}; allocated {:.1f} MiB, reserved {:.1f} MiB",
+      t.requested, t.rounded, t.small_pool ? "small" : "large", t.stream, to_string(t.source),
+      static_cast<double>(t.allocated_after) * kMiB, static_cast<double>(t.reserved_after) * kMiB);
+}
+
+std::unique_ptr<caching_allocator> make_allocator(allocator_options o = {}) {
+  auto a = std::make_unique<caching_allocator>(std::make_shared<cuda_device_backend>(), o);
+  a->set_trace_callback(log_allocation);
+  return a;
+}
+
+// ---- allocation_cost ----------------------------------------------------------------------
+
+allocation_cost_row measure_allocation_size(const config& cfg, cuda_stream& stream,
+                                            stream_handle sh, caching_allocator& alloc,
+                                            std::size_t bytes) {
+  const int iters = cfg.benchmark.iterations;
+  std::vector<double> m, f;
+  for (int i = 0; i < cfg.benchmark.warmup_iterations + iters; ++i) {
+    void* p = nullptr;
+    const double t0 = host_seconds();
+    GPU_BASICS_CUDA_TRY(cudaMalloc(&p, bytes));
+    const double t1 = host_seconds();
+    GPU_BASICS_CUDA_TRY(cudaFree(p));
+    const double t2 = host_seconds();
+    if (i >= cfg.benchmark.warmup_iterations) {
+      m.push_back(t1 - t0);
+      f.push_back(t2 - t1);
+    }
+  }
+  void* w = nullptr;  // the pool's first allocation of this size stays out of the timing
+  GPU_BASICS_CUDA_TRY(cudaMallocAsync(&w, bytes, stream.value()));
+  GPU_BASICS_CUDA_TRY(cudaFreeAsync(w, stream.value()));
+  stream.synchronize();
+  const double async_pair =
+      median_seconds(iters,
+                     [&] {
+                       for (int i = 0; i < kPairsPerSample; ++i) {
+                         void* p = nullptr;
+                         GPU_BASICS_CUDA_TRY(cudaMallocAsync(&p, bytes, stream.value()));
+                         GPU_BASICS_CUDA_TRY(cudaFreeAsync(p, stream.value()));
+                       }
+                     }) /
+      kPairsPerSample;
+  stream.synchronize();
+  alloc.deallocate(alloc.allocate(bytes, sh));  // cached from here on
+  const double cached_pair = median_seconds(iters,
+                                            [&] {
+                                              for (int i = 0; i < kPairsPerSample; ++i)
+                                                alloc.deallocate(alloc.allocate(bytes, sh));
+                                            }) /
+                             kPairsPerSample;
+  return {bytes, summarize(m).median, summarize(f).median, async_pair, cached_pair};
+}
+
+allocation_cost_result measure_allocation_cost(const config& cfg, cuda_stream& stream,
+                                               stream_handle sh, progress_counter& progress) {
+  allocation_cost_result a;
+  a.iterations = cfg.benchmark.iterations;
+  a.warmup_iterations = cfg.benchmark.warmup_iterations;
+  a.pairs_per_sample = kPairsPerSample;
+  auto alloc = make_allocator();
+  alloc->set_trace_callback(nullptr);  // the timed loops stay out of the debug log
+  for (std::size_t bytes : {std::size_t{512}, 1 * MiB, 64 * MiB, 1024 * MiB}) {
+    a.rows.push_back(measure_allocation_size(cfg, stream, sh, *alloc, bytes));
+    progress.step("allocation cost " + format_bytes(bytes));
+  }
+  return a;
+}
+
+// ---- caching ------------------------------------------------------------------------------
+
+caching_result measure_caching(stream_handle sh) {
+  auto alloc = make_allocator();
+  caching_result c;
+  c.blocks = kCachingBlocks;
+  c.block_bytes = kCachingBlockBytes;
+  const auto step = [&](std::string kind, std::string label, double seconds) {
+    const auto s = alloc->stats();
+    c.steps.push_back({std::move(kind), std::move(label), s.allocated_bytes.current,
+                       s.reserved_bytes.current, s.device_allocations, seconds});
+  };
+  const std::string block = format_bytes(kCachingBlockBytes);
+  std::vector<void*> blocks(kCachingBlocks);
+  double t0 = host_seconds();
+  for (auto& p : blocks) p = alloc->allocate(kCachingBlockBytes, sh);
+  step("allocate_cold", fmt::format("allocate {} x {} (cold)", kCachingBlocks, block),
+       host_seconds() - t0);
+  t0 = host_seconds();
+  for (auto* p : blocks) alloc->deallocate(p);
+  step("free", "free all four", host_seconds() - t0);
+  t0 = host_seconds();
+  for (auto& p : blocks) p = alloc->allocate(kCachingBlockBytes, sh);
+  step("allocate_again", fmt::format("allocate {} x {} again (cache hits)", kCachingBlocks, block),
+       host_seconds() - t0);
+  for (auto* p : blocks) alloc->deallocate(p);
+  t0 = host_seconds();
+  const auto ec = alloc->empty_cache();
+  step("empty_cache", "free all, then empty_cache()", host_seconds() - t0);
+  t0 = host_seconds();
+  void* again = alloc->allocate(kCachingBlockBytes, sh);
+  step("allocate_after_empty_cache", fmt::format("allocate {} after empty_cache", block),
+       host_seconds() - t0);
+  alloc->deallocate(again);
+  c.empty_cache = empty_cache_outcome{ec.released_bytes, ec.released_segments, ec.kept_bytes,
+                                      ec.kept_in_use_segments, ec.kept_pending_segments};
+  return c;
+}
+
+// ---- peak (and --trace) -------------------------------------------------------------------
+
+/// Forward: each layer keeps its activation; backward frees them in reverse, with a gradient
+/// buffer alive per layer. Returns the bytes asked for.
+std::uint64_t forward_backward(caching_allocator& alloc, stream_handle sh, peak_result& p) {
+  std::vector<void*> acts;
+  std::uint64_t asked = 0;
+  for (int l = 0; l < kLayers; ++l) {
+    scoped_range range(fmt::format("forward layer {}", l));
+    const std::size_t n = (64 + 16 * static_cast<std::size_t>(l)) * MiB;
+    acts.push_back(alloc.allocate(n, sh));
+    p.activation_bytes.push_back(n);
+    asked += n;
+  }
+  for (int l = kLayers - 1; l >= 0; --l) {
+    scoped_range range(fmt::format("backward layer {}", l));
+    void* grad = alloc.allocate(kGradientBytes, sh);
+    asked += kGradientBytes;
+    alloc.deallocate(acts[static_cast<std::size_t>(l)]);
+    alloc.deallocate(grad);
+  }
+  return asked;
+}
+
+peak_result measure_peak(const context& ctx, stream_handle sh,
+                         std::optional<trace_summary>& traced) {
+  // --trace: this pass, with the allocator's allocated/reserved bytes as counter tracks.
+  allocator_options o;
+  if (ctx.trace_path) o.history_capacity = 4096;
+  auto alloc = make_allocator(o);
+  auto trace = start_trace(ctx, trace_schedule{0, 0, 0});
+  if (trace) trace->step();
+  peak_result p;
+  p.weights_bytes = kWeightsBytes;
+  p.gradient_bytes = kGradientBytes;
+  void* weights = alloc->allocate(kWeightsBytes, sh);
+  alloc->reset_peak_stats();
+  p.requested_bytes = forward_backward(*alloc, sh, p);
+  const auto s = alloc->stats();
+  p.peak_allocated_bytes = s.allocated_bytes.peak;
+  p.peak_reserved_bytes = s.reserved_bytes.peak;
+  alloc->deallocate(weights);
+  if (trace) {
+    const auto h = alloc->history();
+    traced = write_trace(ctx, *trace, nullptr, &h);
+  }
+  return p;
+}
+
+// ---- pinned_vs_pageable -------------------------------------------------------------------
+
+pinned_result measure_pinned(const config& cfg) {
+  const auto shape_size = shape_bytes(cfg.transfer.tensor_shapes.back(), cfg.transfer.element_type);
+  if (!shape_size) throw logic_error("transfer.tensor_shapes: the last shape's size overflows");
+  pinned_result p;
+  p.bytes = *shape_size;
+  p.use_pinned_memory = cfg.memory.use_pinned_memory;
+  p.allocate_repetitions = kHostAllocateRepetitions;
+  p.copy_iterations = std::min(cfg.benchmark.iterations, kMaxCopyIterations);
+  const std::size_t bytes = p.bytes;
+  copy_bench bench({cfg.benchmark.warmup_iterations, *p.copy_iterations});
+  p.pageable_allocate_s = median_seconds(kHostAllocateRepetitions, [&] {
+    void* m = std::malloc(bytes);
+    if (!m)
+      throw out_of_memory("cannot allocate " + format_bytes(bytes) + " of host memory", bytes);
+    std::memset(m, 1, bytes);  // malloc maps pages lazily: touching them is part of the cost
+    escape(m);                 // else the compiler drops malloc + memset + free as dead code
+    std::free(m);
+  });
+  p.pageable_h2d_bytes_per_s =
+      bench.copy(copy_direction::h2d, host_memory::pageable, bytes).bandwidth_bytes_per_s.median;
+  if (!p.use_pinned_memory) return p;
+  p.pinned_allocate_s = median_seconds(kHostAllocateRepetitions, [&] { pinned_buffer b(bytes); });
+  pinned_host_pool pool(std::make_shared<cuda_pinned_backend>());
+  pool.deallocate(pool.allocate(bytes));
+  p.reuse_iterations = cfg.benchmark.iterations;
+  p.pinned_reuse_s =
+      median_seconds(cfg.benchmark.iterations, [&] { pool.deallocate(pool.allocate(bytes)); });
+  p.pinned_h2d_bytes_per_s =
+      bench.copy(copy_direction::h2d, host_memory::pinned, bytes).bandwidth_bytes_per_s.median;
+  const auto s = pool.stats();
+  p.pool = pinned_pool_outcome{s.backend_allocations, s.backend_frees, s.cache_hits, s.pin_seconds,
+                               s.unpin_seconds};
+  return p;
+}
+
+// ---- fragmentation ------------------------------------------------------------------------
+
+/// A cached large block, small requests with every other one freed, then the large request again.
+fragmentation_row measure_fragmentation_with(std::size_t limit, stream_handle sh) {
+  allocator_options o;
+  o.max_split_size = limit;
+  auto alloc = make_allocator(o);
+  alloc->deallocate(alloc->allocate(kLargeBytes, sh));  // the cached large block
+  std::vector<void*> small;
+  for (int i = 0; i < kSmallRequests; ++i) small.push_back(alloc->allocate(kSmallBytes, sh));
+  for (std::size_t i = 0; i < small.size(); i += 2) alloc->deallocate(small[i]);  // holes
+  const auto before = alloc->stats();
+  void* big = alloc->allocate(kLargeBytes, sh);
+  const auto after = alloc->stats();
+  alloc->deallocate(big);
+  for (std::size_t i = 1; i < small.size(); i += 2) alloc->deallocate(small[i]);
+  fragmentation_row r;
+  if (limit != SIZE_MAX) r.max_split_size = limit;
+  r.fragmentation = before.fragmentation;
+  r.largest_free_bytes = before.largest_free_block;
+  r.reserved_bytes = after.reserved_bytes.current;
+  r.new_segment = after.device_allocations > before.device_allocations;
+  return r;
+}
+
+fragmentation_result measure_fragmentation(stream_handle sh) {
+  fragmentation_result f;
+  f.large_bytes = kLargeBytes;
+  f.small_bytes = kSmallBytes;
+  f.small_requests = kSmallRequests;
+  for (std::size_t limit : {SIZE_MAX, kLimitedSplitBytes})
+    f.rows.push_back(measure_fragmentation_with(limit, sh));
+  return f;
+}
+
+}  // namespace
+
+memory_result measure_memory(context& ctx) {
+  progress_counter progress{ctx, 4 + 4};  // four allocation sizes, then four parts
+  cuda_stream stream;
+  const auto sh = reinterpret_cast<stream_handle>(stream.value());
+  memory_result r;
+  r.allocation_cost = measure_allocation_cost(ctx.cfg, stream, sh, progress);
+  r.caching = measure_caching(sh);
+  progress.step("caching and empty_cache");
+  r.peak = measure_peak(ctx, sh, r.trace);
+  progress.step("peak memory");
+  r.pinned = measure_pinned(ctx.cfg);
+  progress.step("pinned vs pageable");
+  r.fragmentation = measure_fragmentation(sh);
+  progress.step("fragmentation");
+  return r;
+}
+
+}  // namespace gpu_basics::lessons

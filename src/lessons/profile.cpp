@@ -1,0 +1,614 @@
+// The profile lesson, host-only: its notes, its tables, the sample series for charts, and the
+// result rebuilt from a schema-1 file. No CUDA header here (tested on the CPU).
+#include "gpu_basics/lessons/profile.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "gpu_basics/core/config.hpp"
+#include "gpu_basics/core/hardware.hpp"
+#include "gpu_basics/transfer/plan.hpp"
+
+namespace gpu_basics::lessons {
+
+using presentation::table;
+using presentation::value;
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// The timing_methods rows: label, what it measures, the result's field.
+struct timing_row {
+  const char* method;
+  const char* measures;
+  summary timing_methods_result::*field;
+};
+constexpr timing_row kTimingRows[] = {
+    {"host clock around the launch", "only the launch: the call returns before the kernel runs",
+     &timing_methods_result::host_no_sync_s},
+    {"host clock + cudaStreamSynchronize", "launch + kernel + the wake-up of the waiting thread",
+     &timing_methods_result::host_sync_s},
+    {"CUDA events around the kernel", "the kernel on the GPU's own clock",
+     &timing_methods_result::events_s}};
+
+bool is_memory_metric(const std::string& m) {
+  return m == "memory_used_bytes" || m == "memory_total_bytes";
+}
+
+/// The peak a run is measured against: the one kept with it, else the datasheet's.
+std::optional<double> peak_of(const matmul_run& run, const device_facts& facts) {
+  if (run.peak_flops_per_s) return run.peak_flops_per_s;
+  if (!facts.datasheet) return std::nullopt;
+  const auto& d = *facts.datasheet;
+  const double p = run.precision == "fp16"   ? d.fp16_flops
+                   : run.precision == "bf16" ? d.bf16_flops
+                   : run.precision == "tf32" ? d.tf32_flops
+                   : run.precision == "fp32" ? d.fp32_flops
+                                             : 0.0;
+  if (p <= 0) return std::nullopt;
+  return p;
+}
+
+// ---- tables -----------------------------------------------------------------------------------
+
+table timing_table(const timing_methods_result& r) {
+  table t;
+  t.id = "timing_methods";
+  t.title = r.bytes ? fmt::format("Timing one kernel three ways (an integer kernel over {}, median)",
+                                  format_bytes(*r.bytes))
+                    : std::string("Timing one kernel three ways (an integer kernel, median)");
+  t.columns = {{"method", "method"}, {"median_s", "measured (us)", 1e6, 1}, {"measures", "what it measures"}};
+  for (const auto& row : kTimingRows)
+    t.add_row({std::string(row.method), (r.*row.field).median, std::string(row.measures)});
+  return t;
+}
+
+table key_averages_table(const key_averages_result& r) {
+  table t;
+  t.id = "key_averages";
+  t.title = "Key averages (GPU time from CUDA events, host time from the host clock)";
+  t.columns = {{"name", "region"},
+               {"calls", "calls"},
+               {"gpu_total_s", "GPU total (ms)", 1e3, 3},
+               {"gpu_mean_s", "GPU mean (us)", 1e6, 1},
+               {"gpu_min_s", "GPU min (us)", 1e6, 1},
+               {"gpu_max_s", "GPU max (us)", 1e6, 1},
+               {"host_mean_s", "host mean (us)", 1e6, 1}};
+  for (const auto& g : r.regions) {
+    const double n = static_cast<double>(g.calls);
+    t.add_row({g.name, static_cast<std::int64_t>(g.calls), g.gpu_total_s,
+               g.calls ? value(g.gpu_total_s / n) : value(std::monostate{}), g.gpu_min_s, g.gpu_max_s,
+               g.calls ? value(g.host_total_s / n) : value(std::monostate{})});
+  }
+  return t;
+}
+
+table matmul_table(const matmul_result& r) {
+  table t;
+  t.id = "matmul";
+  t.title = "cuBLASLt matmul (fastest of the heuristic's candidates, random normal inputs)";
+  t.columns = {{"precision", "precision"},
+               {"shape", "m x n x k"},
+               {"candidates", "candidates"},
+               {"chosen", "chosen"},
+               {"median_flops_per_s", "TFLOP/s", 1e-12, 1},
+               {"min_flops_per_s", "min", 1e-12, 1},
+               {"max_flops_per_s", "max", 1e-12, 1},
+               {"peak_flops_per_s", "peak", 1e-12, 0},
+               {"peak_percent", "% of peak", 1.0, 1},
+               {"check_error", "check rel. error", 1.0, 6}};
+  for (const auto& x : r.runs) {
+    const bool peak = x.peak_flops_per_s && *x.peak_flops_per_s > 0;
+    t.add_row({x.precision, fmt::format("{} x {} x {}", x.m, x.n, x.k),
+               static_cast<std::int64_t>(x.candidates), static_cast<std::int64_t>(x.chosen),
+               x.flops_per_s.median, x.flops_per_s.min, x.flops_per_s.max,
+               peak ? value(*x.peak_flops_per_s) : value(std::monostate{}),
+               peak ? value(percent_of(x.flops_per_s.median, *x.peak_flops_per_s)) : value(std::monostate{}),
+               x.check_error});
+  }
+  return t;
+}
+
+table nvml_table(const profile_result& r) {
+  table t;
+  t.id = "nvml";
+  if (!r.nvml) {
+    t.title = "NVML";
+    t.columns = {{"status", "status"}};
+    t.add_row({r.nvml_status});
+    return t;
+  }
+  const nvml_sampling& s = *r.nvml;
+  t.title = fmt::format("NVML during the matmuls ({} samples every {} ms)", s.samples, s.interval_ms);
+  t.columns = {{"metric", "metric"}, {"status", "status"}, {"mean", "mean", 1.0, 1}, {"min", "min", 1.0, 1},
+               {"max", "max", 1.0, 1}, {"p50", "p50", 1.0, 1}, {"p95", "p95", 1.0, 1}};
+  for (const auto& m : s.metrics) {
+    const bool gib = is_memory_metric(m.metric);
+    const auto v = [&](const std::optional<double>& x) {
+      return x ? value(gib ? *x / kGiB : *x) : value(std::monostate{});
+    };
+    t.add_row({m.metric + (gib ? " (GiB)" : ""), m.status, v(m.mean), v(m.min), v(m.max), v(m.p50), v(m.p95)});
+  }
+  return t;
+}
+
+// ---- notes ------------------------------------------------------------------------------------
+
+/// "78.3%" or "70.6-78.5%": the fp16/bf16 runs against their peaks; empty when none has a peak.
+std::string tensor_core_share(const matmul_result& r, const device_facts& facts) {
+  std::vector<double> pct;
+  for (const auto& x : r.runs)
+    if (x.precision == "fp16" || x.precision == "bf16")
+      if (const auto p = peak_of(x, facts); p && *p > 0) pct.push_back(percent_of(x.flops_per_s.median, *p));
+  if (pct.empty()) return {};
+  const auto [lo, hi] = std::minmax_element(pct.begin(), pct.end());
+  const std::string a = fmt::format("{:.1f}", *lo), b = fmt::format("{:.1f}", *hi);
+  return a == b ? a + "%" : a + "-" + b + "%";
+}
+
+/// Measured tf32 over fp32 at the first shape that has both; nullopt without such a pair.
+std::optional<double> measured_tf32_over_fp32(const matmul_result& r) {
+  for (const auto& a : r.runs) {
+    if (a.precision != "tf32") continue;
+    for (const auto& b : r.runs)
+      if (b.precision == "fp32" && b.m == a.m && b.n == a.n && b.k == a.k && b.flops_per_s.median > 0)
+        return a.flops_per_s.median / b.flops_per_s.median;
+  }
+  return std::nullopt;
+}
+
+std::string tf32_rate_text(const matmul_result& r, const device_facts& facts) {
+  const auto meas = measured_tf32_over_fp32(r);
+  std::optional<double> sheet;
+  if (facts.datasheet && facts.datasheet->fp32_flops > 0)
+    sheet = facts.datasheet->tf32_flops / facts.datasheet->fp32_flops;
+  if (sheet && meas) return fmt::format("{:.1f}x fp32's rate by the datasheet ({:.1f}x measured here)", *sheet, *meas);
+  if (sheet) return fmt::format("{:.1f}x fp32's rate by the datasheet", *sheet);
+  if (meas) return fmt::format("{:.1f}x fp32's rate measured here", *meas);
+  return "a multiple of fp32's rate";
+}
+
+std::vector<note> matmul_notes(const matmul_result& r, const device_facts& facts) {
+  std::vector<note> n;
+  if (facts.datasheet) {
+    const auto& d = *facts.datasheet;
+    const std::string share = tensor_core_share(r, facts);
+    n.push_back({"matmul", fmt::format(
+        "- Peaks are the {} figures (dense): {:.0f} TFLOP/s fp16/bf16, {:.0f} tf32, {:.0f} fp32. {}: "
+        "the clock drops under full load (power limit), and tiles at the matrix edges and the "
+        "epilogue do no tensor-core work.",
+        d.source, d.bf16_flops / 1e12, d.tf32_flops / 1e12, d.fp32_flops / 1e12,
+        share.empty() ? std::string("Real GEMMs stay below the tensor-core peak")
+                      : "Real GEMMs reach " + share + " of the tensor-core peak here")});
+  } else {
+    n.push_back({"matmul", "- peak unknown: this GPU is not in the datasheet table (hardware.cpp)."});
+  }
+  n.push_back({"matmul", fmt::format(
+      "- The heuristic proposes {} (tile sizes, split-K, swizzles); each is timed and the fastest "
+      "kept for the shape: its first guess is not always the best. Each precision's result was "
+      "checked on a small case against a double-precision CPU product ('check rel. error').",
+      r.max_candidates ? fmt::format("up to {} algorithms", *r.max_candidates) : std::string("several algorithms"))});
+  n.push_back({"matmul", fmt::format(
+      "- tf32 runs fp32 data on tensor cores with a 10-bit mantissa: {} for a small loss of "
+      "precision; fp32 uses the plain FMA units.",
+      tf32_rate_text(r, facts))});
+  return n;
+}
+
+/// The sampler's steady share of a core (a fraction), as sampler::steady_cpu_fraction computes
+/// it: a plain sample's CPU per interval plus a slow sample's CPU per slow interval.
+std::optional<double> steady_fraction(const sampler_cost& c, int interval_ms, int slow_interval_ms) {
+  if (c.slow_samples == 0 || c.samples_taken <= c.slow_samples || interval_ms <= 0 || slow_interval_ms <= 0)
+    return std::nullopt;
+  const double fast_each = (c.cpu_s - c.slow_cpu_s) / static_cast<double>(c.samples_taken - c.slow_samples);
+  const double slow_each = c.slow_cpu_s / static_cast<double>(c.slow_samples);
+  return fast_each / (interval_ms * 1e-3) + slow_each / (slow_interval_ms * 1e-3);
+}
+
+std::optional<note> sampler_note(const nvml_sampling& s) {
+  if (!s.cost || !s.slow_interval_ms) return std::nullopt;
+  const sampler_cost& c = *s.cost;
+  const auto steady = steady_fraction(c, s.interval_ms, *s.slow_interval_ms);
+  if (!steady || c.wall_s <= 0) return std::nullopt;
+  const double wall = c.wall_s;
+  const std::uint64_t fast_n = c.samples_taken - c.slow_samples;
+  return note{"nvml", fmt::format(
+      "- The sampler thread used {:.2f}% of one CPU core over {:.2f} s: {:.2f}% in {} reads that include the "
+      "energy counter ({:.1f} ms of CPU each: NVML reads it from the board, while the other metrics come "
+      "from the driver's cache) and {:.2f}% in {} plain samples ({:.0f} us each, waking up included). So "
+      "at {} ms with the counter read every {:.0f} s, its steady cost is about {:.2f}% of a core; over a "
+      "short run the counter's reads at both ends dominate.",
+      100.0 * c.cpu_s / wall, wall, 100.0 * c.slow_cpu_s / wall, c.slow_samples,
+      1e3 * c.slow_cpu_s / static_cast<double>(c.slow_samples), 100.0 * (c.cpu_s - c.slow_cpu_s) / wall, fast_n,
+      1e6 * (c.cpu_s - c.slow_cpu_s) / static_cast<double>(fast_n), s.interval_ms, *s.slow_interval_ms * 1e-3,
+      100.0 * *steady)};
+}
+
+std::vector<note> nvml_notes(const profile_result& r) {
+  std::vector<note> n;
+  if (!r.nvml) {
+    n.push_back({"nvml", "- Without NVML there is no utilization, power or clock data; the rest of the lesson ran."});
+    return n;
+  }
+  const nvml_sampling& s = *r.nvml;
+  n.push_back({"nvml",
+      "- Utilization is the share of time a kernel was running over NVML's last sample period, not "
+      "how busy the SMs were: a GEMM and a one-thread kernel can both show 100%."});
+  if (s.energy_status == "ok" && s.energy_j && s.energy_s)
+    n.push_back({"nvml", fmt::format(
+        "- Energy counter: {:.0f} J over {:.2f} s, a mean of {:.0f} W (the power column is NVML's recent "
+        "average at each sample; the counter integrates all of it).",
+        *s.energy_j, *s.energy_s, *s.energy_s > 0 ? *s.energy_j / *s.energy_s : 0.0)});
+  else
+    n.push_back({"nvml", fmt::format("- Energy counter: {}.", s.energy_status)});
+  if (auto c = sampler_note(s)) n.push_back(std::move(*c));
+  if (s.samples_csv_path) n.push_back({"nvml", "- All samples: " + *s.samples_csv_path});
+  return n;
+}
+
+// ---- schema 1 ---------------------------------------------------------------------------------
+
+std::string title_of(const nlohmann::json& t) { return t.value("title", std::string()); }
+
+std::vector<std::string> notes_of(const nlohmann::json& t) {
+  std::vector<std::string> out;
+  for (const auto& n : t.value("notes", nlohmann::json::array()))
+    if (n.is_string()) out.push_back(n.get<std::string>());
+  return out;
+}
+
+const nlohmann::json& rows_of(const nlohmann::json& t, const char* id) {
+  const auto& rows = t.at("rows");
+  if (!rows.is_array()) throw format_error(std::string("profile: the rows of \"") + id + "\" are not a list");
+  return rows;
+}
+
+std::optional<double> opt_double(const nlohmann::json& row, const char* key) {
+  const auto& v = row.at(key);
+  if (v.is_null()) return std::nullopt;
+  return v.get<double>();
+}
+
+timing_methods_result timing_from_v1(const nlohmann::json& t) {
+  timing_methods_result r;
+  static const std::regex re(R"(an integer kernel over (.+), median\))");
+  std::smatch m;
+  const std::string title = title_of(t);
+  if (std::regex_search(title, m, re)) r.bytes = parse_byte_size(std::string(m[1]));
+  for (const auto& row : rows_of(t, "timing_methods")) {
+    const auto method = row.at("method").get<std::string>();
+    bool known = false;
+    for (const auto& tr : kTimingRows)
+      if (method == tr.method) {
+        (r.*tr.field).median = row.at("median_s").get<double>();
+        known = true;
+      }
+    if (!known) throw format_error("profile: unknown timing method '" + method + "'");
+  }
+  return r;
+}
+
+key_averages_result key_averages_from_v1(const nlohmann::json& t) {
+  key_averages_result r;
+  for (const auto& row : rows_of(t, "key_averages")) {
+    region_timing g;
+    g.name = row.at("name").get<std::string>();
+    g.calls = row.at("calls").get<std::uint64_t>();
+    g.gpu_total_s = row.at("gpu_total_s").get<double>();
+    g.gpu_min_s = row.at("gpu_min_s").get<double>();
+    g.gpu_max_s = row.at("gpu_max_s").get<double>();
+    g.host_total_s = opt_double(row, "host_mean_s").value_or(0.0) * static_cast<double>(g.calls);
+    r.regions.push_back(std::move(g));
+  }
+  return r;
+}
+
+void shape_from_text(const std::string& s, matmul_run& x) {
+  static const std::regex re(R"(^\s*([0-9]+) x ([0-9]+) x ([0-9]+)\s*$)");
+  std::smatch m;
+  if (!std::regex_match(s, m, re)) throw format_error("profile: matmul shape '" + s + "' is not m x n x k");
+  x.m = std::stoull(m[1]);
+  x.n = std::stoull(m[2]);
+  x.k = std::stoull(m[3]);
+}
+
+/// extra.matmul's entry for the run, where schema 1 kept one.
+const nlohmann::json* matmul_extra(const nlohmann::json& extra, const matmul_run& x) {
+  if (!extra.contains("matmul") || !extra.at("matmul").is_array()) return nullptr;
+  for (const auto& e : extra.at("matmul"))
+    if (e.value("precision", std::string()) == x.precision && e.value("m", std::uint64_t{0}) == x.m &&
+        e.value("n", std::uint64_t{0}) == x.n && e.value("k", std::uint64_t{0}) == x.k)
+      return &e;
+  return nullptr;
+}
+
+matmul_run matmul_run_from_v1(const nlohmann::json& row, const nlohmann::json& extra) {
+  matmul_run x;
+  x.precision = row.at("precision").get<std::string>();
+  shape_from_text(row.at("shape").get<std::string>(), x);
+  x.candidates = row.at("candidates").get<int>();
+  x.chosen = row.at("chosen").get<int>();
+  x.flops_per_s.median = row.at("median_flops_per_s").get<double>();
+  x.flops_per_s.min = row.at("min_flops_per_s").get<double>();
+  x.flops_per_s.max = row.at("max_flops_per_s").get<double>();
+  x.peak_flops_per_s = opt_double(row, "peak_flops_per_s");
+  x.check_error = row.at("check_error").get<double>();
+  if (const auto* e = matmul_extra(extra, x)) {
+    x.candidate_median_s = e->value("candidate_median_s", std::vector<double>{});
+    x.seconds = e->value("seconds", std::vector<double>{});
+    if (e->contains("flops_per_s")) x.flops_per_s = e->at("flops_per_s").get<summary>();
+    x.check_error = e->value("check_max_relative_error", x.check_error);
+  }
+  return x;
+}
+
+matmul_result matmul_from_v1(const nlohmann::json& t, const nlohmann::json& extra) {
+  matmul_result r;
+  for (const auto& row : rows_of(t, "matmul")) r.runs.push_back(matmul_run_from_v1(row, extra));
+  static const std::regex re(R"(The heuristic proposes up to ([0-9]+) algorithms)");
+  for (const auto& text : notes_of(t)) {
+    std::smatch m;
+    if (std::regex_search(text, m, re)) r.max_candidates = std::stoi(m[1]);
+  }
+  return r;
+}
+
+nvml_metric_row metric_from_v1(const nlohmann::json& row) {
+  nvml_metric_row m;
+  m.metric = row.at("metric").get<std::string>();
+  m.status = row.at("status").get<std::string>();
+  double scale = 1.0;
+  const std::string gib = " (GiB)";
+  if (m.metric.size() > gib.size() && m.metric.compare(m.metric.size() - gib.size(), gib.size(), gib) == 0) {
+    m.metric.resize(m.metric.size() - gib.size());
+    scale = kGiB;
+  }
+  const auto v = [&](const char* key) -> std::optional<double> {
+    const auto x = opt_double(row, key);
+    if (!x) return std::nullopt;
+    return *x * scale;
+  };
+  m.mean = v("mean");
+  m.min = v("min");
+  m.max = v("max");
+  m.p50 = v("p50");
+  m.p95 = v("p95");
+  return m;
+}
+
+/// The sampler's cost from its schema-1 note (rounded figures; extra.sampler_cpu_percent exact).
+void cost_from_v1(const std::string& text, const nlohmann::json& extra, nvml_sampling& s) {
+  static const std::regex re(
+      R"(The sampler thread used ([0-9.]+)% of one CPU core over ([0-9.]+) s: ([0-9.]+)% in ([0-9]+) reads)"
+      R"(.* and ([0-9.]+)% in ([0-9]+) plain samples .* So at ([0-9]+) ms with the counter read every ([0-9.]+) s)");
+  std::smatch m;
+  if (!std::regex_search(text, m, re)) return;
+  sampler_cost c;
+  c.wall_s = std::stod(m[2]);
+  const double cpu_pct = extra.contains("sampler_cpu_percent") ? extra.at("sampler_cpu_percent").get<double>()
+                                                               : std::stod(m[1]);
+  c.cpu_s = cpu_pct / 100.0 * c.wall_s;
+  c.slow_cpu_s = std::stod(m[3]) / 100.0 * c.wall_s;
+  c.slow_samples = std::stoull(m[4]);
+  c.samples_taken = c.slow_samples + std::stoull(m[6]);
+  s.cost = c;
+  s.slow_interval_ms = static_cast<int>(std::lround(std::stod(m[8]) * 1e3));
+}
+
+void nvml_notes_from_v1(const nlohmann::json& t, const nlohmann::json& extra, nvml_sampling& s) {
+  static const std::regex energy_ok(R"(Energy counter: ([0-9.]+) J over ([0-9.]+) s)");
+  static const std::regex energy_status(R"(^- Energy counter: ([a-z_]+)\.$)");
+  const std::string csv = "- All samples: ";
+  for (const auto& text : notes_of(t)) {
+    std::smatch m;
+    if (std::regex_search(text, m, energy_ok)) {
+      s.energy_status = "ok";
+      s.energy_j = std::stod(m[1]);
+      s.energy_s = std::stod(m[2]);
+    } else if (std::regex_search(text, m, energy_status)) {
+      s.energy_status = m[1];
+    } else if (text.rfind(csv, 0) == 0) {
+      s.samples_csv_path = text.substr(csv.size());
+    } else {
+      cost_from_v1(text, extra, s);
+    }
+  }
+}
+
+/// extra.nvml_samples ({"metrics", "samples": [{"time_s", name: value|null}]}) as series.
+std::vector<sample_series> series_from_v1(const nlohmann::json& extra) {
+  std::vector<sample_series> out;
+  if (!extra.contains("nvml_samples")) return out;
+  const auto& samples = extra.at("nvml_samples").at("samples");
+  for (const char* metric : kSeriesMetrics) {
+    sample_series s;
+    s.metric = metric;
+    for (const auto& row : samples) {
+      if (!row.contains(metric) || row.at(metric).is_null()) continue;
+      s.time_s.push_back(row.at("time_s").get<double>());
+      s.values.push_back(row.at(metric).get<double>());
+    }
+    if (!s.values.empty()) out.push_back(decimate(std::move(s)));
+  }
+  return out;
+}
+
+void nvml_from_v1(const nlohmann::json& t, const nlohmann::json& extra, profile_result& r) {
+  const auto& rows = rows_of(t, "nvml");
+  const auto columns = t.at("columns").get<std::vector<std::string>>();
+  if (std::find(columns.begin(), columns.end(), "metric") == columns.end()) {
+    r.nvml_status = rows.empty() ? std::string("unavailable") : rows.at(0).at("status").get<std::string>();
+    return;
+  }
+  nvml_sampling s;
+  static const std::regex re(R"(\(([0-9]+) samples every ([0-9]+) ms\))");
+  std::smatch m;
+  const std::string title = title_of(t);
+  if (std::regex_search(title, m, re)) {
+    s.samples = std::stoull(m[1]);
+    s.interval_ms = std::stoi(m[2]);
+  }
+  for (const auto& row : rows) s.metrics.push_back(metric_from_v1(row));
+  nvml_notes_from_v1(t, extra, s);
+  s.series = series_from_v1(extra);
+  r.nvml = std::move(s);
+}
+
+/// The "trace" table and extra.trace of schema 1 (written by --trace).
+trace_summary trace_from_v1(const nlohmann::json& t, const nlohmann::json& extra) {
+  trace_summary s;
+  const std::string title = title_of(t);
+  const std::string prefix = "Trace written to ";
+  if (title.rfind(prefix, 0) == 0) s.path = title.substr(prefix.size());
+  const std::pair<const char*, std::int64_t trace_summary::*> rows[] = {
+      {"kernels", &trace_summary::kernels},
+      {"memory copies", &trace_summary::memcpys},
+      {"memsets", &trace_summary::memsets},
+      {"CUDA runtime API calls", &trace_summary::api_calls},
+      {"synchronizations (CPU waiting for the GPU)", &trace_summary::syncs},
+      {"user ranges (scoped_range / NVTX)", &trace_summary::ranges},
+      {"launch -> GPU flow arrows", &trace_summary::flows},
+      {"NVML counter samples", &trace_summary::nvml_counter_events},
+      {"allocator counter samples", &trace_summary::allocator_counter_events},
+      {"records dropped by CUPTI", &trace_summary::dropped_records},
+      {"trace events written", &trace_summary::events}};
+  for (const auto& row : rows_of(t, "trace")) {
+    const std::string what = row.at("what").get<std::string>();
+    for (const auto& [name, member] : rows)
+      if (what == name) s.*member = row.at("count").get<std::int64_t>();
+  }
+  static const std::regex device_re(R"(GPU ([0-9]+) holds a track per stream)");
+  static const std::regex schedule_re(R"(the first ([0-9]+) step\(s\) untraced .*the next ([0-9]+) traced)");
+  for (const auto& text : notes_of(t)) {
+    std::smatch m;
+    if (std::regex_search(text, m, device_re)) s.device = std::stoi(m[1]);
+    if (std::regex_search(text, m, schedule_re)) {
+      s.schedule_wait = std::stoi(m[1]);
+      s.schedule_warmup = std::stoi(m[2]);
+    }
+  }
+  if (extra.contains("trace")) {
+    const auto& e = extra.at("trace");
+    s.path = e.value("path", s.path);
+    s.source = e.value("source", s.source);
+    s.write_s = e.value("write_s", s.write_s);
+    s.events = e.value("events", s.events);
+  }
+  return s;
+}
+
+}  // namespace
+
+sample_series decimate(sample_series s, std::size_t max_points) {
+  if (s.time_s.size() != s.values.size()) throw format_error("profile: a series' times and values differ in length");
+  const std::size_t n = s.values.size();
+  s.source_points = std::max<std::uint64_t>(s.source_points, n);
+  max_points = std::max<std::size_t>(max_points, 2);
+  if (n <= max_points) return s;
+  sample_series out;
+  out.metric = std::move(s.metric);
+  out.source_points = s.source_points;
+  out.time_s.reserve(max_points);
+  out.values.reserve(max_points);
+  for (std::size_t j = 0; j < max_points; ++j) {
+    const auto i = static_cast<std::size_t>(std::llround(static_cast<double>(j) * static_cast<double>(n - 1) /
+                                                         static_cast<double>(max_points - 1)));
+    out.time_s.push_back(s.time_s[i]);
+    out.values.push_back(s.values[i]);
+  }
+  return out;
+}
+
+std::vector<sample_series> series_of(const std::vector<gpu_sample>& samples, double origin_s,
+                                     std::size_t max_points) {
+  std::vector<sample_series> out;
+  for (const char* name : kSeriesMetrics) {
+    std::size_t k = 0;
+    while (k < kGpuMetricCount && metric_name(static_cast<gpu_metric>(k)) != name) ++k;
+    if (k == kGpuMetricCount) continue;
+    sample_series s;
+    s.metric = name;
+    for (const auto& smp : samples) {
+      const auto& v = smp.values[k];
+      if (!v.ok() || !std::isfinite(v.value)) continue;
+      s.time_s.push_back(smp.time_s - origin_s);
+      s.values.push_back(v.value);
+    }
+    if (!s.values.empty()) out.push_back(decimate(std::move(s), max_points));
+  }
+  return out;
+}
+
+std::vector<note> explain_profile(const profile_result& r, const device_facts& facts) {
+  std::vector<note> n;
+  n.push_back({"timing_methods",
+      "- Kernel launches are asynchronous: a host timer without synchronization measures the "
+      "launch (microseconds), not the work. Synchronizing fixes that but adds launch and wake-up "
+      "latency. Events are timestamped by the GPU in stream order: the kernel's own time."});
+  n.push_back({"key_averages",
+      "- Like torch.profiler's key_averages: per named region, calls and GPU time from events; "
+      "'host mean' is the time the CPU spent issuing the region, microseconds against the GPU's "
+      "milliseconds: the CPU runs ahead of the GPU."});
+  for (auto& x : matmul_notes(r.matmul, facts)) n.push_back(std::move(x));
+  for (auto& x : nvml_notes(r)) n.push_back(std::move(x));
+  if (r.trace)
+    for (auto& x : explain_trace(*r.trace)) n.push_back(std::move(x));
+  return n;
+}
+
+std::vector<table> present_profile(const profile_result& r) {
+  std::vector<table> out;
+  out.push_back(timing_table(r.timing));
+  out.push_back(key_averages_table(r.key_averages));
+  out.push_back(matmul_table(r.matmul));
+  out.push_back(nvml_table(r));
+  if (r.trace) out.push_back(present_trace(*r.trace));
+  return out;
+}
+
+namespace {
+
+profile_result profile_from_v1_tables(const nlohmann::json& block) {
+  const auto& tables = block.at("tables");
+  if (!tables.is_object()) throw format_error("profile: \"tables\" is not an object");
+  const nlohmann::json extra = block.contains("extra") ? block.at("extra") : nlohmann::json::object();
+  if (!extra.is_object()) throw format_error("profile: \"extra\" is not an object");
+  profile_result r;
+  if (tables.contains("timing_methods")) r.timing = timing_from_v1(tables.at("timing_methods"));
+  if (tables.contains("key_averages")) r.key_averages = key_averages_from_v1(tables.at("key_averages"));
+  if (tables.contains("matmul")) r.matmul = matmul_from_v1(tables.at("matmul"), extra);
+  if (tables.contains("nvml")) nvml_from_v1(tables.at("nvml"), extra, r);
+  if (tables.contains("trace")) r.trace = trace_from_v1(tables.at("trace"), extra);
+  return r;
+}
+
+}  // namespace
+
+profile_result profile_from_v1(const nlohmann::json& block) {
+  try {
+    return profile_from_v1_tables(block);
+  } catch (const std::invalid_argument& e) {  // std::stoi and friends on a malformed number
+    throw format_error(std::string("profile: a number in the schema-1 tables cannot be read: ") + e.what());
+  } catch (const std::out_of_range& e) {
+    throw format_error(std::string("profile: a number in the schema-1 tables is out of range: ") + e.what());
+  }
+}
+
+lesson profile_lesson() {
+  lesson l;
+  l.name = "profile";
+  l.description = "Lesson: NVML utilization sampling, CUDA-event timing, matmul against the peak";
+  l.traces = true;
+  l.measure = [](context& ctx) { return nlohmann::json(measure_profile(ctx)); };
+  l.render = [](const nlohmann::json& j, const device_facts& f) {
+    return render_typed<profile_result, explain_profile, present_profile>(j, f, "profile");
+  };
+  l.upgrade_v1 = [](const nlohmann::json& block) { return nlohmann::json(profile_from_v1(block)); };
+  return l;
+}
+
+}  // namespace gpu_basics::lessons

@@ -1,0 +1,22 @@
+#include "gpu_basics/lessons/registry.hpp"
+
+#include "gpu_basics/lessons/info.hpp"
+#include "gpu_basics/lessons/memory.hpp"
+#include "gpu_basics/lessons/profile.hpp"
+#include "gpu_basics/lessons/transfer.hpp"
+
+namespace gpu_basics::lessons {
+
+const std::vector<lesson>& registry() {
+  static const std::vector<lesson> all = {info_lesson(), memory_lesson(), transfer_lesson(),
+                                          profile_lesson()};
+  return all;
+}
+
+const lesson* find_lesson(std::string_view name) {
+  for (const auto& l : registry())
+    if (l.name == name) return &l;
+  return nullptr;
+}
+
+}  // namespace gpu_basics::lessons

@@ -1,0 +1,847 @@
+// The transfer lesson's host side: its tables, the notes that explain them, reading schema-1
+// files, and the registry entry. No CUDA here: everything is computed from a transfer_result.
+#include "gpu_basics/lessons/transfer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/hardware.hpp"
+#include "gpu_basics/transfer/plan.hpp"
+
+namespace gpu_basics::lessons {
+
+using presentation::table;
+using presentation::value;
+
+namespace {
+
+constexpr double GB = 1e9;
+constexpr double MiB = 1 << 20;
+
+// PCIe packets: the payload most hosts allow per TLP (Max_Payload_Size),
+// and what each TLP adds on the wire: header 12-16 bytes, sequence number 2, LCRC 4, framing.
+constexpr double kTlpPayloadBytes = 256;
+constexpr double kTlpOverheadBytes = 24;
+
+// ---- small helpers ------------------------------------------------------------------------
+
+/// A percentage cell: nothing when the ceiling is unknown.
+value percent_cell(double v, const std::optional<double>& ceiling) {
+  if (!ceiling || *ceiling <= 0) return std::monostate{};
+  return percent_of(v, *ceiling);
+}
+
+value median_or_null(const std::optional<copy_figure>& f, bool time) {
+  if (!f) return std::monostate{};
+  return time ? f->time_s.median : f->bandwidth_bytes_per_s.median;
+}
+
+double bw(const copy_figure& f) {
+  return f.bandwidth_bytes_per_s.median;
+}
+
+/// a / b, or nullopt when b is not positive.
+std::optional<double> ratio(double a, double b) {
+  if (!(b > 0)) return std::nullopt;
+  return a / b;
+}
+
+/// The link ceiling the notes use: the one the result was measured against, else the device's.
+std::optional<double> link_of(const transfer_result& r, const device_facts& facts) {
+  return r.link_bytes_per_s ? r.link_bytes_per_s : facts.link_bytes_per_s;
+}
+
+// ---- present ------------------------------------------------------------------------------
+
+table bandwidth_table(const transfer_result& r) {
+  table t;
+  t.id = "bandwidth";
+  t.title = "Host <-> device copies, one stream (cudaMemcpyAsync between CUDA events)";
+  t.columns = {{"shape", "tensor"},
+               {"bytes", "MiB", 1.0 / MiB, 1},
+               {"direction", "dir"},
+               {"memory", "host memory"},
+               {"median_bytes_per_s", "GB/s", 1 / GB, 1},
+               {"min_bytes_per_s", "min", 1 / GB, 1},
+               {"max_bytes_per_s", "max", 1 / GB, 1},
+               {"rel_spread", "spread %", 100.0, 2},
+               {"link_percent", "% of link", 1.0, 1},
+               {"median_time_s", "time (us)", 1e6, 1}};
+  for (const auto& s : r.shapes)
+    for (const auto& c : s.copies) {
+      const auto& b = c.bandwidth_bytes_per_s;
+      t.add_row({s.shape, static_cast<std::int64_t>(s.bytes), c.direction, c.memory, b.median,
+                 b.min, b.max, b.rel_spread, percent_cell(b.median, r.link_bytes_per_s),
+                 c.time_s.median});
+    }
+  return t;
+}
+
+table d2d_table(const transfer_result& r) {
+  table t;
+  t.id = "d2d";
+  t.title = "Device -> device copies (cudaMemcpyAsync, HBM to HBM)";
+  t.columns = {{"bytes", "MiB", 1.0 / MiB, 1},
+               {"median_bytes_per_s", "GB/s (bytes once)", 1 / GB, 0},
+               {"median_read_write_bytes_per_s", "GB/s (read + write)", 1 / GB, 0},
+               {"rel_spread", "spread %", 100.0, 2},
+               {"hbm_percent", "% of HBM datasheet", 1.0, 1}};
+  for (const auto& c : r.d2d) {
+    const double once = bw(c);
+    t.add_row({static_cast<std::int64_t>(c.bytes), once, 2 * once,
+               c.bandwidth_bytes_per_s.rel_spread, percent_cell(2 * once, r.hbm_bytes_per_s)});
+  }
+  return t;
+}
+
+table sync_async_table(const transfer_result& r) {
+  table t;
+  t.id = "sync_async";
+  t.title = fmt::format("Synchronous vs asynchronous H2D copies of {}: who waits?",
+                        format_bytes(r.sync_async.front().bytes));
+  t.columns = {{"memory", "host memory"},
+               {"api", "call"},
+               {"copy_s", "copy (ms)", 1e3, 2},
+               {"cpu_blocked_s", "CPU blocked (ms)", 1e3, 3},
+               {"cpu_free_s", "CPU free (ms)", 1e3, 2},
+               {"blocked_percent", "blocked %", 1.0, 1}};
+  for (const auto& sa : r.sync_async) {
+    t.add_row({sa.memory, std::string("cudaMemcpy"), sa.sync_call_s.median, sa.sync_call_s.median,
+               0.0, 100.0});
+    t.add_row({sa.memory, std::string("cudaMemcpyAsync"), sa.async_copy_s.median,
+               sa.async_call_s.median, sa.async_free_s.median,
+               percent_of(sa.async_call_s.median, sa.async_copy_s.median)});
+  }
+  return t;
+}
+
+std::string engines_text(const std::optional<int>& engines) {
+  return engines ? std::to_string(*engines) : std::string("n/a");
+}
+
+table streams_table(const transfer_result& r) {
+  const auto& s = *r.streams;
+  table t;
+  t.id = "streams";
+  t.title = fmt::format("Streams and copy engines ({} pinned, {} copy engines)",
+                        format_bytes(s.bytes), engines_text(r.copy_engines));
+  t.columns = {{"copy", "copy"},
+               {"streams", "streams"},
+               {"median_bytes_per_s", "GB/s (all directions)", 1 / GB, 1},
+               {"rel_spread", "spread %", 100.0, 2},
+               {"vs_one_stream", "x one stream", 1.0, 2}};
+  const auto vs = [](double a, double b) { return b > 0 ? value(a / b) : value(std::monostate{}); };
+  for (const auto& d : s.directions) {
+    t.add_row(
+        {d.one.direction, std::int64_t{1}, bw(d.one), d.one.bandwidth_bytes_per_s.rel_spread, 1.0});
+    t.add_row({d.many.direction, static_cast<std::int64_t>(d.many.streams), bw(d.many),
+               d.many.bandwidth_bytes_per_s.rel_spread, vs(bw(d.many), bw(d.one))});
+  }
+  if (s.bidirectional) {
+    const double one_h2d = s.directions.empty() ? 0.0 : bw(s.directions.front().one);
+    t.add_row({std::string("H2D + D2H"), std::int64_t{2}, bw(*s.bidirectional),
+               s.bidirectional->bandwidth_bytes_per_s.rel_spread,
+               vs(bw(*s.bidirectional), one_h2d)});
+  }
+  return t;
+}
+
+std::string ring_method(const staging_figures& s) {
+  return fmt::format("ceiling: host memcpy into the {} staging ring, {} threads",
+                     format_bytes(s.chunk_bytes * static_cast<std::uint64_t>(s.buffers)),
+                     s.threads);
+}
+
+std::string dram_method(const staging_figures& s) {
+  return fmt::format("host memcpy into a whole {} pinned buffer, {} threads", format_bytes(s.bytes),
+                     s.threads);
+}
+
+table pageable_upload_table(const staging_figures& s) {
+  table t;
+  t.id = "pageable_upload";
+  t.title = fmt::format(
+      "Moving {} of pageable memory: cudaMemcpy vs a staged copy ({} threads, "
+      "{} x {} pinned staging buffers)",
+      format_bytes(s.bytes), s.threads, s.buffers, format_bytes(s.chunk_bytes));
+  t.columns = {{"direction", "dir"},
+               {"method", "method"},
+               {"median_bytes_per_s", "GB/s", 1 / GB, 1},
+               {"min_bytes_per_s", "min", 1 / GB, 1},
+               {"max_bytes_per_s", "max", 1 / GB, 1},
+               {"vs_cudamemcpy", "x cudaMemcpy", 1.0, 2}};
+  const auto row = [&](const char* dir, std::string method, const copy_figure& m, double base) {
+    const auto& b = m.bandwidth_bytes_per_s;
+    t.add_row({std::string(dir), std::move(method), b.median, b.min, b.max,
+               base > 0 ? value(b.median / base) : value(std::monostate{})});
+  };
+  const double base_up = bw(s.plain_up);
+  row("H2D", "cudaMemcpy from pageable", s.plain_up, base_up);
+  row("H2D", "staged upload (gpu_basics::staged_copier)", s.staged_up, base_up);
+  row("host", ring_method(s), s.ring_memcpy, base_up);
+  row("host", dram_method(s), s.dram_memcpy, base_up);
+  if (s.pinned_up) row("H2D", "cudaMemcpyAsync from pinned (reference)", *s.pinned_up, base_up);
+  const double base_down = bw(s.plain_down);
+  row("D2H", "cudaMemcpy to pageable", s.plain_down, base_down);
+  row("D2H", "staged download (gpu_basics::staged_copier)", s.staged_down, base_down);
+  return t;
+}
+
+table host_register_table(const host_register_figures& h, const staging_figures& s) {
+  table t;
+  t.id = "host_register";
+  t.title = fmt::format("Pinning {} in place with cudaHostRegister: when does it pay?",
+                        format_bytes(h.bytes));
+  t.columns = {{"what", "what"}, {"seconds", "ms", 1e3, 2}};
+  t.add_row({std::string("cudaHostRegister"), h.register_s.median});
+  t.add_row({std::string("cudaHostUnregister"), h.unregister_s.median});
+  t.add_row({std::string("one upload, pageable (cudaMemcpy)"), s.plain_up.time_s.median});
+  t.add_row({std::string("one upload, registered"), h.registered_copy.time_s.median});
+  t.add_row({std::string("one upload, staged"), s.staged_up.time_s.median});
+  return t;
+}
+
+table sweep_table(const std::vector<sweep_point>& points) {
+  table t;
+  t.id = "sweep";
+  t.title = "Copy size sweep: latency gives way to bandwidth";
+  t.columns = {{"bytes", "size"},
+               {"h2d_pinned_bytes_per_s", "H2D pinned GB/s", 1 / GB, 2},
+               {"d2h_pinned_bytes_per_s", "D2H pinned GB/s", 1 / GB, 2},
+               {"h2d_pageable_bytes_per_s", "H2D pageable GB/s", 1 / GB, 2},
+               {"h2d_pinned_time_s", "H2D pinned us", 1e6, 1}};
+  for (const auto& p : points)
+    t.add_row({format_bytes(p.bytes), median_or_null(p.h2d_pinned, false),
+               median_or_null(p.d2h_pinned, false), bw(p.h2d_pageable),
+               median_or_null(p.h2d_pinned, true)});
+  return t;
+}
+
+// ---- explain ------------------------------------------------------------------------------
+
+/// The pinned copy of the "bandwidth" table closest to the link ceiling.
+const copy_figure* best_pinned(const transfer_result& r) {
+  const copy_figure* best = nullptr;
+  for (const auto& s : r.shapes)
+    for (const auto& c : s.copies)
+      if (c.memory == "pinned" && (!best || bw(c) > bw(*best))) best = &c;
+  return best;
+}
+
+std::string link_note(const transfer_result& r, const device_facts& facts, double link) {
+  const auto& d = facts.device;
+  std::string out = "- The link: ";
+  if (d.pcie_generation_max && d.pcie_width_max)
+    out += fmt::format("PCIe Gen{} x{}, ", *d.pcie_generation_max, *d.pcie_width_max);
+  out += fmt::format("{:.1f} GB/s per direction after encoding.", link / GB);
+  const copy_figure* best = best_pinned(r);
+  if (!best) return out;
+  return out +
+         fmt::format(
+             " Pinned copies reached up to {:.0f}% of it here ({} of {}): each {:.0f}-byte TLP "
+             "payload carries ~{:.0f} bytes of packet header (so at most {:.0f}% of the link's "
+             "rate is data) and the copy engine adds per-request overhead.",
+             percent_of(bw(*best), link), best->direction, format_bytes(best->bytes),
+             kTlpPayloadBytes, kTlpOverheadBytes,
+             percent_of(kTlpPayloadBytes, kTlpPayloadBytes + kTlpOverheadBytes));
+}
+
+/// Pinned over pageable H2D at the last configured size.
+std::optional<double> pinned_over_pageable_h2d(const transfer_result& r) {
+  if (r.shapes.empty()) return std::nullopt;
+  double pinned = 0, pageable = 0;
+  for (const auto& c : r.shapes.back().copies)
+    if (c.direction == "H2D") (c.memory == "pinned" ? pinned : pageable) = bw(c);
+  if (!(pinned > 0)) return std::nullopt;
+  return ratio(pinned, pageable);
+}
+
+void explain_bandwidth(const transfer_result& r, const device_facts& facts, std::vector<note>& n) {
+  const std::string id = "bandwidth";
+  if (const auto link = link_of(r, facts)) n.push_back({id, link_note(r, facts, *link)});
+  n.push_back(
+      {id,
+       "- Pinned (page-locked) memory is read by the copy engine directly (DMA). Pageable "
+       "memory may be swapped or moved by the OS, so the driver first copies it with the CPU "
+       "into its own small pinned buffer, then DMAs that: two copies, one of them by a single "
+       "CPU thread."});
+  if (const auto x = pinned_over_pageable_h2d(r))
+    n.push_back(
+        {id, fmt::format("- At the largest size, pinned H2D is {:.1f}x faster than pageable H2D.",
+                         *x)});
+  n.push_back(
+      {id,
+       "- Small copies are latency-bound: a few microseconds of fixed cost per copy dominate "
+       "until the copy is large enough (MiBs) for bandwidth to matter; see transfer.sweep."});
+  n.push_back(
+      {id,
+       "- 'spread' is the interquartile range over the median of the samples; every sample's "
+       "destination was zeroed before and checked against the random source after the copy."});
+}
+
+void explain_d2d(const transfer_result& r, const device_facts& facts, std::vector<note>& n) {
+  const std::string id = "d2d";
+  n.push_back(
+      {id,
+       "- A device copy reads every byte and writes it again, so HBM moves twice the copy's "
+       "size: 'bytes once' is the copy's rate as a program sees it, 'read + write' is what the "
+       "memory did."});
+  if (!facts.datasheet || r.d2d.empty()) return;
+  const double hbm = facts.datasheet->hbm_bytes_per_s;
+  const auto faster = [](const copy_figure& a, const copy_figure& b) { return bw(a) < bw(b); };
+  const auto best = std::max_element(r.d2d.begin(), r.d2d.end(), faster);
+  n.push_back(
+      {id, fmt::format(
+               "- The datasheet's {:.2f} TB/s is the pins' peak; copies here reached {:.0f}% of it "
+               "(read + write, {}). Sizes that fit in the {:.0f} MiB L2 can read faster than HBM.",
+               hbm / 1e12, percent_of(2 * bw(*best), hbm), format_bytes(best->bytes),
+               static_cast<double>(facts.device.l2_cache_bytes) / MiB)});
+}
+
+const sync_async_figure* sync_async_of(const transfer_result& r, const std::string& memory) {
+  for (const auto& sa : r.sync_async)
+    if (sa.memory == memory) return &sa;
+  return nullptr;
+}
+
+void explain_sync_async(const transfer_result& r, std::vector<note>& n) {
+  const std::string id = "sync_async";
+  std::string pinned_here;
+  if (const auto* p = sync_async_of(r, "pinned"))
+    pinned_here = fmt::format(" ({:.1f} us here, for a {:.2f} ms copy)",
+                              p->async_call_s.median * 1e6, p->async_copy_s.median * 1e3);
+  n.push_back(
+      {id, fmt::format("- cudaMemcpy returns when the copy is done: the CPU waits the whole time. "
+                       "cudaMemcpyAsync from pinned memory only enqueues the copy and returns in "
+                       "microseconds{}; the CPU is free while the copy engine works.",
+                       pinned_here)});
+  std::string pageable_here;
+  if (const auto* p = sync_async_of(r, "pageable"); p && p->async_copy_s.median > 0)
+    pageable_here = fmt::format(" ({:.0f}% of it here)",
+                                percent_of(p->async_call_s.median, p->async_copy_s.median));
+  n.push_back(
+      {id,
+       fmt::format(
+           "- cudaMemcpyAsync from pageable memory is not asynchronous: the CPU itself must copy "
+           "the data into the driver's staging buffer, so the call blocks for nearly the whole "
+           "copy{}. Async overlap needs pinned memory.",
+           pageable_here)});
+}
+
+void explain_streams(const transfer_result& r, const device_facts& facts, std::vector<note>& n) {
+  const std::string id = "streams";
+  const auto& s = *r.streams;
+  for (const auto& d : s.directions)
+    if (static_cast<int>(d.many.streams) < s.requested_streams)
+      n.push_back(
+          {id, fmt::format(
+                   "- transfer.num_streams is {}, but a {} copy splits into at most {} chunks of "
+                   ">= 64 KiB: {} streams were used.",
+                   s.requested_streams, format_bytes(s.bytes), d.many.streams, d.many.streams)});
+  n.push_back(
+      {id,
+       "- Splitting one copy over several streams does not make it faster: all chunks of one "
+       "direction go through the same copy engine and the same PCIe direction, one after "
+       "another."});
+  const int engines = r.copy_engines.value_or(facts.device.copy_engines);
+  std::optional<double> both;
+  if (s.bidirectional && !s.directions.empty())
+    both = ratio(bw(*s.bidirectional), bw(s.directions.front().one));
+  constexpr const char* kMoved =
+      "together they moved {:.2f}x the bytes per second of one H2D stream here";
+  const std::string together =
+      both ? fmt::format(kMoved, *both)
+           : std::string("together they move nearly twice the bytes per second");
+  n.push_back(
+      {id,
+       fmt::format(
+           "- PCIe is full duplex and the GPU has {} copy engines: an H2D and a D2H copy on two "
+           "streams run at the same time, so {} (the sum of the two rates, each timed on its own "
+           "stream while the other ran).",
+           engines, together)});
+}
+
+void explain_pageable_upload(const staging_figures& s, const std::optional<double>& link,
+                             std::vector<note>& n) {
+  const std::string id = "pageable_upload";
+  const double ceiling = bw(s.ring_memcpy);
+  const std::string link_text = link ? fmt::format(" ({:.1f} GB/s)", *link / GB) : std::string();
+  n.push_back(
+      {id,
+       fmt::format(
+           "- The staged copy reads each byte from pageable memory, writes it into pinned "
+           "staging, and the DMA reads it again. The staging ring ({}) is small enough to stay in "
+           "the CPU's cache, so only the pageable reads must come from DRAM: its ceiling is the "
+           "host memcpy into such a ring ({:.1f} GB/s with {} threads), not the PCIe link{}. It "
+           "reached {:.0f}% of that ceiling. A memcpy into a whole {} buffer also writes DRAM and "
+           "runs at {:.1f} GB/s.",
+           format_bytes(s.chunk_bytes * static_cast<std::uint64_t>(s.buffers)), ceiling / GB,
+           s.threads, link_text, ceiling > 0 ? percent_of(bw(s.staged_up), ceiling) : 0.0,
+           format_bytes(s.bytes), bw(s.dram_memcpy) / GB)});
+  n.push_back(
+      {id,
+       "- Pageable copies vary from run to run more than pinned ones (page-cache state, the OS "
+       "scheduling the copying threads): compare their medians, not single runs."});
+  n.push_back(
+      {id,
+       "- cudaMemcpy does the same with one CPU thread and a small driver buffer; the staged "
+       "copy spreads the memcpy over threads and overlaps it with the DMA of the previous "
+       "chunk."});
+}
+
+/// When pinning once (cost) has paid for itself against saving `per_upload` on each upload.
+std::string break_even(double cost, double per_upload, const char* unit) {
+  if (!(per_upload > 0)) return "never: a registered upload is not faster";
+  return fmt::format("after {}{}", static_cast<int>(std::ceil(cost / per_upload)), unit);
+}
+
+void explain_host_register(const host_register_figures& h, const staging_figures& s,
+                           std::vector<note>& n) {
+  const double per_registered = h.registered_copy.time_s.median;
+  const double cost = h.register_s.median + h.unregister_s.median;
+  const double saving = s.plain_up.time_s.median - per_registered;
+  const double vs_staged = s.staged_up.time_s.median - per_registered;
+  n.push_back(
+      {"host_register",
+       fmt::format(
+           "- Registering costs {:.0f} ms (the OS pins every page and the driver maps them) and "
+           "saves {:.0f} ms per upload compared with cudaMemcpy from pageable memory: it has paid "
+           "for itself {}. Against the staged copy it pays {}. For a buffer uploaded again and "
+           "again, pin it once.",
+           cost * 1e3, saving * 1e3, break_even(cost, saving, " upload(s) of the same buffer"),
+           break_even(cost, vs_staged, ""))});
+}
+
+void explain_sweep(const std::vector<sweep_point>& points, std::vector<note>& n) {
+  std::string here;
+  if (!points.empty() && points.front().h2d_pinned)
+    here = fmt::format(": {:.1f} us for {} here", points.front().h2d_pinned->time_s.median * 1e6,
+                       format_bytes(points.front().bytes));
+  n.push_back(
+      {"sweep",
+       fmt::format(
+           "- Up to tens of KiB the time per copy barely changes: it is the fixed cost of a DMA "
+           "request (a few microseconds{}), so bandwidth grows with size. From a few MiB on, the "
+           "link is the limit and bandwidth flattens at its ceiling.",
+           here)});
+}
+
+// ---- schema 1 -----------------------------------------------------------------------------
+
+/// Bytes from format_bytes' text ("256 MiB", "1.5 GiB", "123 B"); a one-decimal text gives the
+/// nearest byte count it stands for.
+/// @throws format_error when the text is not format_bytes output.
+std::uint64_t bytes_from_text(const std::string& text) {
+  static const std::regex re(R"(^(\d+(?:\.\d+)?) (B|KiB|MiB|GiB|TiB)$)");
+  std::smatch m;
+  if (!std::regex_match(text, m, re)) throw format_error("'" + text + "' is not a byte size");
+  static constexpr std::pair<const char*, double> units[] = {{"B", 1.0},
+                                                             {"KiB", 1024.0},
+                                                             {"MiB", 1048576.0},
+                                                             {"GiB", 1073741824.0},
+                                                             {"TiB", 1099511627776.0}};
+  double scale = 1;
+  for (const auto& [u, s] : units)
+    if (m[2] == u) scale = s;
+  return static_cast<std::uint64_t>(std::llround(std::stod(m[1].str()) * scale));
+}
+
+/// extra.measurements of schema 1, each taken once, in the order the lesson measured them.
+class measurement_pool {
+ public:
+  explicit measurement_pool(const nlohmann::json& extra) {
+    if (const auto it = extra.find("measurements"); it != extra.end() && !it->is_null())
+      all_ = it->get<std::vector<copy_figure>>();
+    used_.assign(all_.size(), false);
+  }
+  /// The first measurement not yet taken with this direction and memory, size text (as
+  /// format_bytes writes it), stream count (nullopt: any) and bidirectionality.
+  std::optional<copy_figure> take(const std::string& dir, const std::string& mem,
+                                  const std::string& size, std::optional<unsigned> streams,
+                                  bool bidirectional = false) {
+    for (std::size_t i = 0; i < all_.size(); ++i) {
+      const auto& f = all_[i];
+      if (used_[i] || f.direction != dir || f.memory != mem || f.bidirectional != bidirectional ||
+          format_bytes(f.bytes) != size || (streams && f.streams != *streams))
+        continue;
+      used_[i] = true;
+      return f;
+    }
+    return std::nullopt;
+  }
+  /// Samples per copy, from the first measurement kept.
+  [[nodiscard]] std::optional<int> iterations() const {
+    if (all_.empty() || all_.front().time_s.count == 0) return std::nullopt;
+    return static_cast<int>(all_.front().time_s.count);
+  }
+
+ private:
+  std::vector<copy_figure> all_;
+  std::vector<bool> used_;
+};
+
+const nlohmann::json* table_of(const nlohmann::json& block, const char* id) {
+  const auto& tables = block.at("tables");
+  const auto it = tables.find(id);
+  return it == tables.end() ? nullptr : &*it;
+}
+
+const nlohmann::json& rows_of(const nlohmann::json& t) {
+  const auto& rows = t.at("rows");
+  if (!rows.is_array()) throw format_error("a table's \"rows\" is not a list");
+  return rows;
+}
+
+std::optional<double> number(const nlohmann::json& row, const char* key) {
+  const auto& v = row.at(key);
+  if (v.is_null()) return std::nullopt;
+  return v.get<double>();
+}
+
+double number_or_zero(const nlohmann::json& row, const char* key) {
+  return number(row, key).value_or(0.0);
+}
+
+std::string text(const nlohmann::json& row, const char* key) {
+  return row.at(key).get<std::string>();
+}
+
+/// The part of a table's title that `re` captures.
+std::smatch title_match(const nlohmann::json& t, const std::regex& re, const std::string& title) {
+  std::smatch m;
+  if (!std::regex_match(title, m, re))
+    throw format_error("the \"" + t.value("id", std::string()) +
+                       "\" table's title is not the lesson's: " + title);
+  return m;
+}
+
+/// A figure from one table row: the columns the table had (bytes/s and time in base units).
+copy_figure figure_from_row(const std::string& dir, const std::string& mem, std::uint64_t bytes,
+                            const nlohmann::json& row, unsigned streams = 1) {
+  copy_figure f;
+  f.direction = dir;
+  f.memory = mem;
+  f.bytes = f.bytes_moved = bytes;
+  f.streams = streams;
+  auto& b = f.bandwidth_bytes_per_s;
+  b.median = number_or_zero(row, "median_bytes_per_s");
+  if (row.contains("min_bytes_per_s")) b.min = number_or_zero(row, "min_bytes_per_s");
+  if (row.contains("max_bytes_per_s")) b.max = number_or_zero(row, "max_bytes_per_s");
+  if (row.contains("rel_spread")) b.rel_spread = number_or_zero(row, "rel_spread");
+  if (row.contains("median_time_s")) f.time_s.median = number_or_zero(row, "median_time_s");
+  return f;
+}
+
+/// ceiling = value / (percent / 100), from the first row that has both.
+std::optional<double> ceiling_from(const nlohmann::json& rows, const char* value_key, double factor,
+                                   const char* percent_key) {
+  for (const auto& row : rows) {
+    const auto v = number(row, value_key);
+    const auto p = number(row, percent_key);
+    if (v && p && *p > 0) return factor * *v * 100.0 / *p;
+  }
+  return std::nullopt;
+}
+
+void bandwidth_from_v1(const nlohmann::json& t, measurement_pool& pool, transfer_result& r) {
+  const auto& rows = rows_of(t);
+  r.use_pinned_memory = false;
+  for (const auto& row : rows) {
+    const std::string shape = text(row, "shape");
+    const auto bytes = row.at("bytes").get<std::uint64_t>();
+    if (r.shapes.empty() || r.shapes.back().shape != shape || r.shapes.back().bytes != bytes)
+      r.shapes.push_back({shape, bytes, {}});
+    const std::string dir = text(row, "direction"), mem = text(row, "memory");
+    if (mem == "pinned") r.use_pinned_memory = true;
+    auto f = pool.take(dir, mem, format_bytes(bytes), 1u);
+    r.shapes.back().copies.push_back(f ? *f : figure_from_row(dir, mem, bytes, row));
+  }
+  r.link_bytes_per_s = ceiling_from(rows, "median_bytes_per_s", 1.0, "link_percent");
+}
+
+void d2d_from_v1(const nlohmann::json& t, measurement_pool& pool, transfer_result& r) {
+  const auto& rows = rows_of(t);
+  for (const auto& row : rows) {
+    const auto bytes = row.at("bytes").get<std::uint64_t>();
+    auto f = pool.take("D2D", "pinned", format_bytes(bytes), 1u);
+    r.d2d.push_back(f ? *f : figure_from_row("D2D", "pinned", bytes, row));
+  }
+  r.hbm_bytes_per_s = ceiling_from(rows, "median_bytes_per_s", 2.0, "hbm_percent");
+}
+
+void sync_async_from_v1(const nlohmann::json& t, const nlohmann::json& extra, transfer_result& r) {
+  if (const auto it = extra.find("sync_async"); it != extra.end() && !it->is_null()) {
+    r.sync_async = it->get<std::vector<sync_async_figure>>();
+    return;
+  }
+  static const std::regex re(R"(^Synchronous vs asynchronous H2D copies of (.+): who waits\?$)");
+  const std::string title = t.at("title").get<std::string>();
+  const std::uint64_t bytes = bytes_from_text(title_match(t, re, title)[1].str());
+  for (const auto& row : rows_of(t)) {
+    const std::string mem = text(row, "memory");
+    if (r.sync_async.empty() || r.sync_async.back().memory != mem)
+      r.sync_async.push_back({mem, bytes, {}, {}, {}, {}});
+    auto& sa = r.sync_async.back();
+    if (text(row, "api") == "cudaMemcpy") {
+      sa.sync_call_s.median = number_or_zero(row, "copy_s");
+    } else {
+      sa.async_copy_s.median = number_or_zero(row, "copy_s");
+      sa.async_call_s.median = number_or_zero(row, "cpu_blocked_s");
+      sa.async_free_s.median = number_or_zero(row, "cpu_free_s");
+    }
+  }
+}
+
+/// The streams asked for: the note schema 1 wrote when fewer were used, else the most used.
+int requested_streams_from_v1(const nlohmann::json& t, const streams_figures& s) {
+  static const std::regex re(R"(^- transfer\.num_streams is (\d+), but .*)");
+  for (const auto& n : t.value("notes", nlohmann::json::array())) {
+    std::smatch m;
+    const std::string line = n.is_string() ? n.get<std::string>() : std::string();
+    if (std::regex_match(line, m, re)) return std::stoi(m[1].str());
+  }
+  int most = 0;
+  for (const auto& d : s.directions) most = std::max(most, static_cast<int>(d.many.streams));
+  return most;
+}
+
+void streams_from_v1(const nlohmann::json& t, measurement_pool& pool, transfer_result& r) {
+  static const std::regex re(
+      R"(^Streams and copy engines \((.+) pinned, (\d+|n/a) copy engines\)$)");
+  const std::string title = t.at("title").get<std::string>();
+  const auto m = title_match(t, re, title);
+  const std::string size = m[1].str();
+  if (m[2] != "n/a") r.copy_engines = std::stoi(m[2].str());
+  streams_figures s;
+  s.bytes = (!r.shapes.empty() && format_bytes(r.shapes.back().bytes) == size)
+                ? r.shapes.back().bytes
+                : bytes_from_text(size);
+  bool have_one = false;
+  for (const auto& row : rows_of(t)) {
+    const std::string dir = text(row, "copy");
+    const auto streams = row.at("streams").get<unsigned>();
+    if (dir == "H2D + D2H") {
+      auto f = pool.take("H2D", "pinned", size, std::nullopt, true);
+      if (!f) {
+        f = figure_from_row("H2D", "pinned", s.bytes, row, streams);
+        f->bidirectional = true;
+        f->bytes_moved = 2 * s.bytes;
+      }
+      s.bidirectional = std::move(f);
+      continue;
+    }
+    auto f = pool.take(dir, "pinned", size, streams);
+    copy_figure fig = f ? *f : figure_from_row(dir, "pinned", s.bytes, row, streams);
+    if (!have_one)
+      s.directions.push_back({std::move(fig), {}});
+    else
+      s.directions.back().many = std::move(fig);
+    have_one = !have_one;
+  }
+  s.requested_streams = requested_streams_from_v1(t, s);
+  r.streams = std::move(s);
+}
+
+/// Rows of the "pageable_upload" table by what their method text starts with.
+copy_figure staging_row(const nlohmann::json& rows, const std::string& dir,
+                        const std::string& method_prefix, const std::string& mem, unsigned streams,
+                        std::uint64_t bytes, measurement_pool& pool, bool* found = nullptr) {
+  for (const auto& row : rows) {
+    if (text(row, "direction") != dir || text(row, "method").rfind(method_prefix, 0) != 0) continue;
+    if (found) *found = true;
+    auto f = pool.take(dir == "host" ? "H2D" : dir, mem, format_bytes(bytes), streams);
+    return f ? *f : figure_from_row(dir == "host" ? "H2D" : dir, mem, bytes, row, streams);
+  }
+  if (found) *found = false;
+  return {};
+}
+
+/// Exact bytes for `size` from the extras that kept them (sync_async, host_register), else the
+/// text.
+std::uint64_t large_bytes(const std::string& size, const nlohmann::json& extra) {
+  std::vector<std::uint64_t> known;
+  if (const auto it = extra.find("host_register");
+      it != extra.end() && it->is_object() && it->contains("bytes"))
+    known.push_back(it->at("bytes").get<std::uint64_t>());
+  if (const auto it = extra.find("sync_async"); it != extra.end() && it->is_array())
+    for (const auto& sa : *it) known.push_back(sa.at("bytes").get<std::uint64_t>());
+  for (const auto b : known)
+    if (format_bytes(b) == size) return b;
+  return bytes_from_text(size);
+}
+
+void pageable_upload_from_v1(const nlohmann::json& t, const nlohmann::json& extra,
+                             measurement_pool& pool, transfer_result& r) {
+  static const std::regex re(
+      R"(^Moving (.+) of pageable memory: cudaMemcpy vs a staged copy \((\d+) threads, (\d+) x (.+) pinned staging buffers\)$)");
+  const std::string title = t.at("title").get<std::string>();
+  const auto m = title_match(t, re, title);
+  staging_figures s;
+  s.bytes = large_bytes(m[1].str(), extra);
+  s.threads = std::stoi(m[2].str());
+  s.buffers = std::stoi(m[3].str());
+  s.chunk_bytes = bytes_from_text(m[4].str());
+  const auto& rows = rows_of(t);
+  // The order the lesson measured them in, so that each takes its own measurement.
+  s.plain_up = staging_row(rows, "H2D", "cudaMemcpy from pageable", "pageable", 1, s.bytes, pool);
+  s.staged_up = staging_row(rows, "H2D", "staged upload", "pageable", 1, s.bytes, pool);
+  s.ring_memcpy = staging_row(rows, "host", "ceiling:", "pageable", 0, s.bytes, pool);
+  s.dram_memcpy =
+      staging_row(rows, "host", "host memcpy into a whole", "pageable", 0, s.bytes, pool);
+  bool pinned = false;
+  auto pinned_up =
+      staging_row(rows, "H2D", "cudaMemcpyAsync from pinned", "pinned", 1, s.bytes, pool, &pinned);
+  if (pinned) s.pinned_up = std::move(pinned_up);
+  s.plain_down = staging_row(rows, "D2H", "cudaMemcpy to pageable", "pageable", 1, s.bytes, pool);
+  s.staged_down = staging_row(rows, "D2H", "staged download", "pageable", 1, s.bytes, pool);
+  r.pageable_upload = std::move(s);
+}
+
+void host_register_from_v1(const nlohmann::json& t, const nlohmann::json& extra,
+                           transfer_result& r) {
+  std::map<std::string, double> ms;
+  for (const auto& row : rows_of(t)) ms[text(row, "what")] = number_or_zero(row, "seconds");
+  host_register_figures h;
+  if (const auto it = extra.find("host_register"); it != extra.end() && !it->is_null()) {
+    h = it->get<host_register_figures>();
+  } else {
+    static const std::regex re(
+        R"(^Pinning (.+) in place with cudaHostRegister: when does it pay\?$)");
+    const std::string title = t.at("title").get<std::string>();
+    h.bytes = large_bytes(title_match(t, re, title)[1].str(), extra);
+    h.register_s.median = ms["cudaHostRegister"];
+    h.unregister_s.median = ms["cudaHostUnregister"];
+    h.registered_copy.direction = "H2D";
+    h.registered_copy.memory = "pinned";
+    h.registered_copy.bytes = h.registered_copy.bytes_moved = h.bytes;
+    h.registered_copy.time_s.median = ms["one upload, registered"];
+  }
+  // The table kept the upload times that the pageable table (rates only) did not.
+  if (r.pageable_upload) {
+    auto& s = *r.pageable_upload;
+    if (s.plain_up.time_s.count == 0)
+      s.plain_up.time_s.median = ms["one upload, pageable (cudaMemcpy)"];
+    if (s.staged_up.time_s.count == 0) s.staged_up.time_s.median = ms["one upload, staged"];
+  }
+  r.host_register = std::move(h);
+}
+
+/// A figure of which a table kept only the median rate (and maybe the median time).
+copy_figure figure_with(const std::string& dir, const std::string& mem, std::uint64_t bytes,
+                        std::optional<double> rate, std::optional<double> time_s = std::nullopt) {
+  copy_figure f;
+  f.direction = dir;
+  f.memory = mem;
+  f.bytes = f.bytes_moved = bytes;
+  f.bandwidth_bytes_per_s.median = rate.value_or(0.0);
+  f.time_s.median = time_s.value_or(0.0);
+  return f;
+}
+
+sweep_point sweep_point_from_v1(const nlohmann::json& row, measurement_pool& pool) {
+  const std::string size = text(row, "bytes");
+  sweep_point p;
+  p.bytes = bytes_from_text(size);
+  if (number(row, "h2d_pinned_bytes_per_s")) {
+    p.h2d_pinned = pool.take("H2D", "pinned", size, 1u);
+    if (!p.h2d_pinned)
+      p.h2d_pinned = figure_with("H2D", "pinned", p.bytes, number(row, "h2d_pinned_bytes_per_s"),
+                                 number(row, "h2d_pinned_time_s"));
+    p.d2h_pinned = pool.take("D2H", "pinned", size, 1u);
+    if (!p.d2h_pinned)
+      p.d2h_pinned = figure_with("D2H", "pinned", p.bytes, number(row, "d2h_pinned_bytes_per_s"));
+  }
+  const auto pageable = pool.take("H2D", "pageable", size, 1u);
+  p.h2d_pageable =
+      pageable ? *pageable
+               : figure_with("H2D", "pageable", p.bytes, number(row, "h2d_pageable_bytes_per_s"));
+  p.bytes = p.h2d_pageable.bytes;  // exact where a measurement kept it
+  return p;
+}
+
+void sweep_from_v1(const nlohmann::json& t, measurement_pool& pool, transfer_result& r) {
+  std::vector<sweep_point> points;
+  for (const auto& row : rows_of(t)) points.push_back(sweep_point_from_v1(row, pool));
+  r.sweep = std::move(points);
+}
+
+}  // namespace
+
+// ---- the lesson's steps -----------------------------------------------------------------------
+
+std::vector<table> present_transfer(const transfer_result& r) {
+  std::vector<table> out;
+  if (!r.shapes.empty()) out.push_back(bandwidth_table(r));
+  if (!r.d2d.empty()) out.push_back(d2d_table(r));
+  if (!r.sync_async.empty()) out.push_back(sync_async_table(r));
+  if (r.streams) out.push_back(streams_table(r));
+  if (r.pageable_upload) out.push_back(pageable_upload_table(*r.pageable_upload));
+  if (r.host_register && r.pageable_upload)
+    out.push_back(host_register_table(*r.host_register, *r.pageable_upload));
+  if (r.sweep) out.push_back(sweep_table(*r.sweep));
+  if (r.double_buffer)
+    for (auto& t : present_double_buffer(*r.double_buffer)) out.push_back(std::move(t));
+  if (r.multi_gpu)
+    for (auto& t : present_multi_gpu(*r.multi_gpu)) out.push_back(std::move(t));
+  return out;
+}
+
+std::vector<note> explain_transfer(const transfer_result& r, const device_facts& facts) {
+  std::vector<note> n;
+  if (!r.shapes.empty()) explain_bandwidth(r, facts, n);
+  if (!r.d2d.empty()) explain_d2d(r, facts, n);
+  if (!r.sync_async.empty()) explain_sync_async(r, n);
+  if (r.streams) explain_streams(r, facts, n);
+  if (r.pageable_upload) explain_pageable_upload(*r.pageable_upload, link_of(r, facts), n);
+  if (r.host_register && r.pageable_upload)
+    explain_host_register(*r.host_register, *r.pageable_upload, n);
+  if (r.sweep) explain_sweep(*r.sweep, n);
+  const auto append = [&n](std::vector<note> more) { n.insert(n.end(), more.begin(), more.end()); };
+  if (r.double_buffer) append(explain_double_buffer(*r.double_buffer, facts));
+  if (r.multi_gpu) append(explain_multi_gpu(*r.multi_gpu, facts));
+  return n;
+}
+
+transfer_result transfer_from_v1(const nlohmann::json& block) {
+  const nlohmann::json& extra =
+      block.contains("extra") ? block.at("extra") : nlohmann::json::object();
+  if (!extra.is_object()) throw format_error("the transfer block's \"extra\" is not an object");
+  measurement_pool pool(extra);
+  transfer_result r;
+  r.iterations = pool.iterations();
+  // In the order the lesson measured: each table takes the first unused matching measurement.
+  if (const auto* t = table_of(block, "bandwidth")) bandwidth_from_v1(*t, pool, r);
+  if (const auto* t = table_of(block, "d2d")) d2d_from_v1(*t, pool, r);
+  if (const auto* t = table_of(block, "sync_async")) sync_async_from_v1(*t, extra, r);
+  if (const auto* t = table_of(block, "streams")) streams_from_v1(*t, pool, r);
+  if (const auto* t = table_of(block, "pageable_upload"))
+    pageable_upload_from_v1(*t, extra, pool, r);
+  if (const auto* t = table_of(block, "host_register")) host_register_from_v1(*t, extra, r);
+  if (const auto* t = table_of(block, "sweep")) sweep_from_v1(*t, pool, r);
+  r.double_buffer = double_buffer_from_v1(block);
+  r.multi_gpu = multi_gpu_from_v1(block);
+  return r;
+}
+
+lesson transfer_lesson() {
+  lesson l;
+  l.name = "transfer";
+  l.description =
+      "Lesson: host<->device copies: sync vs async, pinned vs pageable, streams, PCIe bandwidth";
+  l.traces = true;
+  l.measure = [](context& ctx) { return nlohmann::json(measure_transfer(ctx)); };
+  l.render = [](const nlohmann::json& j, const device_facts& f) {
+    return render_typed<transfer_result, explain_transfer, present_transfer>(j, f, "transfer");
+  };
+  l.upgrade_v1 = [](const nlohmann::json& block) {
+    return nlohmann::json(transfer_from_v1(block));
+  };
+  return l;
+}
+
+}  // namespace gpu_basics::lessons

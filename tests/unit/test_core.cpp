@@ -1,0 +1,123 @@
+// core's shared helpers: the error types, the dlopen helper, the event-poll loop, the host clock.
+#include <gtest/gtest.h>
+
+#include <type_traits>
+
+#include <cstring>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpu_basics/core/clock.hpp"
+#include "gpu_basics/core/dynamic_library.hpp"
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/event_poll.hpp"
+
+using namespace gpu_basics;
+
+namespace {
+[[noreturn]] void throw_oom() {
+  throw out_of_memory("cannot allocate 8 GiB of device memory", 8ull << 30);
+}
+}  // namespace
+
+TEST(Errors, OutOfMemoryIsABadAllocCaughtAsAnyException) {
+  try {
+    throw_oom();
+  } catch (const std::bad_alloc& e) {  // code written for any allocator sees it...
+    EXPECT_STREQ(e.what(), "cannot allocate 8 GiB of device memory");  // ...with the message
+  }
+  bool caught = false;
+  try {
+    throw_oom();
+  } catch (const std::exception& e) {  // one std::exception base: a plain catch sees it
+    caught = true;
+    const auto* oom = dynamic_cast<const out_of_memory*>(&e);
+    ASSERT_NE(oom, nullptr);
+    EXPECT_EQ(oom->requested_bytes(), 8ull << 30);
+    EXPECT_STREQ(e.what(), "cannot allocate 8 GiB of device memory");
+  }
+  EXPECT_TRUE(caught);
+  static_assert(std::is_base_of_v<std::bad_alloc, out_of_memory>);
+  static_assert(!std::is_base_of_v<error, out_of_memory>);
+}
+
+TEST(Errors, NcclErrorIsItsOwnTypeAndNamesTheCall) {
+  try {
+    throw nccl_error(3, "internal error", "ncclAllReduce", "nccl.cpp", 42);
+  } catch (const cuda_error&) {
+    FAIL() << "an NCCL failure is not a CUDA error";
+  } catch (const error& e) {
+    const auto* n = dynamic_cast<const nccl_error*>(&e);
+    ASSERT_NE(n, nullptr);
+    EXPECT_EQ(n->code(), 3);
+    EXPECT_STREQ(e.what(), "ncclAllReduce failed: NCCL error 3 (internal error) at nccl.cpp:42");
+  }
+}
+
+TEST(DynamicLibrary, BindsTheFirstSymbolItExportsAndNamesWhatIsMissing) {
+  const dynamic_library lib({"libgpu_basics_no_such_library.so", "libc.so.6"});
+  ASSERT_TRUE(lib);
+  EXPECT_EQ(lib.path(), "libc.so.6");
+  std::size_t (*len)(const char*) = nullptr;
+  EXPECT_TRUE(lib.bind(len, {"no_such_symbol_v2", "strlen"}));  // newest name first
+  ASSERT_NE(len, nullptr);
+  EXPECT_EQ(len("four"), 4u);
+  int (*none)() = nullptr;
+  EXPECT_FALSE(lib.bind(none, {"no_such_symbol"}));
+  EXPECT_EQ(none, nullptr);
+  try {
+    lib.bind_required(none, {"no_such_symbol_v2", "no_such_symbol"});
+    FAIL() << "bind_required must throw";
+  } catch (const error& e) {
+    EXPECT_STREQ(e.what(), "libc.so.6 lacks no_such_symbol_v2 or no_such_symbol");
+  }
+  dynamic_library later;  // as NVML and NCCL hold theirs: empty, then assigned
+  EXPECT_FALSE(later);
+  later = dynamic_library({"libc.so.6"});
+  EXPECT_TRUE(later);
+  dynamic_library taken(std::move(later));
+  EXPECT_TRUE(taken);
+  EXPECT_EQ(taken.path(), "libc.so.6");
+}
+
+TEST(DynamicLibrary, NoCandidateLoadsThrowsNamingThemAll) {
+  try {
+    dynamic_library lib({"libgpu_basics_a.so", "libgpu_basics_b.so"});
+    FAIL() << "must throw";
+  } catch (const error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cannot load libgpu_basics_a.so or libgpu_basics_b.so"), std::string::npos)
+        << what;
+  }
+}
+
+TEST(EventPoll, CompletesTheDoneEntriesAndKeepsTheRest) {
+  std::vector<std::pair<int, char>> pending = {{1, 'a'}, {2, 'b'}, {3, 'c'}, {4, 'd'}, {5, 'e'}};
+  std::string completed;
+  const auto n = poll_completed(
+      pending, [](const auto& e) { return e.first % 2 == 1; },
+      [&](const auto& e) { completed += e.second; });
+  EXPECT_EQ(n, 3u);
+  EXPECT_EQ(completed.size(), 3u);
+  for (char c : {'a', 'c', 'e'}) EXPECT_NE(completed.find(c), std::string::npos);
+  ASSERT_EQ(pending.size(), 2u);
+  for (const auto& e : pending) EXPECT_EQ(e.first % 2, 0);
+  // complete() runs after its entry is removed, so it may add entries (polled in the same pass).
+  std::vector<int> grow = {1};
+  poll_completed(
+      grow, [](int v) { return v == 1; }, [&](int) { grow.push_back(7); });
+  EXPECT_EQ(grow, std::vector<int>{7});
+  const auto never = [](int) { return false; };
+  EXPECT_EQ(poll_completed(grow, never, [](int) {}), 0u);
+}
+
+TEST(HostClock, SecondsAndNanosecondsAreOneMonotonicClock) {
+  const std::uint64_t ns0 = host_clock_ns();
+  const double s = host_seconds();
+  const std::uint64_t ns1 = host_clock_ns();
+  EXPECT_LE(ns0, ns1);
+  EXPECT_GE(s * 1e9, static_cast<double>(ns0) - 1e3);
+  EXPECT_LE(s * 1e9, static_cast<double>(ns1) + 1e3);
+}
