@@ -98,10 +98,10 @@ TEST(GpuCli, InfoPrintsTheDeviceAndWritesParseableJson) {
   std::stringstream text;
   text << t.rdbuf();
   const device_info d = query_device(0, nullptr);
-  ASSERT_GE(info["gpus"].size(), 1u);
-  EXPECT_EQ(info["gpus"][0]["name"], d.name);
-  EXPECT_EQ(info["gpus"][0]["sm_count"], d.sm_count);
-  EXPECT_TRUE(info["gpus"][0]["total_memory_bytes"].is_number_integer());
+  ASSERT_GE(info["results"]["info"]["gpus"].size(), 1u);
+  EXPECT_EQ(info["results"]["info"]["gpus"][0]["name"], d.name);
+  EXPECT_EQ(info["results"]["info"]["gpus"][0]["sm_count"], d.sm_count);
+  EXPECT_TRUE(info["results"]["info"]["gpus"][0]["total_memory_bytes"].is_number_integer());
   EXPECT_EQ(info["environment"]["config"]["device"], 0);
   EXPECT_NE(text.str().find(d.name), std::string::npos) << text.str();
   EXPECT_NE(text.str().find("copy engines"), std::string::npos);
