@@ -14,6 +14,11 @@ if(GPU_BASICS_WERROR)
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     list(APPEND GPU_BASICS_CXX_WARNINGS -Wno-error=maybe-uninitialized)
   endif()
+  # GCC 13 flags a reference bound to a function's result whenever an argument was a temporary
+  # (-Wdangling-reference, many false positives): shown, not fatal.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 13)
+    list(APPEND GPU_BASICS_CXX_WARNINGS -Wno-error=dangling-reference)
+  endif()
 endif()
 
 function(gpu_basics_target_options target)

@@ -82,10 +82,8 @@ std::vector<std::pair<std::string, nlohmann::json>> upgrade_v1(const nlohmann::j
 std::vector<presentation::report> render(const run_record& r) {
   const device_facts facts = facts_of(r);
   std::vector<presentation::report> out;
-  for (const auto& [name, result] : r.results) {
-    const lesson& l = lesson_named(name, "results");
-    out.push_back(l.render(result, facts));
-  }
+  const std::string source = "results";
+  for (const auto& [name, result] : r.results) out.push_back(lesson_named(name, source).render(result, facts));
   return out;
 }
 
