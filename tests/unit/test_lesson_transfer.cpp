@@ -611,8 +611,8 @@ TEST(LessonTransfer, FromV1ReadsTablesAlone) {
   const auto& sw = table_named(ts, "sweep");
   EXPECT_EQ(std::get<std::string>(sw.rows[1][0]), "1.5 KiB");
   EXPECT_DOUBLE_EQ(cell(sw, 1, 3), 0.2e9);
-  EXPECT_EQ(table_named(ts, "pageable_upload").title, tables["pageable_upload"]["title"]);
-  EXPECT_EQ(table_named(ts, "streams").title, tables["streams"]["title"]);
+  EXPECT_EQ(table_named(ts, "pageable_upload").title, tables["pageable_upload"]["title"].get<std::string>());
+  EXPECT_EQ(table_named(ts, "streams").title, tables["streams"]["title"].get<std::string>());
   EXPECT_DOUBLE_EQ(cell(table_named(ts, "bandwidth"), 1, 8), 16.0);
   EXPECT_DOUBLE_EQ(cell(table_named(ts, "host_register"), 2, 1), 0.26);
 }

@@ -1,0 +1,166 @@
+// Real runs recorded on the H200 (tests/data/): everything after `measure` is checked on the CPU
+// against them. `show` must print exactly what the live run printed; a schema-1 file (an old
+// baseline) must still load and show the tables it saved; the notes' figures must follow from
+// the saved results; every lesson's result must survive its typed form unchanged.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "cli.hpp"
+#include "exit_codes.hpp"
+#include "gpu_basics/lessons/info.hpp"
+#include "gpu_basics/lessons/memory.hpp"
+#include "gpu_basics/lessons/profile.hpp"
+#include "gpu_basics/lessons/record.hpp"
+#include "gpu_basics/lessons/transfer.hpp"
+#include "run.hpp"
+
+using namespace gpu_basics;
+using namespace gpu_basics::lessons;
+
+namespace {
+
+const std::string kData = std::string(GPU_BASICS_SOURCE_DIR) + "/tests/data/";
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+nlohmann::json load_json(const std::string& path) { return nlohmann::json::parse(slurp(path)); }
+
+int show(const std::string& file, std::string* out, std::string* err) {
+  cli::options o;
+  o.command = "show";
+  o.input_path = file;
+  std::ostringstream os, es;
+  const int rc = cli::run(o, os, es);
+  *out = os.str();
+  *err = es.str();
+  return rc;
+}
+
+/// All notes of one lesson's rendered tables, one per line.
+std::string notes_of(const run_record& rec, const std::string& lesson) {
+  std::string all;
+  for (const auto& rep : render(rec))
+    if (rep.lesson == lesson)
+      for (const auto& t : rep.tables)
+        for (const auto& n : t.notes) all += n + "\n";
+  return all;
+}
+
+bool same_value(const nlohmann::json& a, const nlohmann::json& b) {
+  if (a.is_number() && b.is_number()) {
+    const double x = a.get<double>(), y = b.get<double>();
+    return std::abs(x - y) <= 1e-9 * std::max(std::abs(x), std::abs(y));
+  }
+  return a == b;
+}
+
+}  // namespace
+
+TEST(Fixtures, ShowPrintsExactlyWhatTheLiveRunOnTheH200Printed) {
+  std::string out, err;
+  ASSERT_EQ(show(kData + "h200_all.json", &out, &err), cli::exit_ok) << err;
+  EXPECT_TRUE(err.empty()) << err;
+  const std::string live = slurp(kData + "h200_all.txt");
+  ASSERT_FALSE(live.empty());
+  EXPECT_EQ(out, live);
+}
+
+TEST(Fixtures, SchemaOneBaselineShowsTheTablesItSaved) {
+  const nlohmann::json v1 = load_json(kData + "h200_all_v1.json");
+  ASSERT_EQ(v1["schema_version"], 1);
+  const run_record rec = load_record(kData + "h200_all_v1.json");
+  ASSERT_EQ(rec.results.size(), 4u);  // info, memory, transfer, profile
+  std::map<std::string, nlohmann::json> now;
+  for (const auto& rep : render(rec))
+    for (const auto& t : rep.tables) now[rep.lesson + "." + t.id] = presentation::to_json(t);
+  for (const auto& saved : v1["tables"]) {
+    const std::string id = saved["id"];
+    SCOPED_TRACE(id);
+    ASSERT_TRUE(now.count(id));
+    const auto& t = now[id];
+    EXPECT_EQ(t["title"], saved["title"]);
+    EXPECT_EQ(t["columns"], saved["columns"]);
+    ASSERT_EQ(t["rows"].size(), saved["rows"].size());
+    for (std::size_t r = 0; r < saved["rows"].size(); ++r)
+      for (const auto& [key, value] : saved["rows"][r].items())
+        EXPECT_TRUE(same_value(t["rows"][r][key], value))
+            << "row " << r << " " << key << ": " << t["rows"][r][key] << " vs " << value;
+  }
+  // And the CLI shows it with exit 0.
+  std::string out, err;
+  EXPECT_EQ(show(kData + "h200_all_v1.json", &out, &err), cli::exit_ok) << err;
+  EXPECT_NE(out.find("==== gpu-basics profile ===="), std::string::npos);
+}
+
+TEST(Fixtures, EveryResultSurvivesItsTypedForm) {
+  const nlohmann::json j = load_json(kData + "h200_all.json");
+  const auto& r = j.at("results");
+  const auto check = [&](auto typed, const char* name) {
+    SCOPED_TRACE(name);
+    const nlohmann::json saved = r.at(name);
+    typed = saved.get<decltype(typed)>();
+    const nlohmann::json again = typed;
+    EXPECT_EQ(again, saved);  // nothing dropped, nothing added
+    EXPECT_EQ(nlohmann::json::parse(again.dump()).get<decltype(typed)>(), typed);
+  };
+  check(info_result{}, "info");
+  check(memory_result{}, "memory");
+  check(transfer_result{}, "transfer");
+  check(profile_result{}, "profile");
+}
+
+TEST(Fixtures, NotesStateFiguresComputedFromTheSavedResults) {
+  const run_record rec = load_record(kData + "h200_all.json");
+  const nlohmann::json doc = load_json(kData + "h200_all.json");
+  const nlohmann::json& results = doc.at("results");
+
+  // memory: pinned vs pageable upload
+  const auto& pinned = results["memory"]["pinned"];
+  const double ratio = pinned["pinned_h2d_bytes_per_s"].get<double>() /
+                       pinned["pageable_h2d_bytes_per_s"].get<double>();
+  EXPECT_NE(notes_of(rec, "memory").find(fmt::format("H2D runs {:.1f}x slower here", ratio)),
+            std::string::npos)
+      << notes_of(rec, "memory");
+
+  // profile: fp16/bf16 against the datasheet peak of the GPU the run names
+  const device_facts facts = facts_of(rec);
+  ASSERT_TRUE(facts.datasheet);
+  std::vector<double> pct;
+  for (const auto& run : results["profile"]["matmul"]["runs"])
+    if (run["precision"] == "fp16" || run["precision"] == "bf16")
+      pct.push_back(100.0 * run["flops_per_s"]["median"].get<double>() / facts.datasheet->bf16_flops);
+  ASSERT_EQ(pct.size(), 2u);
+  const std::string share = fmt::format("{:.1f}-{:.1f}% of the tensor-core peak here",
+                                        std::min(pct[0], pct[1]), std::max(pct[0], pct[1]));
+  EXPECT_NE(notes_of(rec, "profile").find(share), std::string::npos) << notes_of(rec, "profile");
+
+  // transfer: both directions at once against one H2D stream
+  const auto& streams = results["transfer"]["streams"];
+  const std::string text = notes_of(rec, "transfer");
+  const auto at = text.find("x the bytes per second of one H2D stream here");
+  ASSERT_NE(at, std::string::npos) << text;
+  const auto from = text.rfind(' ', at);
+  const double stated = std::stod(text.substr(from + 1, at - from - 1));
+  EXPECT_GT(stated, 1.0);
+  EXPECT_LT(stated, 2.0);  // one link each way: at most twice one direction
+  EXPECT_TRUE(streams.contains("bidirectional"));
+}
+
+TEST(Fixtures, AForeignJsonFileIsOneClearErrorAndExitTwo) {
+  std::string out, err;
+  EXPECT_EQ(show(std::string(GPU_BASICS_SOURCE_DIR) + "/CMakePresets.json", &out, &err),
+            cli::exit_usage);
+  EXPECT_NE(err.find("not a gpu-basics results file"), std::string::npos) << err;
+  EXPECT_TRUE(out.empty());
+}
