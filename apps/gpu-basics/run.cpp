@@ -8,7 +8,6 @@
 #include <spdlog/spdlog.h>
 
 #include "exit_codes.hpp"
-#include "gpu_basics/core/cuda.hpp"
 #include "gpu_basics/core/environment.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/logging.hpp"

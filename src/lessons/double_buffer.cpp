@@ -1,6 +1,7 @@
 // The double-buffering part of the transfer lesson, host-only: its notes, its table, and the
 // result rebuilt from a schema-1 file. No CUDA header here (tested on the CPU).
 #include "gpu_basics/lessons/double_buffer.hpp"
+#include "gpu_basics/lessons/schema_v1.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -82,20 +83,6 @@ table double_buffer_table(const double_buffer_result& r) {
 
 // ---- schema 1 ---------------------------------------------------------------------------------
 
-/// "64 MiB", "1.5 GiB", "123 B" (format_bytes) back to bytes.
-std::optional<std::uint64_t> parse_bytes(const std::string& s) {
-  static const std::regex re(R"(^\s*([0-9]+(?:\.[0-9]+)?)\s*(B|KiB|MiB|GiB|TiB)\s*$)");
-  std::smatch m;
-  if (!std::regex_match(s, m, re)) return std::nullopt;
-  const std::string unit = m[2];
-  double scale = 1;
-  for (const char* u : {"KiB", "MiB", "GiB", "TiB"}) {
-    scale *= 1024;
-    if (unit == u) return static_cast<std::uint64_t>(std::llround(std::stod(m[1]) * scale));
-  }
-  return static_cast<std::uint64_t>(std::llround(std::stod(m[1])));
-}
-
 /// batches and batch bytes from the title, where extra.double_buffer did not keep them.
 void sizes_from_title(const nlohmann::json& t, double_buffer_result& r) {
   static const std::regex re(R"(Double-buffering: ([0-9]+) batches of ([^(]+) \(pinned\))");
@@ -103,7 +90,7 @@ void sizes_from_title(const nlohmann::json& t, double_buffer_result& r) {
   std::smatch m;
   if (!std::regex_search(title, m, re)) return;
   r.batches = std::stoull(m[1]);
-  if (const auto b = parse_bytes(std::string(m[2]))) r.batch_bytes = *b;
+  r.batch_bytes = schema_v1::bytes_from_text(std::string(m[2]));
 }
 
 int depth_of_mode(const std::string& name) {
@@ -168,54 +155,6 @@ double_buffer_ratio ratio_from_v1(const nlohmann::json& row, const nlohmann::jso
     x.modes = modes_from_row(row, batches);
   }
   return x;
-}
-
-/// The "trace" table and extra.trace of schema 1 (written by --trace).
-std::optional<trace_summary> trace_from_v1(const nlohmann::json& block) {
-  const auto& tables = block.at("tables");
-  if (!tables.contains("trace")) return std::nullopt;
-  const auto& t = tables.at("trace");
-  trace_summary s;
-  const std::string title = t.value("title", std::string());
-  const std::string prefix = "Trace written to ";
-  if (title.rfind(prefix, 0) == 0) s.path = title.substr(prefix.size());
-  const std::pair<const char*, std::int64_t trace_summary::*> rows[] = {
-      {"kernels", &trace_summary::kernels},
-      {"memory copies", &trace_summary::memcpys},
-      {"memsets", &trace_summary::memsets},
-      {"CUDA runtime API calls", &trace_summary::api_calls},
-      {"synchronizations (CPU waiting for the GPU)", &trace_summary::syncs},
-      {"user ranges (scoped_range / NVTX)", &trace_summary::ranges},
-      {"launch -> GPU flow arrows", &trace_summary::flows},
-      {"NVML counter samples", &trace_summary::nvml_counter_events},
-      {"allocator counter samples", &trace_summary::allocator_counter_events},
-      {"records dropped by CUPTI", &trace_summary::dropped_records},
-      {"trace events written", &trace_summary::events}};
-  for (const auto& row : t.at("rows")) {
-    const std::string what = row.at("what").get<std::string>();
-    for (const auto& [name, member] : rows)
-      if (what == name) s.*member = row.at("count").get<std::int64_t>();
-  }
-  static const std::regex device_re(R"(GPU ([0-9]+) holds a track per stream)");
-  static const std::regex schedule_re(R"(the first ([0-9]+) step\(s\) untraced .*the next ([0-9]+) traced)");
-  for (const auto& n : t.value("notes", nlohmann::json::array())) {
-    if (!n.is_string()) continue;
-    const std::string text = n.get<std::string>();
-    std::smatch m;
-    if (std::regex_search(text, m, device_re)) s.device = std::stoi(m[1]);
-    if (std::regex_search(text, m, schedule_re)) {
-      s.schedule_wait = std::stoi(m[1]);
-      s.schedule_warmup = std::stoi(m[2]);
-    }
-  }
-  if (block.contains("extra") && block.at("extra").contains("trace")) {
-    const auto& e = block.at("extra").at("trace");
-    s.path = e.value("path", s.path);
-    s.source = e.value("source", s.source);
-    s.write_s = e.value("write_s", s.write_s);
-    s.events = e.value("events", s.events);
-  }
-  return s;
 }
 
 }  // namespace
@@ -287,7 +226,9 @@ std::optional<double_buffer_result> double_buffer_from_v1(const nlohmann::json& 
     for (const auto& m : x.modes)
       if (m.depth > 3) r.depth = m.depth;
   if (r.timeline_trace_path) r.timeline_trace_ratio = traced_ratio(r.ratios);
-  r.trace = trace_from_v1(block);
+  if (tables.contains("trace"))
+    r.trace = schema_v1::trace_from_v1(tables.at("trace"),
+                                       extra.contains("trace") ? &extra.at("trace") : nullptr);
   return r;
 }
 

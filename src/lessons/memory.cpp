@@ -1,6 +1,7 @@
 // The memory lesson's host side: its notes and tables from a result, the result rebuilt from a
 // schema-1 file, and the registry entry. No CUDA header: tested on the CPU.
 #include "gpu_basics/lessons/memory.hpp"
+#include "gpu_basics/lessons/schema_v1.hpp"
 
 #include <algorithm>
 #include <array>
@@ -371,17 +372,7 @@ T number_of(const std::string& text) {
 /// JSON integer is taken as bytes.
 std::uint64_t parse_bytes(const json& cell) {
   if (cell.is_number_unsigned() || cell.is_number_integer()) return cell.get<std::uint64_t>();
-  const auto text = cell.get<std::string>();
-  static const std::regex re(R"(^\s*([0-9]+(?:\.[0-9]+)?) (B|KiB|MiB|GiB|TiB)\s*$)");
-  std::smatch m;
-  if (!std::regex_match(text, m, re))
-    throw format_error("'" + text + "' is not a size such as \"512 B\" or \"1.0 MiB\"");
-  static constexpr std::array<std::string_view, 5> units = {"B", "KiB", "MiB", "GiB", "TiB"};
-  const auto u =
-      static_cast<int>(std::find(units.begin(), units.end(), m[2].str()) - units.begin());
-  const double bytes = std::round(number_of<double>(m[1].str()) * std::ldexp(1.0, 10 * u));
-  if (!(bytes < 0x1p64)) throw format_error("'" + text + "' is too large a size");
-  return static_cast<std::uint64_t>(bytes);
+  return schema_v1::bytes_from_text(cell.get<std::string>());
 }
 
 /// The sub-matches of `re` in a table's title ([0] the whole match).
@@ -484,46 +475,6 @@ peak_result peak_from_v1(const json& t, const json* stats) {
   return p;
 }
 
-trace_summary trace_from_v1(const json& t, const json* extra) {
-  trace_summary s;
-  static const std::regex title(R"(^Trace written to (.*)$)");
-  s.path = title_match(t, title)[1];
-  const std::vector<std::pair<const char*, std::int64_t*>> rows = {
-      {"kernels", &s.kernels},
-      {"memory copies", &s.memcpys},
-      {"memsets", &s.memsets},
-      {"CUDA runtime API calls", &s.api_calls},
-      {"synchronizations (CPU waiting for the GPU)", &s.syncs},
-      {"user ranges (scoped_range / NVTX)", &s.ranges},
-      {"launch -> GPU flow arrows", &s.flows},
-      {"NVML counter samples", &s.nvml_counter_events},
-      {"allocator counter samples", &s.allocator_counter_events},
-      {"records dropped by CUPTI", &s.dropped_records},
-      {"trace events written", &s.events}};
-  for (const auto& row : v1_rows(t)) {
-    const auto what = row.at("what").get<std::string>();
-    for (const auto& [label, field] : rows)
-      if (what == label) *field = row.at("count").get<std::int64_t>();
-  }
-  if (extra) {
-    s.source = extra->value("source", std::string());
-    s.write_s = extra->value("write_s", 0.0);
-  }
-  // The first note reads "- Source: <source>. <n> events written in <t> ms. ... GPU <d> holds".
-  static const std::regex first(R"(^- Source: (.*)\. \d+ events written in ([0-9.]+) ms)");
-  static const std::regex gpu(R"(GPU (\d+) holds)");
-  for (const auto& n : t.value("notes", json::array())) {
-    std::smatch m;
-    const auto text = n.get<std::string>();
-    if (std::regex_search(text, m, gpu)) s.device = number_of<int>(m[1].str());
-    if (!extra && std::regex_search(text, m, first)) {
-      s.source = m[1].str();
-      s.write_s = number_of<double>(m[2].str()) * 1e-3;
-    }
-  }
-  return s;  // the memory lesson traced its pass whole: schedule (0, 0)
-}
-
 pinned_result pinned_from_v1(const json& t, const json* pool) {
   static const std::regex re(R"(for a (.+) tensor)");
   pinned_result p;
@@ -584,8 +535,10 @@ memory_result memory_from_v1(const nlohmann::json& block) {
     r.caching = caching_from_v1(*t, v1_extra(block, "empty_cache"));
   if (const auto* t = v1_table(block, "peak"))
     r.peak = peak_from_v1(*t, v1_extra(block, "peak_stats"));
-  if (const auto* t = v1_table(block, "trace"))
-    r.trace = trace_from_v1(*t, v1_extra(block, "trace"));
+  if (const auto* t = v1_table(block, "trace")) {
+    r.trace = schema_v1::trace_from_v1(*t, v1_extra(block, "trace"));
+    r.trace->schedule_wait = r.trace->schedule_warmup = 0;  // the pass is traced whole
+  }
   if (const auto* t = v1_table(block, "pinned_vs_pageable"))
     r.pinned = pinned_from_v1(*t, v1_extra(block, "pinned_pool"));
   if (const auto* t = v1_table(block, "fragmentation")) r.fragmentation = fragmentation_from_v1(*t);

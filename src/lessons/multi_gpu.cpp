@@ -1,6 +1,7 @@
 // The between-GPUs part of the transfer lesson, host-only: its notes, its GPU x GPU tables and the
 // NCCL table, and the result rebuilt from a schema-1 file. No CUDA header here (tested on the CPU).
 #include "gpu_basics/lessons/multi_gpu.hpp"
+#include "gpu_basics/lessons/schema_v1.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -232,16 +233,11 @@ std::vector<note> nccl_notes(const nccl_result& r, const device_facts& facts) {
 
 /// "64 MiB", "1.5 GiB", "123 B" (format_bytes) back to bytes.
 std::optional<std::uint64_t> parse_bytes(const std::string& s) {
-  static const std::regex re(R"(^\s*([0-9]+(?:\.[0-9]+)?)\s*(B|KiB|MiB|GiB|TiB)\s*$)");
-  std::smatch m;
-  if (!std::regex_match(s, m, re)) return std::nullopt;
-  const std::string unit = m[2];
-  double scale = 1;
-  for (const char* u : {"KiB", "MiB", "GiB", "TiB"}) {
-    scale *= 1024;
-    if (unit == u) return static_cast<std::uint64_t>(std::llround(std::stod(m[1]) * scale));
+  try {
+    return schema_v1::bytes_from_text(s);
+  } catch (const format_error&) {
+    return std::nullopt;
   }
-  return static_cast<std::uint64_t>(std::llround(std::stod(m[1])));
 }
 
 std::optional<std::uint64_t> bytes_in_title(const nlohmann::json& t, const std::regex& re) {

@@ -1,6 +1,7 @@
 // The profile lesson, host-only: its notes, its tables, the sample series for charts, and the
 // result rebuilt from a schema-1 file. No CUDA header here (tested on the CPU).
 #include "gpu_basics/lessons/profile.hpp"
+#include "gpu_basics/lessons/schema_v1.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -458,49 +459,6 @@ void nvml_from_v1(const nlohmann::json& t, const nlohmann::json& extra, profile_
   r.nvml = std::move(s);
 }
 
-/// The "trace" table and extra.trace of schema 1 (written by --trace).
-trace_summary trace_from_v1(const nlohmann::json& t, const nlohmann::json& extra) {
-  trace_summary s;
-  const std::string title = title_of(t);
-  const std::string prefix = "Trace written to ";
-  if (title.rfind(prefix, 0) == 0) s.path = title.substr(prefix.size());
-  const std::pair<const char*, std::int64_t trace_summary::*> rows[] = {
-      {"kernels", &trace_summary::kernels},
-      {"memory copies", &trace_summary::memcpys},
-      {"memsets", &trace_summary::memsets},
-      {"CUDA runtime API calls", &trace_summary::api_calls},
-      {"synchronizations (CPU waiting for the GPU)", &trace_summary::syncs},
-      {"user ranges (scoped_range / NVTX)", &trace_summary::ranges},
-      {"launch -> GPU flow arrows", &trace_summary::flows},
-      {"NVML counter samples", &trace_summary::nvml_counter_events},
-      {"allocator counter samples", &trace_summary::allocator_counter_events},
-      {"records dropped by CUPTI", &trace_summary::dropped_records},
-      {"trace events written", &trace_summary::events}};
-  for (const auto& row : rows_of(t, "trace")) {
-    const std::string what = row.at("what").get<std::string>();
-    for (const auto& [name, member] : rows)
-      if (what == name) s.*member = row.at("count").get<std::int64_t>();
-  }
-  static const std::regex device_re(R"(GPU ([0-9]+) holds a track per stream)");
-  static const std::regex schedule_re(R"(the first ([0-9]+) step\(s\) untraced .*the next ([0-9]+) traced)");
-  for (const auto& text : notes_of(t)) {
-    std::smatch m;
-    if (std::regex_search(text, m, device_re)) s.device = std::stoi(m[1]);
-    if (std::regex_search(text, m, schedule_re)) {
-      s.schedule_wait = std::stoi(m[1]);
-      s.schedule_warmup = std::stoi(m[2]);
-    }
-  }
-  if (extra.contains("trace")) {
-    const auto& e = extra.at("trace");
-    s.path = e.value("path", s.path);
-    s.source = e.value("source", s.source);
-    s.write_s = e.value("write_s", s.write_s);
-    s.events = e.value("events", s.events);
-  }
-  return s;
-}
-
 }  // namespace
 
 sample_series decimate(sample_series s, std::size_t max_points) {
@@ -582,7 +540,9 @@ profile_result profile_from_v1_tables(const nlohmann::json& block) {
   if (tables.contains("key_averages")) r.key_averages = key_averages_from_v1(tables.at("key_averages"));
   if (tables.contains("matmul")) r.matmul = matmul_from_v1(tables.at("matmul"), extra);
   if (tables.contains("nvml")) nvml_from_v1(tables.at("nvml"), extra, r);
-  if (tables.contains("trace")) r.trace = trace_from_v1(tables.at("trace"), extra);
+  if (tables.contains("trace"))
+    r.trace = schema_v1::trace_from_v1(tables.at("trace"),
+                                       extra.contains("trace") ? &extra.at("trace") : nullptr);
   return r;
 }
 

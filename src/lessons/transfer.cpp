@@ -1,6 +1,7 @@
 // The transfer lesson's host side: its tables, the notes that explain them, reading schema-1
 // files, and the registry entry. No CUDA here: everything is computed from a transfer_result.
 #include "gpu_basics/lessons/transfer.hpp"
+#include "gpu_basics/lessons/schema_v1.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -433,24 +434,6 @@ void explain_sweep(const std::vector<sweep_point>& points, std::vector<note>& n)
 
 // ---- schema 1 -----------------------------------------------------------------------------
 
-/// Bytes from format_bytes' text ("256 MiB", "1.5 GiB", "123 B"); a one-decimal text gives the
-/// nearest byte count it stands for.
-/// @throws format_error when the text is not format_bytes output.
-std::uint64_t bytes_from_text(const std::string& text) {
-  static const std::regex re(R"(^(\d+(?:\.\d+)?) (B|KiB|MiB|GiB|TiB)$)");
-  std::smatch m;
-  if (!std::regex_match(text, m, re)) throw format_error("'" + text + "' is not a byte size");
-  static constexpr std::pair<const char*, double> units[] = {{"B", 1.0},
-                                                             {"KiB", 1024.0},
-                                                             {"MiB", 1048576.0},
-                                                             {"GiB", 1073741824.0},
-                                                             {"TiB", 1099511627776.0}};
-  double scale = 1;
-  for (const auto& [u, s] : units)
-    if (m[2] == u) scale = s;
-  return static_cast<std::uint64_t>(std::llround(std::stod(m[1].str()) * scale));
-}
-
 /// extra.measurements of schema 1, each taken once, in the order the lesson measured them.
 class measurement_pool {
  public:
@@ -581,7 +564,7 @@ void sync_async_from_v1(const nlohmann::json& t, const nlohmann::json& extra, tr
   }
   static const std::regex re(R"(^Synchronous vs asynchronous H2D copies of (.+): who waits\?$)");
   const std::string title = t.at("title").get<std::string>();
-  const std::uint64_t bytes = bytes_from_text(title_match(t, re, title)[1].str());
+  const std::uint64_t bytes = schema_v1::bytes_from_text(title_match(t, re, title)[1].str());
   for (const auto& row : rows_of(t)) {
     const std::string mem = text(row, "memory");
     if (r.sync_async.empty() || r.sync_async.back().memory != mem)
@@ -620,7 +603,7 @@ void streams_from_v1(const nlohmann::json& t, measurement_pool& pool, transfer_r
   streams_figures s;
   s.bytes = (!r.shapes.empty() && format_bytes(r.shapes.back().bytes) == size)
                 ? r.shapes.back().bytes
-                : bytes_from_text(size);
+                : schema_v1::bytes_from_text(size);
   bool have_one = false;
   for (const auto& row : rows_of(t)) {
     const std::string dir = text(row, "copy");
@@ -672,7 +655,7 @@ std::uint64_t large_bytes(const std::string& size, const nlohmann::json& extra) 
     for (const auto& sa : *it) known.push_back(sa.at("bytes").get<std::uint64_t>());
   for (const auto b : known)
     if (format_bytes(b) == size) return b;
-  return bytes_from_text(size);
+  return schema_v1::bytes_from_text(size);
 }
 
 void pageable_upload_from_v1(const nlohmann::json& t, const nlohmann::json& extra,
@@ -685,7 +668,7 @@ void pageable_upload_from_v1(const nlohmann::json& t, const nlohmann::json& extr
   s.bytes = large_bytes(m[1].str(), extra);
   s.threads = std::stoi(m[2].str());
   s.buffers = std::stoi(m[3].str());
-  s.chunk_bytes = bytes_from_text(m[4].str());
+  s.chunk_bytes = schema_v1::bytes_from_text(m[4].str());
   const auto& rows = rows_of(t);
   // The order the lesson measured them in, so that each takes its own measurement.
   s.plain_up = staging_row(rows, "H2D", "cudaMemcpy from pageable", "pageable", 1, s.bytes, pool);
@@ -746,7 +729,7 @@ copy_figure figure_with(const std::string& dir, const std::string& mem, std::uin
 sweep_point sweep_point_from_v1(const nlohmann::json& row, measurement_pool& pool) {
   const std::string size = text(row, "bytes");
   sweep_point p;
-  p.bytes = bytes_from_text(size);
+  p.bytes = schema_v1::bytes_from_text(size);
   if (number(row, "h2d_pinned_bytes_per_s")) {
     p.h2d_pinned = pool.take("H2D", "pinned", size, 1u);
     if (!p.h2d_pinned)
