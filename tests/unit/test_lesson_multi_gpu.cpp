@@ -6,26 +6,14 @@
 
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/lessons/multi_gpu.hpp"
+#include "lesson_test_util.hpp"
 
 using namespace gpu_basics;
 using namespace gpu_basics::lessons;
 
 namespace {
 
-summary spread(double median, std::size_t count) {
-  summary s;
-  s.count = count;
-  s.median = median;
-  s.mean = median * 1.01;
-  s.min = median * 0.93;
-  s.max = median * 1.07;
-  s.stdev = median * 0.02;
-  s.p25 = median * 0.98;
-  s.p75 = median * 1.02;
-  s.iqr = s.p75 - s.p25;
-  s.rel_spread = s.iqr / median;
-  return s;
-}
+summary spread(double median, std::size_t count) { return gpu_basics::testing::spread_around(median, count); }
 
 /// Two GPUs: 0 -> 1 has peer access, 1 -> 0 does not; the diagonal holds the in-GPU copies.
 peer_result two_gpus() {

@@ -10,26 +10,14 @@
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/hardware.hpp"
 #include "gpu_basics/lessons/profile.hpp"
+#include "lesson_test_util.hpp"
 
 using namespace gpu_basics;
 using namespace gpu_basics::lessons;
 
 namespace {
 
-summary spread(double median, std::size_t count) {
-  summary s;
-  s.count = count;
-  s.median = median;
-  s.mean = median * 1.01;
-  s.min = median * 0.95;
-  s.max = median * 1.04;
-  s.stdev = median * 0.02;
-  s.p25 = median * 0.98;
-  s.p75 = median * 1.02;
-  s.iqr = s.p75 - s.p25;
-  s.rel_spread = s.iqr / median;
-  return s;
-}
+summary spread(double median, std::size_t count) { return gpu_basics::testing::spread_around(median, count); }
 
 matmul_run run(const char* precision, double median, std::optional<double> peak, double start) {
   matmul_run x;

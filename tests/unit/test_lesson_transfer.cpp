@@ -10,6 +10,7 @@
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/hardware.hpp"
 #include "gpu_basics/lessons/transfer.hpp"
+#include "lesson_test_util.hpp"
 #include "gpu_basics/transfer/plan.hpp"
 
 using namespace gpu_basics;
@@ -19,21 +20,7 @@ namespace {
 
 constexpr std::uint64_t KiB = 1024, MiB = KiB * 1024, GiB = MiB * 1024;
 
-/// A summary around `median` whose fields all differ.
-summary around(double median, std::size_t count = 20) {
-  summary s;
-  s.count = count;
-  s.median = median;
-  s.mean = median * 1.01;
-  s.min = median * 0.9;
-  s.max = median * 1.12;
-  s.stdev = median * 0.03;
-  s.p25 = median * 0.97;
-  s.p75 = median * 1.04;
-  s.iqr = s.p75 - s.p25;
-  s.rel_spread = s.iqr / median;
-  return s;
-}
+summary around(double median, std::size_t count = 20) { return gpu_basics::testing::spread_around(median, count); }
 
 copy_figure fig(const std::string& dir, const std::string& mem, std::uint64_t bytes, double rate,
                 unsigned streams = 1) {
