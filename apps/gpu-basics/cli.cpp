@@ -22,6 +22,45 @@ const std::vector<std::string>& commands() {
   return c;
 }
 
+namespace {
+/// Checks the values CLI11 cannot (log level, output paths) and moves them into `o`. Writes one
+/// line to `err` and returns false on the first bad one.
+bool finish_options(options& o, const std::string& level, const std::string& json,
+                    const std::string& csv, const std::string& trace, std::ostream& err) {
+  if (!level.empty()) {
+    if (!parse_log_level(level)) {
+      err << "gpu-basics: --log-level: expected one of trace, debug, info, warn, error, got \""
+          << level << "\"\n";
+      return false;
+    }
+    o.log_level = level;
+  }
+  if (!json.empty()) o.json_path = json;
+  if (!csv.empty()) o.csv_path = csv;
+  if (o.json_path && o.csv_path && *o.json_path == "-" && *o.csv_path == "-") {
+    err << "gpu-basics: --json - and --csv - cannot both write to stdout\n";
+    return false;
+  }
+  if (!trace.empty()) {
+    const bool gz = trace.size() > 3 && trace.compare(trace.size() - 3, 3, ".gz") == 0;
+    if (trace == "-") {
+      err << "gpu-basics: --trace needs a file path\n";
+      return false;
+    }
+    if (gz && !trace_writer::gzip_supported()) {
+      err << "gpu-basics: --trace " << trace << ": this build has no zlib, so it cannot write .gz; drop the .gz\n";
+      return false;
+    }
+    o.trace_path = trace;
+  }
+  if (o.csv_path && *o.csv_path == "-") {
+    err << "gpu-basics: --csv needs a file path (tables go to stdout already)\n";
+    return false;
+  }
+  return true;
+}
+}  // namespace
+
 parse_result parse(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   CLI::App app{"gpu-basics: measure and explain GPU memory management and CPU<->GPU data movement",
                "gpu-basics"};
@@ -68,36 +107,7 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
     return {std::nullopt, exit_usage};
   }
   for (const auto* sub : app.get_subcommands()) o.command = sub->get_name();
-  if (!level.empty()) {
-    if (!parse_log_level(level)) {
-      err << "gpu-basics: --log-level: expected one of trace, debug, info, warn, error, got \""
-          << level << "\"\n";
-      return {std::nullopt, exit_usage};
-    }
-    o.log_level = level;
-  }
-  if (!json.empty()) o.json_path = json;
-  if (!csv.empty()) o.csv_path = csv;
-  if (o.json_path && o.csv_path && *o.json_path == "-" && *o.csv_path == "-") {
-    err << "gpu-basics: --json - and --csv - cannot both write to stdout\n";
-    return {std::nullopt, exit_usage};
-  }
-  if (!trace.empty()) {
-    const bool gz = trace.size() > 3 && trace.compare(trace.size() - 3, 3, ".gz") == 0;
-    if (trace == "-") {
-      err << "gpu-basics: --trace needs a file path\n";
-      return {std::nullopt, exit_usage};
-    }
-    if (gz && !trace_writer::gzip_supported()) {
-      err << "gpu-basics: --trace " << trace << ": this build has no zlib, so it cannot write .gz; drop the .gz\n";
-      return {std::nullopt, exit_usage};
-    }
-    o.trace_path = trace;
-  }
-  if (o.csv_path && *o.csv_path == "-") {
-    err << "gpu-basics: --csv needs a file path (tables go to stdout already)\n";
-    return {std::nullopt, exit_usage};
-  }
+  if (!finish_options(o, level, json, csv, trace, err)) return {std::nullopt, exit_usage};
   return {o, exit_ok};
 }
 
