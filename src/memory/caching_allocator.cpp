@@ -400,10 +400,16 @@ struct caching_allocator::impl {
   }
 };
 
-caching_allocator::caching_allocator(std::shared_ptr<allocator_backend> backend, allocator_options o)
-    : backend_(std::move(backend)), o_(o), impl_(std::make_unique<impl>(*backend_, o)) {
-  GPU_BASICS_EXPECTS(backend_ != nullptr, "caching_allocator needs a backend");
+namespace {
+/// The backend, checked before anything dereferences it.
+std::shared_ptr<allocator_backend> checked(std::shared_ptr<allocator_backend> backend) {
+  GPU_BASICS_EXPECTS(backend != nullptr, "caching_allocator needs a backend");
+  return backend;
 }
+}  // namespace
+
+caching_allocator::caching_allocator(std::shared_ptr<allocator_backend> backend, allocator_options o)
+    : backend_(checked(std::move(backend))), o_(o), impl_(std::make_unique<impl>(*backend_, o)) {}
 
 caching_allocator::~caching_allocator() {
   std::lock_guard lock(impl_->mutex);

@@ -460,3 +460,7 @@ TEST(PinnedPool, OutOfPinnedMemoryFreesTheCacheThenThrows) {
   EXPECT_THROW((void)pool.allocate(8 * MiB), out_of_memory);
   pool.deallocate(b);
 }
+
+TEST(CachingAllocator, ANullBackendIsALogicErrorNotACrash) {
+  EXPECT_THROW(caching_allocator(std::shared_ptr<allocator_backend>{}), logic_error);
+}

@@ -19,10 +19,16 @@ enum class log_level { trace, debug, info, warn, error };
 /// Element types a transfer tensor can have.
 enum class dtype { float32, float16, bfloat16, float64, int8, uint8, int32, int64 };
 
+/// Bytes per element of `t`.
 [[nodiscard]] std::size_t dtype_size(dtype t) noexcept;
+/// The configuration file's name of `t` ("float32"); "?" outside the enum.
 [[nodiscard]] std::string_view to_string(dtype t) noexcept;
+/// The configuration file's name of `l` ("info"); "?" outside the enum.
 [[nodiscard]] std::string_view to_string(log_level l) noexcept;
+/// A dtype from its name, case-insensitive, with the aliases fp32/float, fp16/half, bf16,
+/// fp64/double; nullopt for an unknown name.
 [[nodiscard]] std::optional<dtype> parse_dtype(std::string_view name);
+/// A level from its name, case-insensitive ("warning" for warn); nullopt for an unknown name.
 [[nodiscard]] std::optional<log_level> parse_log_level(std::string_view name);
 
 /// A tensor shape: dimensions as given (validation rejects non-positive ones).
@@ -34,6 +40,7 @@ struct tensor_shape {
 /// Product of the dimensions times the element size, or nullopt if a dimension is not positive
 /// or the product does not fit in 64 bits.
 [[nodiscard]] std::optional<std::uint64_t> shape_bytes(const tensor_shape& s, dtype t) noexcept;
+/// The dimensions as a list: "[1024, 1024]".
 [[nodiscard]] std::string to_string(const tensor_shape& s);
 
 /// Parses a byte size: an integer, or a number with a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB,
@@ -115,21 +122,27 @@ struct config {
 /// The default configuration file's text, built into the binary.
 [[nodiscard]] std::string_view default_config_text() noexcept;
 
-/// Reads a file into a string; throws config_error (naming the file) if it cannot be read.
+/// Reads a file into a string.
+/// @throws config_error (naming the file) when it cannot be read.
 [[nodiscard]] std::string read_config_file(const std::string& path);
 
 /// Parses YAML text over `base` (keys not given keep base's values). `source_name` appears in
-/// errors. Throws config_error for malformed YAML, unknown or duplicate keys, wrong types.
+/// errors.
+/// @throws config_error for malformed YAML, unknown or duplicate keys, wrong types.
 [[nodiscard]] config parse_config(std::string_view text, std::string_view source_name,
                                   const config& base = config{});
 
 /// Applies one `key=value` override (value in YAML syntax). Same parsing as the file.
+/// @throws config_error (source "--set") for a missing '=', an unknown key, a section, or a
+/// value of the wrong type.
 void apply_override(config& cfg, std::string_view assignment);
 
-/// Checks ranges and sizes; throws config_error naming the key and where it was set.
+/// Checks ranges and sizes.
+/// @throws config_error naming the first bad key and where it was set.
 void validate(const config& cfg);
 
 /// read → parse → overrides → validate. An empty path means the built-in default.
+/// @throws config_error from whichever step fails.
 [[nodiscard]] config load_config(const std::string& path,
                                  const std::vector<std::string>& overrides = {});
 

@@ -48,15 +48,19 @@ struct device_info {
 /// "13.0" from 13000.
 [[nodiscard]] std::string cuda_version_string(int version);
 
-/// Number of visible CUDA devices. Throws no_device_error with a one-line reason when there is
-/// no driver or no device ("no NVIDIA GPU visible: ...").
+/// Number of visible CUDA devices.
+/// @throws no_device_error with a one-line reason when there is no driver or no device
+/// ("no NVIDIA GPU visible: ...").
 [[nodiscard]] int visible_device_count();
 
-/// Properties of one device; NVML fields filled when `nv` is non-null. Throws no_device_error for
-/// an index that does not exist.
+/// Properties of one device; NVML fields filled when `nv` is non-null.
+/// @throws no_device_error for an index that does not exist, or with no driver or device.
+/// @throws cuda_error when a property query fails.
 [[nodiscard]] device_info query_device(int index, const nvml* nv);
 
 /// Every visible device.
+/// @throws no_device_error when there is no driver or no device.
+/// @throws cuda_error when a property query fails.
 [[nodiscard]] std::vector<device_info> query_devices(const nvml* nv);
 
 /// Theoretical PCIe rate of the device's link in bytes/s (max generation/width), if known.

@@ -13,17 +13,23 @@ namespace gpu_basics {
 /// An owned dlopen handle (RTLD_NOW | RTLD_LOCAL); dlclose on destruction. Move-only.
 class dynamic_library {
  public:
+  /// Empty: nothing loaded.
   dynamic_library() noexcept = default;
   /// Loads the first of `candidates` (a file name the loader searches for, or a path) that
-  /// loads. @throws gpu_basics::error naming every candidate and the loader's last message.
+  /// loads.
+  /// @throws gpu_basics::error naming every candidate and the loader's last message.
   explicit dynamic_library(const std::vector<std::string>& candidates);
+  /// Closes the library (dlclose).
   ~dynamic_library();
+  /// Takes over `o`'s handle; `o` is left empty.
   dynamic_library(dynamic_library&& o) noexcept
       : handle_(std::exchange(o.handle_, nullptr)), path_(std::move(o.path_)) {}
+  /// Closes the library held, then takes over `o`'s.
   dynamic_library& operator=(dynamic_library&& o) noexcept;
   dynamic_library(const dynamic_library&) = delete;
   dynamic_library& operator=(const dynamic_library&) = delete;
 
+  /// Whether a library is loaded.
   [[nodiscard]] explicit operator bool() const noexcept { return handle_ != nullptr; }
   /// The candidate that loaded.
   [[nodiscard]] const std::string& path() const noexcept { return path_; }

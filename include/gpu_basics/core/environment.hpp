@@ -21,10 +21,12 @@ struct host_info {
   std::uint64_t memory_bytes = 0;
 };
 
+/// This machine's name, OS, CPU model, logical cores and memory; what cannot be read stays empty.
 [[nodiscard]] host_info capture_host_info();
 
-/// "0.1.0" and the git revision the binary was built from ("unknown" outside git).
+/// The version of this build: "0.1.0".
 [[nodiscard]] std::string_view gpu_basics_version() noexcept;
+/// The git revision the binary was built from ("unknown" outside git).
 [[nodiscard]] std::string_view gpu_basics_git_revision() noexcept;
 
 /// ISO-8601 UTC time, e.g. "2026-12-02T14:03:00Z".

@@ -25,8 +25,11 @@ class logic_error : public error {
 /// Bad configuration: names the source (file or --set), line, column and key.
 class config_error : public error {
  public:
+  /// what() reads "source:line:column: key: message"; a line or column of 0 and an empty key
+  /// are left out.
   config_error(std::string source, int line, int column, std::string key, std::string message);
 
+  /// The parts as given: where the value came from, the key, and detail() the message alone.
   [[nodiscard]] const std::string& source() const noexcept { return source_; }
   [[nodiscard]] int line() const noexcept { return line_; }
   [[nodiscard]] int column() const noexcept { return column_; }
@@ -45,9 +48,12 @@ class config_error : public error {
 /// error's numeric code and name.
 class cuda_error : public error {
  public:
+  /// what() names the call, the error's name, code and description, and file:line.
   cuda_error(int code, std::string name, const std::string& description, const std::string& call,
              const char* file, int line);
+  /// The status code (cudaError_t, or cublasStatus_t for cuBLASLt calls).
   [[nodiscard]] int code() const noexcept { return code_; }
+  /// The status's name ("cudaErrorInvalidValue").
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
 
  private:
@@ -61,8 +67,10 @@ class cuda_error : public error {
 /// failures are not CUDA errors: they get their own type, and their own exit code in the CLI.
 class nccl_error : public error {
  public:
+  /// what() names the call, NCCL's code and description, and file:line.
   nccl_error(int code, const std::string& description, const std::string& call, const char* file,
              int line);
+  /// NCCL's result code (ncclResult_t).
   [[nodiscard]] int code() const noexcept { return code_; }
 
  private:
@@ -81,9 +89,12 @@ class no_device_error : public error {
 /// from both would give it two std::exception bases, and a catch of std::exception would miss it.
 class out_of_memory : public std::bad_alloc {
  public:
+  /// `message` is what what() returns; `requested_bytes` the size of the failed request.
   out_of_memory(std::string message, std::size_t requested_bytes)
       : message_(std::move(message)), requested_bytes_(requested_bytes) {}
+  /// The message given at construction.
   [[nodiscard]] const char* what() const noexcept override { return message_.c_str(); }
+  /// The size of the request that failed (0 where the thrower did not know it).
   [[nodiscard]] std::size_t requested_bytes() const noexcept { return requested_bytes_; }
 
  private:

@@ -12,12 +12,15 @@
 namespace nlohmann {
 template <class T>
 struct adl_serializer<std::optional<T>> {
+  /// null for an empty optional, else the value.
   static void to_json(json& j, const std::optional<T>& v) {
     if (v)
       j = *v;
     else
       j = nullptr;
   }
+  /// An empty optional from null, else the value.
+  /// @throws nlohmann::json::exception when the value is not a T.
   static void from_json(const json& j, std::optional<T>& v) {
     if (j.is_null())
       v.reset();

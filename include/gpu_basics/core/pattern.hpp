@@ -12,6 +12,7 @@
 
 namespace gpu_basics {
 
+/// Word `word` of the pattern of `seed`: splitmix64 of (seed, index), every byte non-zero.
 GPU_BASICS_HD inline constexpr std::uint32_t pattern_word(std::uint32_t seed, std::uint64_t word) {
   // splitmix64 finaliser over (seed, index)
   std::uint64_t z = (word + 0x9E3779B97F4A7C15ull * (static_cast<std::uint64_t>(seed) + 1));

@@ -11,10 +11,13 @@
 namespace gpu_basics {
 
 /// Writes the pattern (pattern.hpp) over [0, bytes) of a device-accessible buffer.
+/// @throws cuda_error when a launch fails.
 void enqueue_fill_pattern(void* dst, std::size_t bytes, std::uint32_t seed, stream_view s);
 /// Writes zeros (the poison before each measured copy, so a copy that did nothing fails).
+/// @throws cuda_error when a launch fails.
 void enqueue_fill_zero(void* dst, std::size_t bytes, stream_view s);
 /// Adds the number of bytes of `src` that differ from the pattern to *counter (device memory).
+/// @throws cuda_error when a launch fails.
 void enqueue_count_mismatches(const void* src, std::size_t bytes, std::uint32_t seed,
                               unsigned long long* counter, stream_view s);
 

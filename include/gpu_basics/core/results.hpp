@@ -39,7 +39,8 @@ struct table {
   std::vector<std::vector<value>> rows;
   std::vector<std::string> notes;  // explanations printed under the table
 
-  /// Appends a row; throws logic_error if its width differs from the columns'.
+  /// Appends a row.
+  /// @throws logic_error when its width differs from the columns'.
   void add_row(std::vector<value> row);
 };
 

@@ -28,13 +28,16 @@ struct summary {
   bool operator==(const summary&) const = default;
 };
 
-/// Linear-interpolated quantile (q in [0, 1]) of samples (any order). Throws logic_error if empty.
+/// Linear-interpolated quantile (q in [0, 1]) of samples (any order).
+/// @throws logic_error when samples is empty or q is outside [0, 1].
 [[nodiscard]] double quantile(std::span<const double> samples, double q);
 
-/// Throws logic_error on an empty span or a non-finite sample.
+/// The summary of samples in any order.
+/// @throws logic_error on an empty span or a non-finite sample.
 [[nodiscard]] summary summarize(std::span<const double> samples);
 
 /// Each sample mapped by f before summarizing (e.g. seconds → bytes/s).
+/// @throws logic_error on an empty span or a non-finite mapped value; what f throws.
 template <class F>
 [[nodiscard]] summary summarize_mapped(std::span<const double> samples, F f) {
   std::vector<double> mapped;
@@ -43,10 +46,12 @@ template <class F>
   return summarize(mapped);
 }
 
-/// bytes / seconds. Throws logic_error if seconds <= 0.
+/// bytes / seconds.
+/// @throws logic_error when seconds <= 0.
 [[nodiscard]] double bandwidth_bytes_per_s(std::uint64_t bytes, double seconds);
 
 /// 2·m·n·k / seconds.
+/// @throws logic_error when seconds <= 0.
 [[nodiscard]] double gemm_flops_per_s(std::uint64_t m, std::uint64_t n, std::uint64_t k,
                                       double seconds);
 

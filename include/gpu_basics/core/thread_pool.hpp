@@ -16,10 +16,12 @@ class thread_pool {
  public:
   /// `threads` workers in all, the calling thread counted: 1 runs everything on the caller.
   explicit thread_pool(unsigned threads);
+  /// Stops and joins the workers.
   ~thread_pool();
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;
 
+  /// Threads a loop runs on, the caller included.
   [[nodiscard]] unsigned size() const noexcept { return static_cast<unsigned>(workers_.size()) + 1; }
 
   /// Runs fn(0) … fn(tasks − 1) on the pool and the caller; returns when all are done. The first
@@ -27,7 +29,7 @@ class thread_pool {
   void parallel_for(std::size_t tasks, const std::function<void(std::size_t)>& fn);
 
   /// Splits [0, bytes) into one contiguous range per thread (aligned to `align` bytes) and runs
-  /// fn(offset, length) for each.
+  /// fn(offset, length) for each. A range's exception is rethrown as by parallel_for().
   void parallel_ranges(std::size_t bytes, std::size_t align,
                        const std::function<void(std::size_t, std::size_t)>& fn);
 

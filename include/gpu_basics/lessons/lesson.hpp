@@ -101,6 +101,7 @@ template <class Result>
 
 /// The registry's render step for a lesson with typed explain/present: JSON -> result -> tables
 /// with their notes.
+/// @throws format_error when the result cannot be read (result_from_json).
 template <class Result, std::vector<note> (*Explain)(const Result&, const device_facts&),
           std::vector<presentation::table> (*Present)(const Result&)>
 [[nodiscard]] presentation::report render_typed(const nlohmann::json& j, const device_facts& facts,

@@ -166,7 +166,7 @@ GPU_BASICS_JSON(profile_result, timing, key_averages, matmul, nvml_status, nvml,
 /// Times the kernel three ways, the key-averages workload, the matmuls (each precision checked
 /// against the CPU first) under the NVML sampler; writes <output.directory>/profile_samples.csv
 /// and, with --trace, the trace.
-/// @throws verification_error when a matmul check is off; cuda_error, io_error.
+/// @throws verification_error when a matmul check is off; cuda_error, out_of_memory, io_error.
 [[nodiscard]] profile_result measure_profile(context& ctx);
 /// Notes of "timing_methods", "key_averages", "matmul" (peaks from facts.datasheet), "nvml"
 /// (energy, sampler cost) and "trace".
@@ -183,6 +183,7 @@ GPU_BASICS_JSON(profile_result, timing, key_averages, matmul, nvml_status, nvml,
                                                    double origin_s,
                                                    std::size_t max_points = kMaxSeriesPoints);
 /// Evenly spaced picks of (time, value), first and last kept, at most max_points (>= 2).
+/// @throws format_error when the series' times and values differ in length.
 [[nodiscard]] sample_series decimate(sample_series s, std::size_t max_points = kMaxSeriesPoints);
 
 /// The registry's entry.

@@ -43,6 +43,7 @@ GPU_BASICS_JSON(trace_summary, path, source, device, kernels, memcpys, memsets, 
                 events, write_s, schedule_wait, schedule_warmup)
 
 /// A session when ctx.trace_path is set, else nullptr.
+/// @throws logic_error when a schedule count is negative.
 [[nodiscard]] std::unique_ptr<trace_session> start_trace(const context& ctx,
                                                          trace_schedule schedule);
 

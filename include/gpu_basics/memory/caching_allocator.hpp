@@ -39,11 +39,13 @@ struct memory_stat {
   std::int64_t peak = 0;
   std::int64_t allocated = 0;  // total increments
   std::int64_t freed = 0;      // total decrements
+  /// Counts `n` more: current and allocated grow, peak follows current.
   void add(std::int64_t n) {
     current += n;
     allocated += n;
     if (current > peak) peak = current;
   }
+  /// Counts `n` fewer: current shrinks, freed grows.
   void sub(std::int64_t n) {
     current -= n;
     freed += n;
@@ -101,16 +103,24 @@ struct history_event {
   stream_handle stream;
 };
 
+/// For logs: "hit", "split", "new segment", "new segment after freeing the cache".
 [[nodiscard]] std::string_view to_string(alloc_source s) noexcept;
+/// For history JSON: "alloc", "free", "segment_alloc", "segment_free", "oom".
 [[nodiscard]] std::string_view to_string(history_kind k) noexcept;
 
-/// Request size rounding and pool choice, as the allocator applies them.
+// Request size rounding and pool choice, as the allocator applies them.
+/// `bytes` rounded up to a multiple of 512 (512 at least).
 [[nodiscard]] std::size_t round_request(std::size_t bytes) noexcept;
+/// Whether a rounded request is served from the small pool (up to 1 MiB).
 [[nodiscard]] bool is_small_request(std::size_t rounded) noexcept;
+/// The segment a rounded request takes from the backend when the cache cannot serve it: 2 MiB
+/// up to 1 MiB, 20 MiB below 10 MiB, else the request rounded up to 2 MiB.
 [[nodiscard]] std::size_t segment_size_for(std::size_t rounded) noexcept;
 
 class caching_allocator {
  public:
+  /// An allocator over `backend`, which it shares.
+  /// @throws logic_error when backend is null.
   explicit caching_allocator(std::shared_ptr<allocator_backend> backend, allocator_options o = {});
   /// Returns every cached segment; blocks still allocated are leaked to the backend (reported by
   /// stats, never freed under a user).
@@ -118,30 +128,42 @@ class caching_allocator {
   caching_allocator(const caching_allocator&) = delete;
   caching_allocator& operator=(const caching_allocator&) = delete;
 
-  /// Memory for `bytes` usable on `stream`. Throws out_of_memory (with the allocator's state in
-  /// the message) when neither the cache nor the backend can serve it.
+  /// Memory for `bytes` usable on `stream`.
+  /// @throws out_of_memory (with the allocator's state in the message) when neither the cache
+  /// nor the backend can serve it.
+  /// @throws cuda_error (CUDA backends) when a backend call fails otherwise.
   [[nodiscard]] void* allocate(std::size_t bytes, stream_handle stream = 0);
-  /// Returns a block. If it was used on other streams (record_stream), it is reused only after
-  /// events recorded now on those streams complete. Unknown pointers throw logic_error.
+  /// Returns a block (nullptr is ignored). If it was used on other streams (record_stream), it
+  /// is reused only after events recorded now on those streams complete.
+  /// @throws logic_error for a pointer that is not a live allocation of this allocator.
+  /// @throws cuda_error (CUDA backends) when an event cannot be recorded.
   void deallocate(void* p);
   /// Marks that `stream` uses the block at `p` (as torch's record_stream).
+  /// @throws logic_error for a pointer that is not a live allocation.
   void record_stream(void* p, stream_handle stream);
 
   /// The size of the block behind a live allocation (>= the rounded request: a remainder too
-  /// small to split stays with it). Throws logic_error for unknown pointers.
+  /// small to split stays with it).
+  /// @throws logic_error for a pointer that is not a live allocation.
   [[nodiscard]] std::size_t block_size(void* p) const;
 
   /// Returns every free, unsplit segment to the backend.
+  /// @throws cuda_error (CUDA backends) when a pending event's query fails.
   empty_cache_report empty_cache();
 
+  /// The counters now, with the cache's free bytes and fragmentation after merging neighbours.
   [[nodiscard]] allocator_stats stats() const;
+  /// Sets every peak to its current value, so the next peaks are of what follows.
   void reset_peak_stats();
+  /// The last options().history_capacity events, oldest first.
   [[nodiscard]] std::vector<history_event> history() const;
 
   /// Called (under the allocator's lock) for each allocation: keep it cheap.
   void set_trace_callback(std::function<void(const alloc_trace&)> cb);
 
+  /// The options given at construction.
   [[nodiscard]] const allocator_options& options() const noexcept { return o_; }
+  /// The backend segments come from.
   [[nodiscard]] allocator_backend& backend() noexcept { return *backend_; }
 
   struct impl;
@@ -152,6 +174,7 @@ class caching_allocator {
   std::unique_ptr<impl> impl_;
 };
 
+/// JSON of the allocator's records for results files (kinds as their to_string names).
 void to_json(nlohmann::json& j, const memory_stat& s);
 void to_json(nlohmann::json& j, const allocator_stats& s);
 void to_json(nlohmann::json& j, const empty_cache_report& r);

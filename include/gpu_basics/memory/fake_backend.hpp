@@ -18,15 +18,26 @@ class fake_backend final : public allocator_backend {
   /// `capacity` bytes in all; addresses are real host memory unless `fake_addresses` is set, in
   /// which case they are made up (for capacities larger than the host, never dereference them).
   explicit fake_backend(std::size_t capacity, bool fake_addresses = false);
+  /// Frees what is still allocated, and every event.
   ~fake_backend() override;
 
+  /// `bytes` of the capacity; nullptr for 0 bytes, when they do not fit, or while
+  /// fail_next_allocations() counts down.
   void* allocate(std::size_t bytes) override;
+  /// Gives `bytes` back; a pointer or size it did not hand out is counted in
+  /// bad_deallocations() instead.
   void deallocate(void* p, std::size_t bytes) noexcept override;
+  /// An event on `s`, done at complete_stream(s) or synchronize().
   event_handle record_event(stream_handle s) override;
+  /// Whether `e` has been completed.
   bool event_done(event_handle e) override;
+  /// Forgets `e`.
   void release_event(event_handle e) noexcept override;
+  /// Completes every event.
   void synchronize() override;
+  /// {capacity - used, capacity}.
   std::pair<std::size_t, std::size_t> memory_info() override;
+  /// "fake".
   const char* name() const noexcept override { return "fake"; }
 
   /// Completes every event recorded so far on `s` (the stream's work "ran").
@@ -34,8 +45,11 @@ class fake_backend final : public allocator_backend {
   /// Makes the next `n` allocations fail (to test the retry path).
   void fail_next_allocations(int n);
 
+  /// Bytes handed out and not yet given back.
   [[nodiscard]] std::size_t used() const;
+  /// allocate() calls that succeeded.
   [[nodiscard]] std::size_t allocations() const;
+  /// Events recorded and not yet released.
   [[nodiscard]] std::size_t live_events() const;
   /// deallocate() calls for a pointer or size this backend did not hand out (should stay 0).
   [[nodiscard]] std::size_t bad_deallocations() const;

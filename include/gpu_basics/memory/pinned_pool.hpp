@@ -37,17 +37,31 @@ struct pinned_pool_stats {
 
 class pinned_host_pool {
  public:
+  /// A pool pinning through `backend` (cuda_pinned_backend on a GPU), which it shares.
+  /// @throws logic_error when backend is null.
   explicit pinned_host_pool(std::shared_ptr<allocator_backend> backend);
+  /// Waits for the backend, then unpins every cached block; blocks still allocated stay pinned.
   ~pinned_host_pool();
   pinned_host_pool(const pinned_host_pool&) = delete;
   pinned_host_pool& operator=(const pinned_host_pool&) = delete;
 
-  /// Throws out_of_memory if the backend cannot pin the size class even after the cache is freed.
+  /// A block of the request's size class, from the cache or newly pinned.
+  /// @throws out_of_memory when the backend cannot pin the size class even after the cache is
+  /// freed.
+  /// @throws cuda_error (CUDA backend) when pinning or an event query fails otherwise.
   [[nodiscard]] void* allocate(std::size_t bytes);
+  /// Returns a block (nullptr is ignored); one used on streams (record_stream) is reused once
+  /// events recorded now on those streams complete.
+  /// @throws logic_error for a pointer that is not a live allocation.
+  /// @throws cuda_error (CUDA backend) when an event cannot be recorded.
   void deallocate(void* p);
+  /// Marks that stream `s` uses the block at `p` (copies on it read or write it).
+  /// @throws logic_error for a pointer that is not a live allocation.
   void record_stream(void* p, stream_handle s);
   /// Unpins every cached (free) block; returns the bytes released.
+  /// @throws cuda_error (CUDA backend) when a pending event's query fails.
   std::size_t empty_cache();
+  /// The pool's counters now.
   [[nodiscard]] pinned_pool_stats stats() const;
 
  private:
@@ -71,6 +85,7 @@ class pinned_host_pool {
   pinned_pool_stats st_;
 };
 
+/// JSON of the pool's counters, keyed by member name.
 void to_json(nlohmann::json& j, const pinned_pool_stats& s);
 
 }  // namespace gpu_basics

@@ -72,6 +72,7 @@ struct activity_log {
   std::string source = "cupti";  // or why there is no GPU activity ("CUPTI unavailable: ...")
 };
 
+/// CUPTI's names: "HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "other".
 [[nodiscard]] std::string_view to_string(memcpy_kind k) noexcept;
 
 /// Keeps the records that start in [from_ns, to_ns) (a schedule's active window); ranges and API

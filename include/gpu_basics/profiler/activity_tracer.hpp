@@ -12,6 +12,8 @@ namespace gpu_basics {
 class activity_tracer {
  public:
   virtual ~activity_tracer() = default;
+  /// Starts collecting; what an earlier start() collected is dropped.
+  /// @throws gpu_basics::error when CUPTI refuses an activity kind (CUPTI tracer).
   virtual void start() = 0;
   /// Flushes and returns everything recorded since start(), with dropped-record counts.
   virtual activity_log stop() = 0;

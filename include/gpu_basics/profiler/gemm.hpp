@@ -15,7 +15,9 @@ namespace gpu_basics {
 
 enum class gemm_precision { fp16, bf16, tf32, fp32 };
 
+/// "fp16", "bf16", "tf32", "fp32".
 [[nodiscard]] std::string_view to_string(gemm_precision p) noexcept;
+/// The precision named exactly so by to_string(); nullopt for any other text.
 [[nodiscard]] std::optional<gemm_precision> parse_gemm_precision(std::string_view s);
 
 struct gemm_shape {
@@ -27,6 +29,7 @@ struct gemm_shape {
 [[nodiscard]] double datasheet_peak_flops(const gpu_datasheet& d, gemm_precision p) noexcept;
 
 /// Largest |got - ref| over the largest |ref|: 0 for an exact result.
+/// @throws logic_error when the spans differ in size or are empty.
 [[nodiscard]] double max_relative_error(std::span<const double> got, std::span<const double> ref);
 
 /// What the check accepts: output rounding of the precision, with room for k-term accumulation

@@ -26,15 +26,22 @@ struct gemm_result {
 
 class gemm_runner {
  public:
+  /// A cuBLASLt handle and a `workspace_bytes` workspace; autotuning times at most
+  /// `max_candidates` algorithms.
+  /// @throws cuda_error when cuBLASLt cannot start; out_of_memory for the workspace.
   explicit gemm_runner(std::size_t workspace_bytes = 64u << 20, int max_candidates = 8);
+  /// Frees the handle, the workspace and the operands.
   ~gemm_runner();
   gemm_runner(const gemm_runner&) = delete;
   gemm_runner& operator=(const gemm_runner&) = delete;
 
   /// Autotunes (once per precision and shape), then times `iterations` runs after `warmup`.
+  /// @throws gpu_basics::error when cuBLASLt offers no algorithm or none runs; cuda_error (a CUDA
+  /// or cuBLASLt status), out_of_memory; logic_error for iterations < 1.
   gemm_result run(gemm_precision p, gemm_shape s, int warmup, int iterations, stream_view st);
   /// Runs an n x n x n GEMM with the tuned algorithm and returns its max relative error against
   /// a double-precision CPU product of the same inputs.
+  /// @throws gpu_basics::error, cuda_error, out_of_memory as run().
   double check(gemm_precision p, std::uint64_t n, stream_view st);
 
   struct impl;

@@ -18,16 +18,21 @@ namespace gpu_basics {
 /// end while it is on are kept (thread-safe).
 class range_log {
  public:
+  /// Clears the log and starts keeping ranges.
   static void start_recording();
   /// Stops recording and returns the ranges recorded since start_recording().
   static std::vector<range_record> stop_recording();
+  /// Whether ranges are being kept.
   [[nodiscard]] static bool recording() noexcept;
+  /// Keeps `r` while recording; drops it otherwise.
   static void record(range_record r);
 };
 
 class scoped_range {
  public:
+  /// Pushes NVTX range `name` and notes the start time.
   explicit scoped_range(std::string name);
+  /// Pops the NVTX range and, while recording, logs it on the calling thread's track.
   ~scoped_range();
   scoped_range(const scoped_range&) = delete;
   scoped_range& operator=(const scoped_range&) = delete;

@@ -40,14 +40,17 @@ enum class gpu_metric : std::size_t {
   count_
 };
 inline constexpr std::size_t kGpuMetricCount = static_cast<std::size_t>(gpu_metric::count_);
+/// The metric's key, with its unit: "gpu_util_percent", "power_w", ...
 [[nodiscard]] std::string_view metric_name(gpu_metric m) noexcept;
 
 struct gpu_sample {
   double time_s = 0;  // host_seconds() (clock.hpp)
   std::array<reading<double>, kGpuMetricCount> values{};
+  /// The reading of metric `m`.
   [[nodiscard]] const reading<double>& operator[](gpu_metric m) const {
     return values[static_cast<std::size_t>(m)];
   }
+  /// The reading of metric `m`, to set.
   reading<double>& operator[](gpu_metric m) { return values[static_cast<std::size_t>(m)]; }
 };
 
@@ -69,7 +72,10 @@ class metric_source {
 /// well: NVML measures each direction over a 20 ms window inside the call.
 class nvml_metric_source final : public metric_source {
  public:
+  /// Reads `device` through `nv`; pcie_throughput adds the PCIe tx/rx metrics (slow reads).
+  /// @throws logic_error when nv is null.
   nvml_metric_source(std::shared_ptr<nvml> nv, nvml_device device, bool pcie_throughput = false);
+  /// One sample; a metric NVML cannot give keeps its status.
   gpu_sample read(bool include_slow) override;
 
  private:
@@ -82,9 +88,13 @@ class nvml_metric_source final : public metric_source {
 /// `unavailable` on reads that do not include them, as a real source does.
 class fake_metric_source final : public metric_source {
  public:
+  /// `script(n)` gives the sample of read n (0-based).
   explicit fake_metric_source(std::function<gpu_sample(std::size_t)> script) : script_(std::move(script)) {}
+  /// The script's next sample; what the script throws passes through.
   gpu_sample read(bool include_slow) override;
+  /// Reads so far.
   [[nodiscard]] std::size_t reads() const noexcept { return reads_; }
+  /// Reads so far that included the slow metrics.
   [[nodiscard]] std::size_t slow_reads() const noexcept { return slow_reads_; }
 
  private:
@@ -103,13 +113,15 @@ struct metric_summary {
 /// where none had one).
 [[nodiscard]] std::vector<metric_summary> summarize_samples(const std::vector<gpu_sample>& samples);
 
-/// Energy used between the first and last samples that read the energy counter (a slow metric,
-/// so the sampler reads it on its first and last samples), and the mean power it implies.
+/// Energy used over a stretch of samples, and the mean power it implies.
 struct energy_use {
   metric_status status = metric_status::unavailable;
   double joules = 0, seconds = 0;
+  /// joules / seconds; 0 when no time passed.
   [[nodiscard]] double mean_watts() const noexcept { return seconds > 0 ? joules / seconds : 0.0; }
 };
+/// Energy used between the first and last samples that read the energy counter (a slow metric,
+/// so the sampler reads it on its first and last samples); unavailable with fewer than two.
 [[nodiscard]] energy_use energy_between(const std::vector<gpu_sample>& samples);
 
 /// Samples a source on its own thread every interval_ms. Slow metrics are read on the first
@@ -120,26 +132,35 @@ class sampler {
  public:
   /// interval_ms in 1..1000, slow_interval_ms in interval_ms..60000; at most `capacity`
   /// samples kept (oldest dropped first).
+  /// @throws logic_error when source is null or a bound is out of range.
   sampler(std::shared_ptr<metric_source> source, int interval_ms, std::size_t capacity = 100000,
           int slow_interval_ms = 5000);
+  /// Stops the thread (stop()).
   ~sampler();
   sampler(const sampler&) = delete;
   sampler& operator=(const sampler&) = delete;
 
+  /// Starts the sampling thread; nothing while it runs.
   void start();
+  /// Takes the last sample (slow metrics included) and joins the thread; nothing when stopped.
   void stop();
+  /// The samples kept, oldest first.
   [[nodiscard]] std::vector<gpu_sample> samples() const;
+  /// Samples dropped from the full ring.
   [[nodiscard]] std::size_t dropped() const noexcept { return dropped_.load(); }
-  /// CPU time the sampler thread used, and the wall time it ran.
+  /// CPU time the sampler thread used (set when it stops).
   [[nodiscard]] double cpu_seconds() const noexcept { return cpu_s_.load(); }
+  /// Wall time the sampler thread ran (set when it stops).
   [[nodiscard]] double wall_seconds() const noexcept { return wall_s_.load(); }
-  /// Of cpu_seconds(): the samples that read the slow metrics, and how many there were.
+  /// Of cpu_seconds(): the samples that read the slow metrics.
   [[nodiscard]] double slow_cpu_seconds() const noexcept { return slow_cpu_s_.load(); }
+  /// How many samples read the slow metrics.
   [[nodiscard]] std::size_t slow_samples() const noexcept { return slow_samples_.load(); }
   /// The share of a core the sampler takes once running, apart from its fixed costs at the ends:
   /// a plain sample's CPU per interval plus a slow sample's CPU per slow interval (0 before a
   /// run with both kinds of samples).
   [[nodiscard]] double steady_cpu_fraction() const;
+  /// The slow metrics' interval, as given.
   [[nodiscard]] int slow_interval_ms() const noexcept { return slow_interval_ms_; }
 
  private:
@@ -162,6 +183,7 @@ class sampler {
 [[nodiscard]] std::string samples_csv(const std::vector<gpu_sample>& samples);
 /// JSON: {"metrics": [names], "samples": [{"time_s", name: value|null}...]}
 [[nodiscard]] nlohmann::json samples_json(const std::vector<gpu_sample>& samples);
+/// JSON of one metric's summary: statistics null unless the status is ok.
 void to_json(nlohmann::json& j, const metric_summary& s);
 
 }  // namespace gpu_basics

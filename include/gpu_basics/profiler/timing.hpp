@@ -17,7 +17,9 @@ struct region_stats {
   std::size_t calls = 0;
   double gpu_total_s = 0, gpu_min_s = 0, gpu_max_s = 0;
   double host_total_s = 0;
+  /// GPU seconds per call (0 before any call).
   [[nodiscard]] double gpu_mean_s() const noexcept { return calls ? gpu_total_s / static_cast<double>(calls) : 0; }
+  /// Host seconds per call (0 before any call).
   [[nodiscard]] double host_mean_s() const noexcept { return calls ? host_total_s / static_cast<double>(calls) : 0; }
 };
 
@@ -27,6 +29,7 @@ class timing_registry {
   void record(const std::string& name, double gpu_s, double host_s);
   /// Regions sorted by total GPU time, largest first.
   [[nodiscard]] std::vector<region_stats> regions() const;
+  /// Forgets every region.
   void clear();
 
  private:

@@ -19,6 +19,7 @@ struct trace_schedule {
 };
 
 enum class trace_phase { waiting, warming_up, active, done };
+/// "waiting", "warming up", "active", "done".
 [[nodiscard]] std::string_view to_string(trace_phase p) noexcept;
 
 /// The phase during step `step` (0-based) of a schedule. Pure: tested on its own.
@@ -27,22 +28,29 @@ enum class trace_phase { waiting, warming_up, active, done };
 class trace_session {
  public:
   /// tracer may be null (no CUPTI): `why` then says so in the trace's metadata.
+  /// @throws logic_error when a schedule count is negative.
   trace_session(std::unique_ptr<activity_tracer> tracer, std::string why, trace_schedule schedule);
+  /// Finishes the trace if finish() was not called; errors are swallowed.
   ~trace_session();
   trace_session(const trace_session&) = delete;
   trace_session& operator=(const trace_session&) = delete;
 
   /// Marks the start of the next step (call before each step's work, then finish() after the
   /// last one).
+  /// @throws logic_error after finish(); gpu_basics::error when the tracer cannot start.
   void step();
   /// Ends the trace (if still recording) and returns what the active steps recorded.
   activity_log finish();
 
+  /// The phase of the current step.
   [[nodiscard]] trace_phase phase() const noexcept { return phase_at(schedule_, step_); }
+  /// Steps begun so far.
   [[nodiscard]] long steps() const noexcept { return step_ + 1; }
+  /// The schedule given.
   [[nodiscard]] const trace_schedule& schedule() const noexcept { return schedule_; }
-  /// The active window on host_clock_ns(), valid once finish() ran.
+  /// Start of the active window on host_clock_ns(), valid once finish() ran.
   [[nodiscard]] std::uint64_t active_start_ns() const noexcept { return active_start_ns_; }
+  /// End of the active window on host_clock_ns(), valid once finish() ran.
   [[nodiscard]] std::uint64_t active_end_ns() const noexcept { return active_end_ns_; }
 
  private:

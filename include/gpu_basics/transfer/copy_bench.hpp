@@ -16,7 +16,9 @@ namespace gpu_basics {
 enum class copy_direction { h2d, d2h, d2d };
 enum class host_memory { pinned, pageable };
 
+/// "H2D", "D2H", "D2D".
 [[nodiscard]] std::string_view to_string(copy_direction d) noexcept;
+/// "pinned", "pageable".
 [[nodiscard]] std::string_view to_string(host_memory m) noexcept;
 
 struct copy_measurement {
@@ -61,31 +63,50 @@ struct measure_options {
 
 class copy_bench {
  public:
+  /// A bench with `o`'s warm-up and sample counts; buffers grow on demand and are kept.
+  /// @throws cuda_error when its streams cannot be created; out_of_memory.
   explicit copy_bench(measure_options o);
+  /// Frees the buffers.
   ~copy_bench();
   copy_bench(const copy_bench&) = delete;
   copy_bench& operator=(const copy_bench&) = delete;
 
   /// One copy per sample on one stream. Pinned and device copies run behind a blocking kernel;
   /// pageable ones cannot (the call itself waits for the copy), so each is timed alone.
+  /// @throws verification_error when a copy did not deliver the pattern; out_of_memory,
+  /// cuda_error; logic_error for 0 bytes.
   copy_measurement copy(copy_direction d, host_memory m, std::uint64_t bytes);
   /// One pinned copy split into `streams` chunks, one stream each.
+  /// @throws verification_error when a copy did not deliver the pattern; out_of_memory,
+  /// cuda_error; logic_error for D2D.
   copy_measurement multi_stream(copy_direction d, std::uint64_t bytes, unsigned streams);
   /// A pinned H2D copy and a D2H copy of `bytes` each, on two streams at once. Each direction is
   /// timed on its own stream; `seconds` holds 2·bytes over the sum of the two concurrent rates.
+  /// @throws verification_error when a copy did not deliver the pattern; out_of_memory,
+  /// cuda_error.
   copy_measurement bidirectional(std::uint64_t bytes);
+  /// cudaMemcpy against cudaMemcpyAsync of `bytes`: how long each call blocks the CPU, the async
+  /// copy's GPU time, and how long it runs on after its call returned.
+  /// @throws verification_error when a copy did not deliver the pattern; out_of_memory,
+  /// cuda_error; logic_error for D2D.
   sync_async_measurement sync_vs_async(copy_direction d, host_memory m, std::uint64_t bytes);
   /// Pageable copies through the staging ring (staged_copier), host clock from the call to the
   /// data being in place.
+  /// @throws verification_error when a copy did not deliver the pattern; out_of_memory,
+  /// cuda_error; logic_error for D2D or staging options staged_copier rejects.
   copy_measurement staged(copy_direction d, std::uint64_t bytes, const staging_options& o);
   /// The host-side ceiling of a staged upload: a multi-threaded memcpy of `bytes` of pageable
   /// memory into pinned memory with `threads` threads, host clock. With ring_bytes > 0 the
   /// destination is a ring of that size written chunk by chunk (chunk_bytes), as the staging
   /// ring is: it stays in the CPU's cache, so only the pageable reads reach DRAM.
+  /// @throws verification_error when the destination does not hold the pattern; out_of_memory,
+  /// cuda_error.
   copy_measurement host_memcpy(std::uint64_t bytes, unsigned threads, std::uint64_t ring_bytes = 0,
                                std::uint64_t chunk_bytes = 0);
   /// cudaHostRegister / cudaHostUnregister of a pageable buffer, `repeats` times, and H2D copies
   /// from it while registered.
+  /// @throws cuda_error when registering fails; verification_error when a copy did not deliver
+  /// the pattern; out_of_memory; logic_error for repeats < 1.
   register_measurement host_register(std::uint64_t bytes, int repeats);
 
   struct buffers;

@@ -19,12 +19,18 @@ namespace gpu_basics {
 /// blocking, or set CUDA_MODULE_LOADING=EAGER (the gpu-basics CLI does).
 class stream_blocker {
  public:
+  /// Pins the mapped flags the kernel polls; a block() spins at most `timeout_s` seconds.
+  /// @throws out_of_memory when the flags cannot be pinned; cuda_error.
   explicit stream_blocker(double timeout_s = 20.0);
+  /// Releases a block still holding its stream.
   ~stream_blocker();
   stream_blocker(const stream_blocker&) = delete;
   stream_blocker& operator=(const stream_blocker&) = delete;
 
+  /// Launches the spinning kernel on `s`: work enqueued on `s` after it waits for release().
+  /// @throws cuda_error when the launch fails.
   void block(stream_view s);
+  /// Lets the spinning kernel finish, so its stream runs on.
   void release() noexcept;
   /// True if the last block timed out before release (its timings are then not trustworthy).
   [[nodiscard]] bool timed_out() const noexcept;

@@ -28,18 +28,24 @@ class nccl_collectives {
  public:
   /// Loads NCCL and creates a communicator over `devices`; nullptr and *why when NCCL is missing
   /// or cannot start.
+  /// @throws logic_error when devices is empty; cuda_error, out_of_memory when a rank's device
+  /// or buffers cannot be set up.
   static std::unique_ptr<nccl_collectives> open(const std::vector<int>& devices, std::string* why);
+  /// Destroys the communicators.
   ~nccl_collectives();
   nccl_collectives(const nccl_collectives&) = delete;
   nccl_collectives& operator=(const nccl_collectives&) = delete;
 
   /// NCCL's version as "2.27.3".
   [[nodiscard]] std::string version() const;
+  /// Ranks of the communicator: one per device.
   [[nodiscard]] int ranks() const noexcept;
   /// float32 sum (reductions) of `bytes`, timed with events on every rank's stream (the slowest
   /// rank's time), warm-up first, median of `iterations`; the result of the last run is checked
-  /// element by element on every rank (verification_error on a mismatch). Sizes that do not
-  /// split into ranks x 4 bytes are rounded down to one that does.
+  /// element by element on every rank. Sizes that do not split into ranks x 4 bytes are rounded
+  /// down to one that does.
+  /// @throws verification_error on a mismatch; nccl_error when an NCCL call fails; cuda_error,
+  /// out_of_memory; logic_error for iterations < 1 or warmup < 0.
   [[nodiscard]] collective_measurement run(collective op, std::uint64_t bytes, int warmup, int iterations);
 
   struct impl;

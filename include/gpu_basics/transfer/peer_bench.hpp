@@ -29,6 +29,9 @@ struct peer_matrices {
 };
 
 /// Every pair of `devices` (CUDA indices). bytes per copy; latency_bytes for the latency matrix.
+/// @throws verification_error when a copy did not deliver the pattern; cuda_error,
+/// out_of_memory; logic_error for no devices, bytes < 16, latency_bytes outside 1..bytes, or
+/// iterations < 1.
 [[nodiscard]] peer_matrices measure_peer_matrices(const std::vector<int>& devices, std::uint64_t bytes,
                                                   std::uint64_t latency_bytes, int warmup, int iterations);
 

@@ -28,14 +28,19 @@ class prefetch_pipeline {
   using compute_fn = std::function<void(stream_view s, const void* device_batch, std::size_t batch)>;
 
   /// depth device buffers of batch_bytes each; depth 1 still overlaps nothing but is legal.
+  /// @throws logic_error for depth 0 or 0 bytes; out_of_memory, cuda_error.
   prefetch_pipeline(std::size_t batch_bytes, std::size_t depth);
 
   /// Copies host_batches[i] (pinned, batch_bytes each) and runs compute on each, pipelined.
+  /// @throws cuda_error when a copy, event or stream call fails; what `compute` throws.
   pipeline_run run(const std::vector<const void*>& host_batches, const compute_fn& compute);
   /// The baseline: copy then compute, one stream, one buffer.
+  /// @throws cuda_error when a copy, event or stream call fails; what `compute` throws.
   pipeline_run run_serial(const std::vector<const void*>& host_batches, const compute_fn& compute);
 
+  /// Device buffers in the ring.
   [[nodiscard]] std::size_t depth() const noexcept { return buffers_.size(); }
+  /// Bytes per batch.
   [[nodiscard]] std::size_t batch_bytes() const noexcept { return batch_bytes_; }
 
   /// Test-only: drop the waits that keep a buffer from being overwritten while it is computed.
@@ -54,6 +59,7 @@ class prefetch_pipeline {
 /// The demo compute step: every 32-bit word goes through `iterations` steps of a linear
 /// congruential generator and the results are summed into *checksum (device memory, added to).
 /// Work per element scales with `iterations`, so compute time can be set against copy time.
+/// @throws cuda_error when the launch fails.
 void enqueue_lcg_checksum(const void* data, std::size_t bytes, unsigned iterations,
                           unsigned long long* checksum, stream_view s);
 /// The same checksum on the host for the pattern of `seed` (pattern.hpp), in closed form: k LCG

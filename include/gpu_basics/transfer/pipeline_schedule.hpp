@@ -29,6 +29,7 @@ struct pipeline_step {
 /// The steps for `batches` batches over `depth` buffers (depth >= 1). With
 /// wait_for_release = false the copy-waits-compute steps are left out: the race the schedule
 /// exists to prevent, for tests that must see it fail.
+/// @throws logic_error for depth 0.
 [[nodiscard]] std::vector<pipeline_step> prefetch_schedule(std::size_t batches, std::size_t depth,
                                                            bool wait_for_release = true);
 
@@ -39,12 +40,14 @@ struct pipeline_step {
 /// the last compute: copy + compute + (batches - 1) * max(copy, compute).
 [[nodiscard]] double ideal_pipeline_seconds(std::size_t batches, double copy_s, double compute_s);
 
-/// Simulates a schedule on two in-order streams (copy, compute) with fixed durations; returns
-/// per batch {copy start, copy end, compute start, compute end}. For serial schedules both ops
-/// run on one stream.
+/// One batch of a simulated schedule: when its copy and compute started and ended.
 struct simulated_batch {
   double copy_start, copy_end, compute_start, compute_end;
 };
+/// Simulates a schedule on two in-order streams (copy, compute) with fixed durations; returns
+/// per batch {copy start, copy end, compute start, compute end}. For serial schedules both ops
+/// run on one stream.
+/// @throws std::out_of_range when a step names a batch >= `batches`.
 [[nodiscard]] std::vector<simulated_batch> simulate_schedule(const std::vector<pipeline_step>& steps,
                                                              std::size_t batches, double copy_s,
                                                              double compute_s, bool one_stream);

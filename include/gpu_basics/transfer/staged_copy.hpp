@@ -21,19 +21,27 @@ struct staging_options {
 
 class staged_copier {
  public:
+  /// A ring of `o.buffers` pinned buffers of `o.chunk_bytes` and a pool of `o.threads` threads.
+  /// @throws logic_error for fewer than 2 buffers or chunks under 4 KiB; out_of_memory,
+  /// cuda_error when the ring cannot be pinned.
   explicit staged_copier(staging_options o = {});
+  /// Waits for DMAs that may still read the ring.
   ~staged_copier();
   staged_copier(const staged_copier&) = delete;
   staged_copier& operator=(const staged_copier&) = delete;
 
   /// Copies `bytes` from pageable `src` to device `dst` on stream `s`. Returns once `src` may be
   /// reused; the last DMAs may still run on `s` (synchronize `s` before reading `dst` elsewhere).
+  /// @throws cuda_error when a copy or event call fails.
   void upload(void* dst, const void* src, std::size_t bytes, stream_view s);
   /// Copies `bytes` from device `src` (ordered after earlier work on `s`) to pageable `dst`;
   /// returns when `dst` holds the data.
+  /// @throws cuda_error when a copy or event call fails.
   void download(void* dst, const void* src, std::size_t bytes, stream_view s);
 
+  /// The options in use (threads resolved to the pool's size).
   [[nodiscard]] const staging_options& options() const noexcept { return o_; }
+  /// Threads that copy, the caller included.
   [[nodiscard]] unsigned threads() const noexcept { return pool_.size(); }
 
   /// Test-only: when false, a staging buffer is refilled without waiting for its DMA to finish
