@@ -474,7 +474,7 @@ void walk_map(config& cfg, const YAML::Node& map, const std::string& prefix,
     const YAML::Node value = it->second;
     const source_location key_loc = location_of(source, key_node);
     if (!key_node.IsScalar()) fail_at(key_loc, prefix, "expected a plain key name");
-    const std::string name = key_node.Scalar();
+    const std::string& name = key_node.Scalar();
     const std::string full = prefix.empty() ? name : prefix + "." + name;
     if (const auto [pos, inserted] = seen.emplace(name, key_loc.line); !inserted)
       fail_at(key_loc, full,

@@ -106,6 +106,7 @@ device_info query_device(int index, const nvml* nv) {
 std::vector<device_info> query_devices(const nvml* nv) {
   std::vector<device_info> out;
   const int n = visible_device_count();
+  out.reserve(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) out.push_back(query_device(i, nv));
   return out;
 }

@@ -272,6 +272,7 @@ fragmentation_row measure_fragmentation_with(std::size_t limit, stream_handle sh
   auto alloc = make_allocator(o);
   alloc->deallocate(alloc->allocate(kLargeBytes, sh));  // the cached large block
   std::vector<void*> small;
+  small.reserve(kSmallRequests);
   for (int i = 0; i < kSmallRequests; ++i) small.push_back(alloc->allocate(kSmallBytes, sh));
   for (std::size_t i = 0; i < small.size(); i += 2) alloc->deallocate(small[i]);  // holes
   const auto before = alloc->stats();

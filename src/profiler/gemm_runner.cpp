@@ -28,6 +28,7 @@ gemm_result gemm_runner::run(gemm_precision p, gemm_shape s, int warmup, int ite
   if (it == m.tuned.end()) {
     // Autotune: time every candidate the heuristic offers, keep the fastest (cached per shape).
     std::vector<std::vector<double>> times;
+    times.reserve(static_cast<std::size_t>(offered));
     for (int c = 0; c < offered; ++c) times.push_back(m.lt.time_candidate(c, 3, st));
     const int best = fastest_candidate(times);
     if (best < 0) throw error("no cuBLASLt candidate ran for a " + std::string(to_string(p)) + " GEMM");

@@ -159,7 +159,7 @@ void sampler::push(gpu_sample s) {
     ring_.pop_front();
     ++dropped_;
   }
-  ring_.push_back(std::move(s));
+  ring_.push_back(s);
 }
 
 void sampler::loop() {
