@@ -31,7 +31,8 @@ caching_allocator& fake_allocator() {
 
 caching_allocator* cuda_allocator() {
   static std::unique_ptr<caching_allocator> a =
-      have_gpu() ? std::make_unique<caching_allocator>(std::make_shared<cuda_device_backend>()) : nullptr;
+      have_gpu() ? std::make_unique<caching_allocator>(std::make_shared<cuda_device_backend>())
+                 : nullptr;
   return a.get();
 }
 
@@ -148,17 +149,19 @@ void run_trace(benchmark::State& state, Alloc alloc, Free release) {
       }
     }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(ops.size()));
-  state.counters["ns_per_op"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * static_cast<double>(ops.size()),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_op"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(ops.size()),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void BM_MixedTrace_CachingFake(benchmark::State& state) {
   auto& a = fake_allocator();
-  run_trace(state, [&](std::size_t n) { return a.allocate(n); }, [&](void* p) { a.deallocate(p); });
+  run_trace(
+      state, [&](std::size_t n) { return a.allocate(n); }, [&](void* p) { a.deallocate(p); });
 }
 void BM_MixedTrace_Glibc(benchmark::State& state) {
-  run_trace(state, [](std::size_t n) { return std::malloc(n); }, [](void* p) { std::free(p); });
+  run_trace(
+      state, [](std::size_t n) { return std::malloc(n); }, [](void* p) { std::free(p); });
 }
 void BM_MixedTrace_CachingCuda(benchmark::State& state) {
   auto* a = cuda_allocator();
@@ -166,7 +169,8 @@ void BM_MixedTrace_CachingCuda(benchmark::State& state) {
     state.SkipWithError("no GPU visible");
     return;
   }
-  run_trace(state, [&](std::size_t n) { return a->allocate(n); }, [&](void* p) { a->deallocate(p); });
+  run_trace(
+      state, [&](std::size_t n) { return a->allocate(n); }, [&](void* p) { a->deallocate(p); });
 }
 void BM_MixedTrace_CudaMallocAsync(benchmark::State& state) {
   if (!have_gpu()) {
@@ -175,8 +179,14 @@ void BM_MixedTrace_CudaMallocAsync(benchmark::State& state) {
   }
   cudaStream_t s = nullptr;
   cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  run_trace(state, [&](std::size_t n) { void* p = nullptr; cudaMallocAsync(&p, n, s); return p; },
-            [&](void* p) { cudaFreeAsync(p, s); });
+  run_trace(
+      state,
+      [&](std::size_t n) {
+        void* p = nullptr;
+        cudaMallocAsync(&p, n, s);
+        return p;
+      },
+      [&](void* p) { cudaFreeAsync(p, s); });
   cudaStreamSynchronize(s);
   cudaStreamDestroy(s);
 }

@@ -22,7 +22,8 @@ activity_log records(std::size_t n) {
   for (std::uint32_t i = 0; i < n / 2; ++i) {
     const std::uint64_t launch = t;
     t += gap(rng);
-    log.api_calls.push_back({i % 4 ? "cudaLaunchKernel" : "cudaMemcpyAsync", launch, launch + 2000, 7, i + 1});
+    log.api_calls.push_back(
+        {i % 4 ? "cudaLaunchKernel" : "cudaMemcpyAsync", launch, launch + 2000, 7, i + 1});
     if (i % 4) {
       kernel_record k;
       k.name = "void lcg_checksum_kernel<unsigned int>(const unsigned int*, unsigned long)";
@@ -77,17 +78,19 @@ void BM_SnprintfFloor(benchmark::State& state) {
     out.reserve(static_cast<std::size_t>(state.range(0)) * 160);
     char buf[512];
     for (const auto& k : log.kernels) {
-      const int len = std::snprintf(buf, sizeof buf,
-                                    "{\"name\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%u,\"tid\":%u},\n",
-                                    k.name.c_str(), static_cast<double>(k.start_ns) * 1e-3,
-                                    static_cast<double>(k.end_ns - k.start_ns) * 1e-3, k.device, k.stream);
+      const int len = std::snprintf(
+          buf, sizeof buf,
+          "{\"name\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%u,\"tid\":%u},\n",
+          k.name.c_str(), static_cast<double>(k.start_ns) * 1e-3,
+          static_cast<double>(k.end_ns - k.start_ns) * 1e-3, k.device, k.stream);
       out.append(buf, static_cast<std::size_t>(len));
     }
     for (const auto& a : log.api_calls) {
-      const int len = std::snprintf(buf, sizeof buf,
-                                    "{\"name\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":1,\"tid\":%lu},\n",
-                                    a.name.c_str(), static_cast<double>(a.start_ns) * 1e-3,
-                                    static_cast<double>(a.end_ns - a.start_ns) * 1e-3, static_cast<unsigned long>(a.thread));
+      const int len = std::snprintf(
+          buf, sizeof buf,
+          "{\"name\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":1,\"tid\":%lu},\n",
+          a.name.c_str(), static_cast<double>(a.start_ns) * 1e-3,
+          static_cast<double>(a.end_ns - a.start_ns) * 1e-3, static_cast<unsigned long>(a.thread));
       out.append(buf, static_cast<std::size_t>(len));
     }
     benchmark::DoNotOptimize(out.data());

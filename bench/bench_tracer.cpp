@@ -27,7 +27,8 @@ void CUPTIAPI bare_request(std::uint8_t** buffer, std::size_t* size, std::size_t
   *max_records = 0;
 }
 
-void CUPTIAPI bare_complete(CUcontext, std::uint32_t, std::uint8_t* buffer, std::size_t, std::size_t valid) {
+void CUPTIAPI bare_complete(CUcontext, std::uint32_t, std::uint8_t* buffer, std::size_t,
+                            std::size_t valid) {
   CUpti_Activity* rec = nullptr;
   std::uint64_t n = 0;
   while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) ++n;  // and discard
@@ -47,7 +48,8 @@ void BM_TinyKernelLoop(benchmark::State& state) {
   cuda_stream s;
   device_buffer counter(sizeof(unsigned));
   GPU_BASICS_CUDA_TRY(cudaMemsetAsync(counter.data(), 0, sizeof(unsigned), s.value()));
-  for (int i = 0; i < 100; ++i) (void)launch_tiny_kernel(counter.as<unsigned>(), s.value());  // warm
+  for (int i = 0; i < 100; ++i)
+    (void)launch_tiny_kernel(counter.as<unsigned>(), s.value());  // warm
   s.synchronize();
 
   std::unique_ptr<activity_tracer> tracer;
@@ -92,14 +94,16 @@ void BM_TinyKernelLoop(benchmark::State& state) {
     if (log.dropped_records) state.counters["dropped"] = static_cast<double>(log.dropped_records);
   }
   if (ran != static_cast<unsigned>(launched)) state.SkipWithError("a launch did not run");
-  state.counters["us_per_launch"] =
-      benchmark::Counter(static_cast<double>(launched), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["us_per_launch"] = benchmark::Counter(
+      static_cast<double>(launched), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   // The CPU side alone: CUPTI's cost lands in the launch call (its API callback).
-  state.counters["enqueue_us_per_launch"] = launched ? enqueue_s * 1e6 / static_cast<double>(launched) : 0.0;
+  state.counters["enqueue_us_per_launch"] =
+      launched ? enqueue_s * 1e6 / static_cast<double>(launched) : 0.0;
   state.counters["records_per_launch"] =
       launched ? static_cast<double>(records) / static_cast<double>(launched) : 0.0;
-  state.SetLabel(m == untraced ? "untraced" : m == bare_cupti ? "bare CUPTI (kernel+runtime, discarded)"
-                                                               : "gpu_basics tracer");
+  state.SetLabel(m == untraced     ? "untraced"
+                 : m == bare_cupti ? "bare CUPTI (kernel+runtime, discarded)"
+                                   : "gpu_basics tracer");
 }
 }  // namespace
 

@@ -3,7 +3,9 @@
 #include <cuda_runtime.h>
 
 namespace {
-__global__ void tiny_kernel(unsigned* counter) { atomicAdd(counter, 1u); }
+__global__ void tiny_kernel(unsigned* counter) {
+  atomicAdd(counter, 1u);
+}
 }  // namespace
 
 cudaError_t launch_tiny_kernel(unsigned* counter, cudaStream_t s) {

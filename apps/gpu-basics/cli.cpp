@@ -48,7 +48,8 @@ bool finish_options(options& o, const std::string& level, const std::string& jso
       return false;
     }
     if (gz && !trace_writer::gzip_supported()) {
-      err << "gpu-basics: --trace " << trace << ": this build has no zlib, so it cannot write .gz; drop the .gz\n";
+      err << "gpu-basics: --trace " << trace
+          << ": this build has no zlib, so it cannot write .gz; drop the .gz\n";
       return false;
     }
     o.trace_path = trace;
@@ -71,7 +72,8 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
   std::string json, csv, trace;
   const auto add_output_options = [&](CLI::App* sub) {
     sub->add_option("--json", json, "Write results as JSON to this file ('-' for stdout)");
-    sub->add_option("--csv", csv, "Write tables as CSV (several tables: <stem>.<table>.csv beside PATH)");
+    sub->add_option("--csv", csv,
+                    "Write tables as CSV (several tables: <stem>.<table>.csv beside PATH)");
   };
   const auto add_run_options = [&](CLI::App* sub, bool traces) {
     sub->add_option("-c,--config", o.config_path,
@@ -80,16 +82,19 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
                     "Override one configuration key, e.g. --set transfer.num_streams=8 "
                     "(repeatable)")
         ->allow_extra_args(false);
-    sub->add_option("--log-level", level, "trace, debug, info, warn or error (overrides logging.level)");
+    sub->add_option("--log-level", level,
+                    "trace, debug, info, warn or error (overrides logging.level)");
     add_output_options(sub);
     if (traces)
-      sub->add_option("--trace", trace,
-                      "Write a Chrome/Perfetto trace of the lesson's workload (CUPTI kernels, copies, API "
-                      "calls, ranges, counters) to PATH; PATH.gz is gzip-compressed");
+      sub->add_option(
+          "--trace", trace,
+          "Write a Chrome/Perfetto trace of the lesson's workload (CUPTI kernels, copies, API "
+          "calls, ranges, counters) to PATH; PATH.gz is gzip-compressed");
   };
   for (const auto& l : lessons::registry())
     add_run_options(app.add_subcommand(std::string(l.name), std::string(l.description)), l.traces);
-  add_run_options(app.add_subcommand("all", "info, then every lesson, on one configuration"), false);
+  add_run_options(app.add_subcommand("all", "info, then every lesson, on one configuration"),
+                  false);
   CLI::App* show = app.add_subcommand(
       "show", "Render a saved run (--json output, any schema version) again, without a GPU");
   show->add_option("results", o.input_path, "A results file written by --json")->required();

@@ -9,8 +9,8 @@
 namespace gpu_basics::cli {
 
 struct options {
-  std::string command;  // a lesson's name, "all" or "show"
-  std::string config_path;  // empty: the built-in default
+  std::string command;                 // a lesson's name, "all" or "show"
+  std::string config_path;             // empty: the built-in default
   std::vector<std::string> overrides;  // --set key=value, in order
   std::optional<std::string> log_level;
   std::optional<std::string> json_path;  // "-" = stdout

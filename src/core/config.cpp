@@ -1,19 +1,19 @@
 #include "gpu_basics/core/config.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cctype>
 #include <cerrno>
-#include <cstring>
 #include <charconv>
+#include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <set>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include "gpu_basics/core/errors.hpp"
 
@@ -24,13 +24,17 @@ namespace gpu_basics {
 std::size_t dtype_size(dtype t) noexcept {
   switch (t) {
     case dtype::float64:
-    case dtype::int64: return 8;
+    case dtype::int64:
+      return 8;
     case dtype::float32:
-    case dtype::int32: return 4;
+    case dtype::int32:
+      return 4;
     case dtype::float16:
-    case dtype::bfloat16: return 2;
+    case dtype::bfloat16:
+      return 2;
     case dtype::int8:
-    case dtype::uint8: return 1;
+    case dtype::uint8:
+      return 1;
   }
   return 1;
 }
@@ -40,9 +44,11 @@ constexpr std::pair<dtype, std::string_view> kDtypeNames[] = {
     {dtype::float32, "float32"}, {dtype::float16, "float16"}, {dtype::bfloat16, "bfloat16"},
     {dtype::float64, "float64"}, {dtype::int8, "int8"},       {dtype::uint8, "uint8"},
     {dtype::int32, "int32"},     {dtype::int64, "int64"}};
-constexpr std::pair<log_level, std::string_view> kLevelNames[] = {
-    {log_level::trace, "trace"}, {log_level::debug, "debug"}, {log_level::info, "info"},
-    {log_level::warn, "warn"},   {log_level::error, "error"}};
+constexpr std::pair<log_level, std::string_view> kLevelNames[] = {{log_level::trace, "trace"},
+                                                                  {log_level::debug, "debug"},
+                                                                  {log_level::info, "info"},
+                                                                  {log_level::warn, "warn"},
+                                                                  {log_level::error, "error"}};
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -95,7 +101,8 @@ std::optional<std::uint64_t> shape_bytes(const tensor_shape& s, dtype t) noexcep
 
 std::optional<std::uint64_t> parse_byte_size(std::string_view text) {
   std::size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
   if (i == 0) return std::nullopt;
   double number = 0;
   const auto r = std::from_chars(text.data(), text.data() + i, number);
@@ -103,10 +110,16 @@ std::optional<std::uint64_t> parse_byte_size(std::string_view text) {
   std::size_t j = i;
   while (j < text.size() && text[j] == ' ') ++j;
   const std::string unit = lower(text.substr(j));
-  static const std::pair<std::string_view, double> units[] = {
-      {"", 1},          {"b", 1},          {"kib", 1024.0},   {"mib", 1048576.0},
-      {"gib", 1073741824.0}, {"tib", 1099511627776.0}, {"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9},
-      {"tb", 1e12}};
+  static const std::pair<std::string_view, double> units[] = {{"", 1},
+                                                              {"b", 1},
+                                                              {"kib", 1024.0},
+                                                              {"mib", 1048576.0},
+                                                              {"gib", 1073741824.0},
+                                                              {"tib", 1099511627776.0},
+                                                              {"kb", 1e3},
+                                                              {"mb", 1e6},
+                                                              {"gb", 1e9},
+                                                              {"tb", 1e12}};
   for (const auto& [name, scale] : units) {
     if (unit != name) continue;
     const double bytes = number * scale;
@@ -154,10 +167,14 @@ source_location location_of(const std::string& source, const YAML::Node& node) {
 std::string describe(const YAML::Node& node) {
   switch (node.Type()) {
     case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined: return "nothing";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Scalar: break;
+    case YAML::NodeType::Undefined:
+      return "nothing";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Scalar:
+      break;
   }
   const std::string& s = node.Scalar();
   double d = 0;
@@ -184,7 +201,8 @@ int read_int(const YAML::Node& node, const parse_context& ctx, std::string_view 
   return static_cast<int>(*v);
 }
 
-std::uint64_t read_size(const YAML::Node& node, const parse_context& ctx, std::string_view expectation) {
+std::uint64_t read_size(const YAML::Node& node, const parse_context& ctx,
+                        std::string_view expectation) {
   const auto v = node.IsScalar() ? parse_byte_size(node.Scalar()) : std::nullopt;
   if (!v) fail(ctx, "expected " + std::string(expectation) + ", got " + describe(node));
   return *v;
@@ -199,7 +217,8 @@ bool read_bool(const YAML::Node& node, const parse_context& ctx) {
 
 std::string read_string(const YAML::Node& node, const parse_context& ctx,
                         std::string_view expectation) {
-  if (!node.IsScalar()) fail(ctx, "expected " + std::string(expectation) + ", got " + describe(node));
+  if (!node.IsScalar())
+    fail(ctx, "expected " + std::string(expectation) + ", got " + describe(node));
   return node.Scalar();
 }
 
@@ -212,7 +231,6 @@ std::string join_names(std::string_view prefix, const auto& table) {
   return out;
 }
 
-
 /// A list of shapes (each a non-empty list of integers; `rank` > 0 requires that many). Records
 /// where every shape and dimension was given; positivity and size are checked in validate().
 std::vector<tensor_shape> read_shape_list(config& c, const YAML::Node& n, const parse_context& ctx,
@@ -223,15 +241,18 @@ std::vector<tensor_shape> read_shape_list(config& c, const YAML::Node& n, const 
   std::vector<tensor_shape> shapes;
   for (std::size_t i = 0; i < n.size(); ++i) {
     const YAML::Node s = n[i];
-    parse_context sctx{ctx.source, ctx.key + "[" + std::to_string(i) + "]", location_of(ctx.source, s)};
+    parse_context sctx{ctx.source, ctx.key + "[" + std::to_string(i) + "]",
+                       location_of(ctx.source, s)};
     if (!s.IsSequence() || s.size() == 0)
       fail(sctx, "expected a shape (a non-empty list of positive integers), got " +
                      (s.IsSequence() ? std::string("an empty list") : describe(s)));
     if (rank && s.size() != rank)
-      fail(sctx, "expected " + std::to_string(rank) + " dimensions, got " + std::to_string(s.size()));
+      fail(sctx,
+           "expected " + std::to_string(rank) + " dimensions, got " + std::to_string(s.size()));
     tensor_shape shape;
     for (std::size_t j = 0; j < s.size(); ++j) {
-      parse_context dctx{sctx.source, sctx.key + "[" + std::to_string(j) + "]", location_of(ctx.source, s[j])};
+      parse_context dctx{sctx.source, sctx.key + "[" + std::to_string(j) + "]",
+                         location_of(ctx.source, s[j])};
       const auto v = scalar_int(s[j]);
       if (!v) fail(dctx, "expected a positive integer dimension, got " + describe(s[j]));
       shape.dims.push_back(*v);
@@ -260,7 +281,8 @@ constexpr std::string_view kLargeExpect = "a size in 1 MiB..64 GiB (e.g. 1073741
 constexpr std::string_view kSweepExpect = "a size in 1 B..64 GiB (e.g. 4096 or \"4 KiB\")";
 constexpr std::string_view kChunkExpect = "a size in 64 KiB..1 GiB (e.g. \"8 MiB\")";
 constexpr std::string_view kBuffersExpect = "an integer in 2..16";
-constexpr std::string_view kRatioExpect = "a list of compute/copy time ratios in 0.01..100, e.g. [0.5, 1, 2]";
+constexpr std::string_view kRatioExpect =
+    "a list of compute/copy time ratios in 0.01..100, e.g. [0.5, 1, 2]";
 constexpr std::string_view kBatchExpect = "a size in 1 MiB..4 GiB (e.g. \"64 MiB\")";
 constexpr std::string_view kBatchesExpect = "an integer in 1..1024";
 constexpr std::string_view kDepthExpect = "an integer in 1..8";
@@ -280,10 +302,8 @@ const std::vector<key_spec>& schema() {
          if (!l) fail(ctx, "expected one of trace, debug, info, warn, error, got " + describe(n));
          c.logging.level = *l;
        }},
-      {"device",
-       [](config& c, const YAML::Node& n, const parse_context& ctx) {
-         c.device = read_int(n, ctx, kDeviceExpect);
-       }},
+      {"device", [](config& c, const YAML::Node& n,
+                    const parse_context& ctx) { c.device = read_int(n, ctx, kDeviceExpect); }},
       {"output.directory",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
          c.output.directory = read_string(n, ctx, "a directory path");
@@ -328,7 +348,9 @@ const std::vector<key_spec>& schema() {
          c.transfer.sweep.max_bytes = read_size(n, ctx, kSweepExpect);
        }},
       {"transfer.multi_gpu.enabled",
-       [](config& c, const YAML::Node& n, const parse_context& ctx) { c.transfer.multi_gpu.enabled = read_bool(n, ctx); }},
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.transfer.multi_gpu.enabled = read_bool(n, ctx);
+       }},
       {"transfer.multi_gpu.peer_bytes",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
          c.transfer.multi_gpu.peer_bytes = read_size(n, ctx, kPeerExpect);
@@ -352,7 +374,8 @@ const std::vector<key_spec>& schema() {
                          (n.IsSequence() ? std::string("an empty list") : describe(n)));
          std::vector<double> v;
          for (std::size_t i = 0; i < n.size(); ++i) {
-           parse_context ictx{ctx.source, ctx.key + "[" + std::to_string(i) + "]", location_of(ctx.source, n[i])};
+           parse_context ictx{ctx.source, ctx.key + "[" + std::to_string(i) + "]",
+                              location_of(ctx.source, n[i])};
            double d = 0;
            const std::string s = n[i].IsScalar() ? n[i].Scalar() : std::string();
            const auto r = std::from_chars(s.data(), s.data() + s.size(), d);
@@ -389,8 +412,9 @@ const std::vector<key_spec>& schema() {
        }},
       {"transfer.tensor_shapes",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
-         c.transfer.tensor_shapes =
-             read_shape_list(c, n, ctx, 0, "a list of shapes, each a list of positive integers, e.g. [[1024, 1024]]");
+         c.transfer.tensor_shapes = read_shape_list(
+             c, n, ctx, 0,
+             "a list of shapes, each a list of positive integers, e.g. [[1024, 1024]]");
        }},
       {"profiler.sample_interval_ms",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
@@ -398,7 +422,8 @@ const std::vector<key_spec>& schema() {
        }},
       {"profiler.matmul.shapes",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
-         c.profiler.matmul.shapes = read_shape_list(c, n, ctx, 3, "a list of [m, n, k] shapes, e.g. [[8192, 8192, 8192]]");
+         c.profiler.matmul.shapes =
+             read_shape_list(c, n, ctx, 3, "a list of [m, n, k] shapes, e.g. [[8192, 8192, 8192]]");
        }},
       {"profiler.matmul.precisions",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
@@ -408,7 +433,8 @@ const std::vector<key_spec>& schema() {
                          (n.IsSequence() ? std::string("an empty list") : describe(n)));
          std::vector<std::string> v;
          for (std::size_t i = 0; i < n.size(); ++i) {
-           parse_context ictx{ctx.source, ctx.key + "[" + std::to_string(i) + "]", location_of(ctx.source, n[i])};
+           parse_context ictx{ctx.source, ctx.key + "[" + std::to_string(i) + "]",
+                              location_of(ctx.source, n[i])};
            const std::string p = n[i].IsScalar() ? lower(n[i].Scalar()) : std::string();
            if (p != "fp16" && p != "bf16" && p != "tf32" && p != "fp32")
              fail(ictx, "expected one of fp16, bf16, tf32, fp32, got " + describe(n[i]));
@@ -481,8 +507,7 @@ void walk_map(config& cfg, const YAML::Node& map, const std::string& prefix,
               "duplicate key (first given at line " + std::to_string(pos->second) + ")");
 
     if (const key_spec* spec = find_spec(full)) {
-      const source_location value_loc =
-          value.IsNull() ? key_loc : location_of(source, value);
+      const source_location value_loc = value.IsNull() ? key_loc : location_of(source, value);
       spec->apply(cfg, value, parse_context{source, full, value_loc});
       cfg.origins[full] = value_loc;
     } else if (is_section(full)) {
@@ -536,8 +561,10 @@ std::optional<std::string> nearest_config_key(std::string_view key) {
 
 std::string read_config_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw config_error(path, 0, 0, "", "cannot read the configuration file (" +
-                                                  std::string(std::strerror(errno)) + ")");
+  if (!in)
+    throw config_error(
+        path, 0, 0, "",
+        "cannot read the configuration file (" + std::string(std::strerror(errno)) + ")");
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) throw config_error(path, 0, 0, "", "error while reading the configuration file");
@@ -557,8 +584,8 @@ config parse_config(std::string_view text, std::string_view source_name, const c
   config cfg = base;
   if (root.IsNull()) return cfg;  // an empty file: every default
   if (!root.IsMap())
-    throw config_error(source, location_of(source, root).line, location_of(source, root).column,
-                       "", "expected a mapping of keys at the top level, got " + describe(root));
+    throw config_error(source, location_of(source, root).line, location_of(source, root).column, "",
+                       "expected a mapping of keys at the top level, got " + describe(root));
   try {
     walk_map(cfg, root, "", source);
   } catch (const YAML::Exception& e) {
@@ -579,11 +606,12 @@ void apply_override(config& cfg, std::string_view assignment) {
   const key_spec* spec = find_spec(key);
   if (!spec) {
     if (is_section(key))
-      throw config_error(source, 0, 0, key, "is a section; set one of its keys, e.g. " + [&] {
-        for (const auto& s : schema())
-          if (s.key.rfind(key + ".", 0) == 0) return s.key;
-        return std::string();
-      }() + "=...");
+      throw config_error(
+          source, 0, 0, key, "is a section; set one of its keys, e.g. " + [&] {
+            for (const auto& s : schema())
+              if (s.key.rfind(key + ".", 0) == 0) return s.key;
+            return std::string();
+          }() + "=...");
     throw config_error(source, 0, 0, key, unknown_key_message(key));
   }
   YAML::Node node;
@@ -609,7 +637,8 @@ void validate(const config& cfg) {
   const auto check_range = [&](const std::string& key, long long v, long long lo, long long hi,
                                std::string_view expectation) {
     if (v < lo || v > hi)
-      fail_at(where(key), key, "expected " + std::string(expectation) + ", got " + std::to_string(v));
+      fail_at(where(key), key,
+              "expected " + std::string(expectation) + ", got " + std::to_string(v));
   };
   check_range("device", cfg.device, 0, 1023, kDeviceExpect);
   check_range("benchmark.warmup_iterations", cfg.benchmark.warmup_iterations, 0, 100000,
@@ -619,10 +648,12 @@ void validate(const config& cfg) {
   const auto check_size = [&](const std::string& key, std::uint64_t v, std::uint64_t lo,
                               std::uint64_t hi, std::string_view expectation) {
     if (v < lo || v > hi)
-      fail_at(where(key), key, "expected " + std::string(expectation) + ", got " + std::to_string(v));
+      fail_at(where(key), key,
+              "expected " + std::string(expectation) + ", got " + std::to_string(v));
   };
   constexpr std::uint64_t KiB = 1024, MiB = KiB * 1024, GiB = MiB * 1024;
-  check_size("transfer.large_copy_bytes", cfg.transfer.large_copy_bytes, MiB, 64 * GiB, kLargeExpect);
+  check_size("transfer.large_copy_bytes", cfg.transfer.large_copy_bytes, MiB, 64 * GiB,
+             kLargeExpect);
   check_size("transfer.sweep.min_bytes", cfg.transfer.sweep.min_bytes, 1, 64 * GiB, kSweepExpect);
   check_size("transfer.sweep.max_bytes", cfg.transfer.sweep.max_bytes, 1, 64 * GiB, kSweepExpect);
   if (cfg.transfer.sweep.max_bytes < cfg.transfer.sweep.min_bytes)
@@ -634,12 +665,17 @@ void validate(const config& cfg) {
              kChunkExpect);
   check_range("transfer.staging.buffers", cfg.transfer.staging.buffers, 2, 16, kBuffersExpect);
   check_range("transfer.staging.threads", cfg.transfer.staging.threads, 0, 256, kThreadsExpect);
-  check_size("transfer.double_buffer.batch_bytes", cfg.transfer.double_buffer.batch_bytes, MiB, 4 * GiB, kBatchExpect);
-  check_range("transfer.double_buffer.batches", cfg.transfer.double_buffer.batches, 1, 1024, kBatchesExpect);
+  check_size("transfer.double_buffer.batch_bytes", cfg.transfer.double_buffer.batch_bytes, MiB,
+             4 * GiB, kBatchExpect);
+  check_range("transfer.double_buffer.batches", cfg.transfer.double_buffer.batches, 1, 1024,
+              kBatchesExpect);
   check_range("transfer.double_buffer.depth", cfg.transfer.double_buffer.depth, 1, 8, kDepthExpect);
-  check_size("transfer.multi_gpu.peer_bytes", cfg.transfer.multi_gpu.peer_bytes, MiB, 4 * GiB, kPeerExpect);
-  check_size("transfer.multi_gpu.nccl_min_bytes", cfg.transfer.multi_gpu.nccl_min_bytes, 8, 8 * GiB, kNcclExpect);
-  check_size("transfer.multi_gpu.nccl_max_bytes", cfg.transfer.multi_gpu.nccl_max_bytes, 8, 8 * GiB, kNcclExpect);
+  check_size("transfer.multi_gpu.peer_bytes", cfg.transfer.multi_gpu.peer_bytes, MiB, 4 * GiB,
+             kPeerExpect);
+  check_size("transfer.multi_gpu.nccl_min_bytes", cfg.transfer.multi_gpu.nccl_min_bytes, 8, 8 * GiB,
+             kNcclExpect);
+  check_size("transfer.multi_gpu.nccl_max_bytes", cfg.transfer.multi_gpu.nccl_max_bytes, 8, 8 * GiB,
+             kNcclExpect);
   if (cfg.transfer.multi_gpu.nccl_max_bytes < cfg.transfer.multi_gpu.nccl_min_bytes)
     fail_at(where("transfer.multi_gpu.nccl_max_bytes"), "transfer.multi_gpu.nccl_max_bytes",
             "must be at least transfer.multi_gpu.nccl_min_bytes (" +
@@ -648,14 +684,18 @@ void validate(const config& cfg) {
   if (cfg.output.directory.empty())
     fail_at(where("output.directory"), "output.directory", "expected a directory path, got \"\"");
 
-  check_range("profiler.sample_interval_ms", cfg.profiler.sample_interval_ms, 1, 1000, kIntervalExpect);
+  check_range("profiler.sample_interval_ms", cfg.profiler.sample_interval_ms, 1, 1000,
+              kIntervalExpect);
   check_range("profiler.matmul.check_size", cfg.profiler.matmul.check_size, 16, 2048, kCheckExpect);
-  check_size("profiler.matmul.workspace_bytes", cfg.profiler.matmul.workspace_bytes, 0, 4 * GiB, kWorkspaceExpect);
+  check_size("profiler.matmul.workspace_bytes", cfg.profiler.matmul.workspace_bytes, 0, 4 * GiB,
+             kWorkspaceExpect);
   for (std::size_t i = 0; i < cfg.profiler.matmul.shapes.size(); ++i)
     for (std::size_t j = 0; j < cfg.profiler.matmul.shapes[i].dims.size(); ++j) {
       const auto d = cfg.profiler.matmul.shapes[i].dims[j];
-      const std::string dkey = "profiler.matmul.shapes[" + std::to_string(i) + "][" + std::to_string(j) + "]";
-      if (d < 1 || d > 65536) fail_at(where(dkey), dkey, "expected a dimension in 1..65536, got " + std::to_string(d));
+      const std::string dkey =
+          "profiler.matmul.shapes[" + std::to_string(i) + "][" + std::to_string(j) + "]";
+      if (d < 1 || d > 65536)
+        fail_at(where(dkey), dkey, "expected a dimension in 1..65536, got " + std::to_string(d));
     }
   for (std::size_t i = 0; i < cfg.transfer.tensor_shapes.size(); ++i) {
     const tensor_shape& s = cfg.transfer.tensor_shapes[i];
@@ -722,7 +762,8 @@ void to_json(nlohmann::json& j, const config& cfg) {
       {"profiler",
        {{"sample_interval_ms", cfg.profiler.sample_interval_ms},
         {"matmul",
-         {{"shapes", [&] {
+         {{"shapes",
+           [&] {
              nlohmann::json a = nlohmann::json::array();
              for (const auto& sh : cfg.profiler.matmul.shapes) a.push_back(sh.dims);
              return a;

@@ -16,7 +16,8 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
                    file, line);
 }
 
-void log_cuda_error_nothrow(cudaError_t err, const char* call, const char* file, int line) noexcept {
+void log_cuda_error_nothrow(cudaError_t err, const char* call, const char* file,
+                            int line) noexcept {
   (void)cudaGetLastError();
   // During process teardown the runtime may already be gone; that is not worth a message.
   if (err == cudaErrorCudartUnloading) return;
@@ -31,7 +32,9 @@ device_scope::device_scope(int device) {
   GPU_BASICS_CUDA_TRY(cudaGetDevice(&previous_));
   GPU_BASICS_CUDA_TRY(cudaSetDevice(device));
 }
-device_scope::~device_scope() { GPU_BASICS_CUDA_TRY_NOTHROW(cudaSetDevice(previous_)); }
+device_scope::~device_scope() {
+  GPU_BASICS_CUDA_TRY_NOTHROW(cudaSetDevice(previous_));
+}
 
 cuda_stream::cuda_stream(unsigned flags, int priority) {
   GPU_BASICS_CUDA_TRY(cudaStreamCreateWithPriority(&stream_, flags, priority));
@@ -68,7 +71,9 @@ bool event_completed(cudaEvent_t e) {
   throw_cuda_error(r, "cudaEventQuery", __FILE__, __LINE__);
 }
 
-bool cuda_event::query() const { return event_completed(event_); }
+bool cuda_event::query() const {
+  return event_completed(event_);
+}
 float cuda_event::elapsed_ms(const cuda_event& start, const cuda_event& stop) {
   float ms = 0;
   GPU_BASICS_CUDA_TRY(cudaEventElapsedTime(&ms, start.event_, stop.event_));

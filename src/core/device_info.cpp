@@ -26,8 +26,9 @@ int visible_device_count() {
   switch (e) {
     case cudaSuccess:
     case cudaErrorNoDevice:
-      throw no_device_error("no NVIDIA GPU visible: no CUDA-capable device is detected"
-                            " (check CUDA_VISIBLE_DEVICES and the driver)");
+      throw no_device_error(
+          "no NVIDIA GPU visible: no CUDA-capable device is detected"
+          " (check CUDA_VISIBLE_DEVICES and the driver)");
     case cudaErrorInsufficientDriver: {
       int runtime = 0;
       (void)cudaRuntimeGetVersion(&runtime);
@@ -50,9 +51,9 @@ void take(std::optional<T>& dst, const reading<T>& r) {
 device_info query_device(int index, const nvml* nv) {
   const int count = visible_device_count();
   if (index < 0 || index >= count)
-    throw no_device_error("device " + std::to_string(index) + " does not exist: " +
-                          std::to_string(count) + " GPU(s) visible (indices 0.." +
-                          std::to_string(count - 1) + ")");
+    throw no_device_error("device " + std::to_string(index) +
+                          " does not exist: " + std::to_string(count) +
+                          " GPU(s) visible (indices 0.." + std::to_string(count - 1) + ")");
   cudaDeviceProp p{};
   GPU_BASICS_CUDA_TRY(cudaGetDeviceProperties(&p, index));
   device_info d;
@@ -130,8 +131,8 @@ void to_json(nlohmann::json& j, const device_info& d) {
       {"index", d.index},
       {"name", d.name},
       {"pci_bus_id", d.pci_bus_id},
-      {"compute_capability",
-       std::to_string(d.compute_capability_major) + "." + std::to_string(d.compute_capability_minor)},
+      {"compute_capability", std::to_string(d.compute_capability_major) + "." +
+                                 std::to_string(d.compute_capability_minor)},
       {"sm_count", d.sm_count},
       {"l2_cache_bytes", d.l2_cache_bytes},
       {"total_memory_bytes", d.total_memory_bytes},
@@ -151,7 +152,8 @@ void to_json(nlohmann::json& j, const device_info& d) {
       {"pcie_link_bytes_per_s", opt(link)},
       {"sm_clock_current_mhz", opt(d.sm_clock_current_mhz)},
       {"memory_clock_current_mhz", opt(d.memory_clock_current_mhz)},
-      {"power_limit_w", d.power_limit_mw ? nlohmann::json(*d.power_limit_mw / 1000.0) : nlohmann::json(nullptr)},
+      {"power_limit_w",
+       d.power_limit_mw ? nlohmann::json(*d.power_limit_mw / 1000.0) : nlohmann::json(nullptr)},
       {"temperature_c", opt(d.temperature_c)},
       {"datasheet_hbm_bytes_per_s",
        sheet ? nlohmann::json(sheet->hbm_bytes_per_s) : nlohmann::json(nullptr)},

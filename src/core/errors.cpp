@@ -10,7 +10,8 @@ namespace {
 std::string format_config_message(const std::string& source, int line, int column,
                                   const std::string& key, const std::string& message) {
   std::string where = source;
-  if (line > 0) where += column > 0 ? fmt::format(":{}:{}", line, column) : fmt::format(":{}", line);
+  if (line > 0)
+    where += column > 0 ? fmt::format(":{}:{}", line, column) : fmt::format(":{}", line);
   return key.empty() ? fmt::format("{}: {}", where, message)
                      : fmt::format("{}: {}: {}", where, key, message);
 }

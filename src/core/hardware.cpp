@@ -9,13 +9,32 @@ std::optional<double> pcie_link_bytes_per_s(unsigned generation, unsigned width)
   double gt_per_s = 0;  // per lane, in transfers/s
   double efficiency = 0;
   switch (generation) {
-    case 1: gt_per_s = 2.5e9; efficiency = 8.0 / 10.0; break;
-    case 2: gt_per_s = 5.0e9; efficiency = 8.0 / 10.0; break;
-    case 3: gt_per_s = 8.0e9; efficiency = 128.0 / 130.0; break;
-    case 4: gt_per_s = 16.0e9; efficiency = 128.0 / 130.0; break;
-    case 5: gt_per_s = 32.0e9; efficiency = 128.0 / 130.0; break;
-    case 6: gt_per_s = 64.0e9; efficiency = 242.0 / 256.0; break;
-    default: return std::nullopt;
+    case 1:
+      gt_per_s = 2.5e9;
+      efficiency = 8.0 / 10.0;
+      break;
+    case 2:
+      gt_per_s = 5.0e9;
+      efficiency = 8.0 / 10.0;
+      break;
+    case 3:
+      gt_per_s = 8.0e9;
+      efficiency = 128.0 / 130.0;
+      break;
+    case 4:
+      gt_per_s = 16.0e9;
+      efficiency = 128.0 / 130.0;
+      break;
+    case 5:
+      gt_per_s = 32.0e9;
+      efficiency = 128.0 / 130.0;
+      break;
+    case 6:
+      gt_per_s = 64.0e9;
+      efficiency = 242.0 / 256.0;
+      break;
+    default:
+      return std::nullopt;
   }
   return gt_per_s * efficiency * static_cast<double>(width) / 8.0;
 }
@@ -26,7 +45,8 @@ constexpr std::array<gpu_datasheet, 4> kKnown = {{
     {"H200", 4.8e12, 989e12, 989e12, 494e12, 67e12, "NVIDIA H200 Tensor Core GPU datasheet (SXM)"},
     {"H100 80GB HBM3", 3.35e12, 989e12, 989e12, 494e12, 67e12, "NVIDIA H100 datasheet (SXM)"},
     {"H100 PCIe", 2.0e12, 756e12, 756e12, 378e12, 51e12, "NVIDIA H100 datasheet (PCIe)"},
-    {"A100-SXM4-80GB", 2.039e12, 312e12, 312e12, 156e12, 19.5e12, "NVIDIA A100 datasheet (SXM 80GB)"},
+    {"A100-SXM4-80GB", 2.039e12, 312e12, 312e12, 156e12, 19.5e12,
+     "NVIDIA A100 datasheet (SXM 80GB)"},
 }};
 }  // namespace
 

@@ -14,11 +14,21 @@ void setup_logging(log_level level) {
   }();
   spdlog::level::level_enum lv = spdlog::level::info;
   switch (level) {
-    case log_level::trace: lv = spdlog::level::trace; break;
-    case log_level::debug: lv = spdlog::level::debug; break;
-    case log_level::info: lv = spdlog::level::info; break;
-    case log_level::warn: lv = spdlog::level::warn; break;
-    case log_level::error: lv = spdlog::level::err; break;
+    case log_level::trace:
+      lv = spdlog::level::trace;
+      break;
+    case log_level::debug:
+      lv = spdlog::level::debug;
+      break;
+    case log_level::info:
+      lv = spdlog::level::info;
+      break;
+    case log_level::warn:
+      lv = spdlog::level::warn;
+      break;
+    case log_level::error:
+      lv = spdlog::level::err;
+      break;
   }
   logger->set_level(lv);
 }

@@ -54,11 +54,15 @@ struct nvml::api {
 namespace {
 metric_status status_of(nvml_return r) {
   switch (r) {
-    case kSuccess: return metric_status::ok;
+    case kSuccess:
+      return metric_status::ok;
     case kNotSupported:
-    case kFunctionNotFound: return metric_status::not_supported;
-    case kNoPermission: return metric_status::no_permission;
-    default: return metric_status::error;
+    case kFunctionNotFound:
+      return metric_status::not_supported;
+    case kNoPermission:
+      return metric_status::no_permission;
+    default:
+      return metric_status::error;
   }
 }
 
@@ -76,11 +80,16 @@ reading<T> read_value(Fn fn, Args... args) {
 
 std::string_view to_string(metric_status s) noexcept {
   switch (s) {
-    case metric_status::ok: return "ok";
-    case metric_status::not_supported: return "not supported";
-    case metric_status::no_permission: return "no permission";
-    case metric_status::unavailable: return "unavailable";
-    case metric_status::error: return "error";
+    case metric_status::ok:
+      return "ok";
+    case metric_status::not_supported:
+      return "not supported";
+    case metric_status::no_permission:
+      return "no permission";
+    case metric_status::unavailable:
+      return "unavailable";
+    case metric_status::error:
+      return "error";
   }
   return "?";
 }
@@ -135,7 +144,9 @@ std::shared_ptr<nvml> nvml::open(std::string* reason) {
 
 nvml::nvml(std::unique_ptr<api> a) : api_(std::move(a)) {}
 
-nvml::~nvml() { api_->shutdown(); }  // then api_ closes the library
+nvml::~nvml() {
+  api_->shutdown();
+}  // then api_ closes the library
 
 reading<std::string> nvml::driver_version() const {
   reading<std::string> r;

@@ -16,9 +16,9 @@
 namespace gpu_basics::presentation {
 
 void table::add_row(std::vector<value> row) {
-  GPU_BASICS_EXPECTS(row.size() == columns.size(),
-                     "row of " + std::to_string(row.size()) + " cells in table '" + id +
-                         "' of " + std::to_string(columns.size()) + " columns");
+  GPU_BASICS_EXPECTS(row.size() == columns.size(), "row of " + std::to_string(row.size()) +
+                                                       " cells in table '" + id + "' of " +
+                                                       std::to_string(columns.size()) + " columns");
   rows.push_back(std::move(row));
 }
 
@@ -62,7 +62,8 @@ std::string render_text(const table& t) {
     out += "|";
     for (std::size_t i = 0; i < n; ++i) {
       const bool right = numeric[i] && !header;
-      out += right ? fmt::format(" {:>{}} |", r[i], width[i]) : fmt::format(" {:<{}} |", r[i], width[i]);
+      out += right ? fmt::format(" {:>{}} |", r[i], width[i])
+                   : fmt::format(" {:<{}} |", r[i], width[i]);
     }
     out += "\n";
   };
@@ -172,8 +173,8 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   if (target.has_parent_path()) {
     fs::create_directories(target.parent_path(), ec);
     if (ec)
-      throw io_error("cannot create directory '" + target.parent_path().string() + "' for " +
-                     path + ": " + ec.message());
+      throw io_error("cannot create directory '" + target.parent_path().string() + "' for " + path +
+                     ": " + ec.message());
   }
   if (fs::is_directory(target, ec)) throw io_error("cannot write " + path + ": it is a directory");
   const fs::path tmp = target.string() + ".tmp-" + std::to_string(::getpid());

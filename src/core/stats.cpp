@@ -67,10 +67,10 @@ double percent_of(double value, double ceiling) {
 }
 
 void to_json(nlohmann::json& j, const summary& s) {
-  j = nlohmann::json{{"count", s.count}, {"median", s.median}, {"mean", s.mean},
-                     {"min", s.min},     {"max", s.max},       {"stdev", s.stdev},
-                     {"p25", s.p25},     {"p75", s.p75},       {"iqr", s.iqr},
-                     {"rel_spread", s.rel_spread}};
+  j = nlohmann::json{
+      {"count", s.count}, {"median", s.median},        {"mean", s.mean}, {"min", s.min},
+      {"max", s.max},     {"stdev", s.stdev},          {"p25", s.p25},   {"p75", s.p75},
+      {"iqr", s.iqr},     {"rel_spread", s.rel_spread}};
 }
 
 void from_json(const nlohmann::json& j, summary& s) {

@@ -47,7 +47,8 @@ std::vector<value> ratio_row(const double_buffer_result& r, const double_buffer_
   const auto* serial = mode_named(x, "serial");
   const auto* dbl = mode_named(x, "double");
   const auto* tpl = mode_named(x, "triple");
-  const double ideal = ideal_pipeline_seconds(static_cast<std::size_t>(r.batches), r.copy_s, x.compute_s);
+  const double ideal =
+      ideal_pipeline_seconds(static_cast<std::size_t>(r.batches), r.copy_s, x.compute_s);
   return {x.compute_to_copy,
           r.copy_s,
           x.compute_s,
@@ -115,8 +116,9 @@ std::vector<pipeline_mode_run> modes_from_timeline(const nlohmann::json& tl) {
     m.batches = v.at("batches").get<std::vector<pipeline_batch>>();
     out.push_back(std::move(m));
   }
-  std::stable_sort(out.begin(), out.end(),
-                   [](const pipeline_mode_run& a, const pipeline_mode_run& b) { return a.depth < b.depth; });
+  std::stable_sort(
+      out.begin(), out.end(),
+      [](const pipeline_mode_run& a, const pipeline_mode_run& b) { return a.depth < b.depth; });
   return out;
 }
 
@@ -124,7 +126,8 @@ std::vector<pipeline_mode_run> modes_from_timeline(const nlohmann::json& tl) {
 std::vector<pipeline_mode_run> modes_from_row(const nlohmann::json& row, std::uint64_t batches) {
   std::vector<pipeline_mode_run> out;
   const double n = static_cast<double>(batches);
-  for (const auto& [name, depth] : {std::pair<const char*, int>{"serial", 0}, {"double", 2}, {"triple", 3}}) {
+  for (const auto& [name, depth] :
+       {std::pair<const char*, int>{"serial", 0}, {"double", 2}, {"triple", 3}}) {
     const auto& v = row.at(std::string(name) + "_step_s");
     if (v.is_null()) continue;
     out.push_back({name, depth, v.get<double>() * n, {}});
@@ -144,12 +147,14 @@ std::optional<double> traced_ratio(const std::vector<double_buffer_ratio>& ratio
   return best;
 }
 
-double_buffer_ratio ratio_from_v1(const nlohmann::json& row, const nlohmann::json* tl, std::uint64_t batches) {
+double_buffer_ratio ratio_from_v1(const nlohmann::json& row, const nlohmann::json* tl,
+                                  std::uint64_t batches) {
   double_buffer_ratio x;
   x.compute_to_copy = row.at("compute_to_copy").get<double>();
   x.compute_s = row.at("compute_s").get<double>();
   if (tl) {
-    if (tl->contains("lcg_iterations")) x.lcg_iterations = tl->at("lcg_iterations").get<std::uint64_t>();
+    if (tl->contains("lcg_iterations"))
+      x.lcg_iterations = tl->at("lcg_iterations").get<std::uint64_t>();
     x.modes = modes_from_timeline(*tl);
   } else {
     x.modes = modes_from_row(row, batches);
@@ -161,24 +166,30 @@ double_buffer_ratio ratio_from_v1(const nlohmann::json& row, const nlohmann::jso
 
 std::vector<note> explain_double_buffer(const double_buffer_result& r, const device_facts&) {
   std::vector<note> n;
-  n.push_back({kTable,
-      "- serial: copy a batch, then compute it, on one stream: each batch costs copy + compute. "
-      "double / triple: the copy of the next batch runs on its own stream (and copy engine) while "
-      "the current one is computed, so a batch costs about max(copy, compute)."});
-  n.push_back({kTable,
-      "- ideal = copy + compute + (batches - 1) x max(copy, compute): the first copy and the last "
-      "compute cannot overlap anything. Efficiency = ideal / achieved."});
+  n.push_back(
+      {kTable,
+       "- serial: copy a batch, then compute it, on one stream: each batch costs copy + compute. "
+       "double / triple: the copy of the next batch runs on its own stream (and copy engine) while "
+       "the current one is computed, so a batch costs about max(copy, compute)."});
+  n.push_back(
+      {kTable,
+       "- ideal = copy + compute + (batches - 1) x max(copy, compute): the first copy and the last "
+       "compute cannot overlap anything. Efficiency = ideal / achieved."});
   // At compute = copy = c: serial n x 2c, ideal (n + 1) x c, so the most a pipeline can gain is
   // 2n / (n + 1), short of 2 by the first copy and the last compute.
   const double b = static_cast<double>(r.batches);
-  const std::string cap =
-      r.batches > 0 ? fmt::format(": at most 2n/(n+1) = {:.2f}x for n = {} batches", 2 * b / (b + 1), r.batches)
-                    : std::string();
-  n.push_back({kTable, fmt::format(
-      "- Copy-bound (compute/copy < 1): the copy stream never rests and compute waits for data; "
-      "compute-bound (> 1): the copies hide completely. At 1 the gain is largest{}. A third "
-      "buffer only helps when copy or compute times vary from batch to batch.",
-      cap)});
+  const std::string cap = r.batches > 0
+                              ? fmt::format(": at most 2n/(n+1) = {:.2f}x for n = {} batches",
+                                            2 * b / (b + 1), r.batches)
+                              : std::string();
+  n.push_back(
+      {kTable,
+       fmt::format(
+           "- Copy-bound (compute/copy < 1): the copy stream never rests and compute waits for "
+           "data; "
+           "compute-bound (> 1): the copies hide completely. At 1 the gain is largest{}. A third "
+           "buffer only helps when copy or compute times vary from batch to batch.",
+           cap)});
   std::string checks =
       "- Every batch's checksum matched the CPU's: no buffer was overwritten while in use.";
   if (r.timeline_trace_path)
@@ -203,7 +214,8 @@ std::optional<double_buffer_result> double_buffer_from_v1(const nlohmann::json& 
   const auto& tables = block.at("tables");
   if (!tables.contains(kTable)) return std::nullopt;
   const auto& t = tables.at(kTable);
-  const nlohmann::json extra = block.contains("extra") ? block.at("extra") : nlohmann::json::object();
+  const nlohmann::json extra =
+      block.contains("extra") ? block.at("extra") : nlohmann::json::object();
   const nlohmann::json db = extra.contains(kTable) ? extra.at(kTable) : nlohmann::json::object();
   double_buffer_result r;
   sizes_from_title(t, r);
@@ -214,11 +226,13 @@ std::optional<double_buffer_result> double_buffer_from_v1(const nlohmann::json& 
   r.copy_s = db.contains("copy_s") ? db.at("copy_s").get<double>()
              : rows.empty()        ? 0.0
                                    : rows.at(0).at("copy_s").get<double>();
-  if (db.contains("trace") && db.at("trace").is_string()) r.timeline_trace_path = db.at("trace").get<std::string>();
+  if (db.contains("trace") && db.at("trace").is_string())
+    r.timeline_trace_path = db.at("trace").get<std::string>();
   const nlohmann::json timelines = db.value("timelines", nlohmann::json::array());
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const nlohmann::json* tl = nullptr;
-    if (i < timelines.size() && timelines.at(i).at("compute_to_copy") == rows.at(i).at("compute_to_copy"))
+    if (i < timelines.size() &&
+        timelines.at(i).at("compute_to_copy") == rows.at(i).at("compute_to_copy"))
       tl = &timelines.at(i);
     r.ratios.push_back(ratio_from_v1(rows.at(i), tl, r.batches));
   }

@@ -35,7 +35,8 @@ struct workload {
   device_buffer sums;
   thread_pool pool{default_thread_count()};
 
-  workload(std::size_t b, std::size_t n) : bytes(b), batches(n), host(b * n), sums(n * sizeof(unsigned long long)) {
+  workload(std::size_t b, std::size_t n)
+      : bytes(b), batches(n), host(b * n), sums(n * sizeof(unsigned long long)) {
     // Pinned source batches, each with its own pattern.
     for (std::size_t i = 0; i < batches; ++i) {
       auto* p = static_cast<std::byte*>(host.data()) + i * bytes;
@@ -45,7 +46,9 @@ struct workload {
       sources.push_back(p);
     }
   }
-  [[nodiscard]] unsigned long long* sum(std::size_t batch) { return sums.as<unsigned long long>() + batch; }
+  [[nodiscard]] unsigned long long* sum(std::size_t batch) {
+    return sums.as<unsigned long long>() + batch;
+  }
   /// The host reference checksum of every batch for k LCG steps.
   [[nodiscard]] std::vector<unsigned long long> expected(unsigned k) {
     std::vector<unsigned long long> want(batches);
@@ -99,13 +102,14 @@ class compute_model {
 std::vector<pipeline_batch> batches_of(const pipeline_run& run) {
   std::vector<pipeline_batch> out;
   out.reserve(run.batches.size());
-  for (const auto& b : run.batches) out.push_back({b.copy_start_s, b.copy_end_s, b.compute_start_s, b.compute_end_s});
+  for (const auto& b : run.batches)
+    out.push_back({b.copy_start_s, b.copy_end_s, b.compute_start_s, b.compute_end_s});
   return out;
 }
 
 /// One mode at one ratio: `reps` verified runs; the median total and the run closest to it.
-pipeline_mode_run run_mode(workload& w, std::string name, int depth, unsigned k, double ratio, int reps,
-                           const std::vector<unsigned long long>& want) {
+pipeline_mode_run run_mode(workload& w, std::string name, int depth, unsigned k, double ratio,
+                           int reps, const std::vector<unsigned long long>& want) {
   const auto compute = [&](stream_view s, const void* dev, std::size_t batch) {
     enqueue_lcg_checksum(dev, w.bytes, k, w.sum(batch), s);
   };
@@ -120,19 +124,22 @@ pipeline_mode_run run_mode(workload& w, std::string name, int depth, unsigned k,
       if (got[i] != want[i])
         throw verification_error(fmt::format(
             "double-buffering ({}, ratio {}): batch {} checksum {:#x}, expected {:#x}: a buffer "
-            "was overwritten before its compute finished", name, ratio, i, got[i], want[i]));
+            "was overwritten before its compute finished",
+            name, ratio, i, got[i], want[i]));
     totals.push_back(run.total_s);
     runs.push_back(std::move(run));
   }
   // The timeline kept is the run closest to the median.
   const double med = summarize(totals).median;
-  const auto closest = std::min_element(runs.begin(), runs.end(), [&](const pipeline_run& a, const pipeline_run& b) {
-    return std::abs(a.total_s - med) < std::abs(b.total_s - med);
-  });
+  const auto closest =
+      std::min_element(runs.begin(), runs.end(), [&](const pipeline_run& a, const pipeline_run& b) {
+        return std::abs(a.total_s - med) < std::abs(b.total_s - med);
+      });
   return {std::move(name), depth, med, batches_of(*closest)};
 }
 
-double_buffer_ratio run_ratio(workload& w, compute_model& model, double copy_s, double ratio, int depth, int reps) {
+double_buffer_ratio run_ratio(workload& w, compute_model& model, double copy_s, double ratio,
+                              int depth, int reps) {
   double_buffer_ratio x;
   x.compute_to_copy = ratio;
   const unsigned k = model.iterations_for(ratio * copy_s);
@@ -151,7 +158,8 @@ void write_timelines(const double_buffer_ratio& x, std::uint64_t bytes, const st
   std::int64_t pid = 0;
   for (const auto& m : x.modes) {
     ++pid;
-    trace.name_process(pid, fmt::format("{} (compute/copy {})", m.name, x.compute_to_copy), static_cast<int>(pid));
+    trace.name_process(pid, fmt::format("{} (compute/copy {})", m.name, x.compute_to_copy),
+                       static_cast<int>(pid));
     trace.name_thread(pid, 1, "copy stream (H2D)", 1);
     trace.name_thread(pid, 2, "compute stream", 2);
     const bool serial = m.depth == 0;
@@ -195,8 +203,10 @@ std::optional<double_buffer_result> measure_double_buffer(context& ctx) {
   const auto& db = ctx.cfg.transfer.double_buffer;
   if (!db.enabled) {
     if (ctx.trace_path)
-      spdlog::warn("--trace: transfer traces its double-buffering run, which transfer.double_buffer.enabled: "
-                   "false turns off; no trace written");
+      spdlog::warn(
+          "--trace: transfer traces its double-buffering run, which "
+          "transfer.double_buffer.enabled: "
+          "false turns off; no trace written");
     return std::nullopt;
   }
   double_buffer_result r;
@@ -222,9 +232,12 @@ std::optional<double_buffer_result> measure_double_buffer(context& ctx) {
   // The ratio closest to 1 is the one traced (there the overlap shows best).
   const double_buffer_ratio* traced = nullptr;
   for (const auto& x : r.ratios)
-    if (!traced || std::abs(std::log(x.compute_to_copy)) < std::abs(std::log(traced->compute_to_copy))) traced = &x;
+    if (!traced ||
+        std::abs(std::log(x.compute_to_copy)) < std::abs(std::log(traced->compute_to_copy)))
+      traced = &x;
   if (traced) {
-    const std::string path = (std::filesystem::path(ctx.cfg.output.directory) / "double_buffer_trace.json").string();
+    const std::string path =
+        (std::filesystem::path(ctx.cfg.output.directory) / "double_buffer_trace.json").string();
     write_timelines(*traced, r.batch_bytes, path);
     r.timeline_trace_path = path;
     r.timeline_trace_ratio = traced->compute_to_copy;

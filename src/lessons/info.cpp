@@ -22,7 +22,9 @@ value link_text(const std::optional<unsigned>& g, const std::optional<unsigned>&
   return fmt::format("Gen{} x{}", *g, *w);
 }
 
-std::string table_id(const device_info& d) { return "gpu" + std::to_string(d.index); }
+std::string table_id(const device_info& d) {
+  return "gpu" + std::to_string(d.index);
+}
 
 table device_table(const device_info& d) {
   table t;
@@ -32,10 +34,15 @@ table device_table(const device_info& d) {
   const auto row = [&](std::string p, value v, std::string unit) {
     t.add_row({std::move(p), std::move(v), std::move(unit)});
   };
-  const auto mib = [](std::uint64_t b) { return fmt::format("{:.1f}", static_cast<double>(b) / (1 << 20)); };
-  const auto gib = [](std::uint64_t b) { return fmt::format("{:.1f}", static_cast<double>(b) / (1ull << 30)); };
+  const auto mib = [](std::uint64_t b) {
+    return fmt::format("{:.1f}", static_cast<double>(b) / (1 << 20));
+  };
+  const auto gib = [](std::uint64_t b) {
+    return fmt::format("{:.1f}", static_cast<double>(b) / (1ull << 30));
+  };
   const auto i64 = [](auto v) { return static_cast<std::int64_t>(v); };
-  row("compute capability", fmt::format("{}.{}", d.compute_capability_major, d.compute_capability_minor), "");
+  row("compute capability",
+      fmt::format("{}.{}", d.compute_capability_major, d.compute_capability_minor), "");
   row("streaming multiprocessors", i64(d.sm_count), "");
   row("L2 cache", mib(d.l2_cache_bytes), "MiB");
   row("device memory (total)", gib(d.total_memory_bytes), "GiB");
@@ -59,7 +66,8 @@ table device_table(const device_info& d) {
       sheet ? value(fmt::format("{:.2f}", sheet->hbm_bytes_per_s / 1e12)) : value(std::monostate{}),
       "TB/s");
   row("power limit",
-      d.power_limit_mw ? value(fmt::format("{:.0f}", *d.power_limit_mw / 1000.0)) : value(std::monostate{}),
+      d.power_limit_mw ? value(fmt::format("{:.0f}", *d.power_limit_mw / 1000.0))
+                       : value(std::monostate{}),
       "W");
   return t;
 }
@@ -67,27 +75,32 @@ table device_table(const device_info& d) {
 std::vector<note> device_notes(const device_info& d, const std::string& nvml_status) {
   const std::string id = table_id(d);
   std::vector<note> n;
-  n.push_back({id, fmt::format(
-      "- {} copy engines: a host-to-device copy, a device-to-host copy and kernels can all run "
-      "at once; `gpu-basics transfer` shows what that buys.",
-      d.copy_engines)});
+  n.push_back({id, fmt::format("- {} copy engines: a host-to-device copy, a device-to-host copy "
+                               "and kernels can all run "
+                               "at once; `gpu-basics transfer` shows what that buys.",
+                               d.copy_engines)});
   const auto link = device_link_bytes_per_s(d);
   if (link)
-    n.push_back({id, fmt::format(
-        "- The PCIe link caps host<->device copies at {:.1f} GB/s per direction after line "
-        "encoding; packet headers leave real copies a few percent below that.",
-        *link / 1e9)});
+    n.push_back(
+        {id,
+         fmt::format(
+             "- The PCIe link caps host<->device copies at {:.1f} GB/s per direction after line "
+             "encoding; packet headers leave real copies a few percent below that.",
+             *link / 1e9)});
   if (d.pcie_generation_current && d.pcie_generation_max &&
       *d.pcie_generation_current < *d.pcie_generation_max)
-    n.push_back({id,
-        "- The link runs below its maximum generation now: an idle GPU lowers it to save power "
-        "and raises it again under load."});
+    n.push_back(
+        {id,
+         "- The link runs below its maximum generation now: an idle GPU lowers it to save power "
+         "and raises it again under load."});
   if (const auto sheet = find_datasheet(d.name))
-    n.push_back({id, fmt::format(
-        "- Device memory bandwidth ({:.2f} TB/s, {}) is ~{:.0f}x the PCIe link: keep data on the "
-        "GPU and move it across PCIe once.",
-        sheet->hbm_bytes_per_s / 1e12, sheet->source, link ? sheet->hbm_bytes_per_s / *link : 0.0)});
-  if (nvml_status != "ok") n.push_back({id, "- " + nvml_status + ": link, clock and power rows are n/a."});
+    n.push_back({id, fmt::format("- Device memory bandwidth ({:.2f} TB/s, {}) is ~{:.0f}x the PCIe "
+                                 "link: keep data on the "
+                                 "GPU and move it across PCIe once.",
+                                 sheet->hbm_bytes_per_s / 1e12, sheet->source,
+                                 link ? sheet->hbm_bytes_per_s / *link : 0.0)});
+  if (nvml_status != "ok")
+    n.push_back({id, "- " + nvml_status + ": link, clock and power rows are n/a."});
   return n;
 }
 

@@ -64,7 +64,9 @@ double median_seconds(int iterations, F f) {
 /// Tells the compiler that the memory behind `p` is read here, so the writes before it (a
 /// memset into memory freed right after) are not dropped as dead stores. An empty asm with a
 /// memory clobber, as Google Benchmark's DoNotOptimize + ClobberMemory do; GCC and Clang.
-void escape(void* p) { asm volatile("" : : "r"(p) : "memory"); }
+void escape(void* p) {
+  asm volatile("" : : "r"(p) : "memory");
+}
 
 void log_allocation(const alloc_trace& t) {
   spdlog::debug(

@@ -32,8 +32,13 @@ peer_result peer_of(const peer_matrices& m) {
 }
 
 collective_figure figure_of(const collective_measurement& c) {
-  return {std::string(to_string(c.op)), c.bytes, c.ranks, c.time_s, c.rate.alg_bytes_per_s,
-          c.rate.bus_bytes_per_s, c.verified_elements};
+  return {std::string(to_string(c.op)),
+          c.bytes,
+          c.ranks,
+          c.time_s,
+          c.rate.alg_bytes_per_s,
+          c.rate.bus_bytes_per_s,
+          c.verified_elements};
 }
 
 /// Every collective at every size of the sweep; a progress step per size.
@@ -51,7 +56,8 @@ nccl_result measure_nccl(context& ctx, const std::vector<int>& devices) {
   r.version = nccl->version();
   r.ranks = nccl->ranks();
   r.iterations = iters;
-  const collective ops[] = {collective::all_reduce, collective::all_gather, collective::reduce_scatter};
+  const collective ops[] = {collective::all_reduce, collective::all_gather,
+                            collective::reduce_scatter};
   for (auto op : ops) r.ops.emplace_back(to_string(op));
   const auto sizes = power_of_two_sweep(mg.nccl_min_bytes, mg.nccl_max_bytes);
   const int total = static_cast<int>(sizes.size());
@@ -76,7 +82,8 @@ std::optional<multi_gpu_result> measure_multi_gpu(context& ctx) {
   for (const auto& d : ctx.devices) devices.push_back(d.index);
   multi_gpu_result r;
   ctx.report_progress("peer-to-peer matrices", 0, 1);
-  r.peer = peer_of(measure_peer_matrices(devices, mg.peer_bytes, 4096, ctx.cfg.benchmark.warmup_iterations,
+  r.peer = peer_of(measure_peer_matrices(devices, mg.peer_bytes, 4096,
+                                         ctx.cfg.benchmark.warmup_iterations,
                                          ctx.cfg.benchmark.iterations));
   ctx.report_progress("peer-to-peer matrices", 1, 1);
   r.nccl = measure_nccl(ctx, devices);

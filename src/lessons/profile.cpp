@@ -59,10 +59,13 @@ std::optional<double> peak_of(const matmul_run& run, const device_facts& facts) 
 table timing_table(const timing_methods_result& r) {
   table t;
   t.id = "timing_methods";
-  t.title = r.bytes ? fmt::format("Timing one kernel three ways (an integer kernel over {}, median)",
-                                  format_bytes(*r.bytes))
-                    : std::string("Timing one kernel three ways (an integer kernel, median)");
-  t.columns = {{"method", "method"}, {"median_s", "measured (us)", 1e6, 1}, {"measures", "what it measures"}};
+  t.title = r.bytes
+                ? fmt::format("Timing one kernel three ways (an integer kernel over {}, median)",
+                              format_bytes(*r.bytes))
+                : std::string("Timing one kernel three ways (an integer kernel, median)");
+  t.columns = {{"method", "method"},
+               {"median_s", "measured (us)", 1e6, 1},
+               {"measures", "what it measures"}};
   for (const auto& row : kTimingRows)
     t.add_row({std::string(row.method), (r.*row.field).median, std::string(row.measures)});
   return t;
@@ -82,8 +85,8 @@ table key_averages_table(const key_averages_result& r) {
   for (const auto& g : r.regions) {
     const double n = static_cast<double>(g.calls);
     t.add_row({g.name, static_cast<std::int64_t>(g.calls), g.gpu_total_s,
-               g.calls ? value(g.gpu_total_s / n) : value(std::monostate{}), g.gpu_min_s, g.gpu_max_s,
-               g.calls ? value(g.host_total_s / n) : value(std::monostate{})});
+               g.calls ? value(g.gpu_total_s / n) : value(std::monostate{}), g.gpu_min_s,
+               g.gpu_max_s, g.calls ? value(g.host_total_s / n) : value(std::monostate{})});
   }
   return t;
 }
@@ -108,7 +111,8 @@ table matmul_table(const matmul_result& r) {
                static_cast<std::int64_t>(x.candidates), static_cast<std::int64_t>(x.chosen),
                x.flops_per_s.median, x.flops_per_s.min, x.flops_per_s.max,
                peak ? value(*x.peak_flops_per_s) : value(std::monostate{}),
-               peak ? value(percent_of(x.flops_per_s.median, *x.peak_flops_per_s)) : value(std::monostate{}),
+               peak ? value(percent_of(x.flops_per_s.median, *x.peak_flops_per_s))
+                    : value(std::monostate{}),
                x.check_error});
   }
   return t;
@@ -124,15 +128,18 @@ table nvml_table(const profile_result& r) {
     return t;
   }
   const nvml_sampling& s = *r.nvml;
-  t.title = fmt::format("NVML during the matmuls ({} samples every {} ms)", s.samples, s.interval_ms);
-  t.columns = {{"metric", "metric"}, {"status", "status"}, {"mean", "mean", 1.0, 1}, {"min", "min", 1.0, 1},
-               {"max", "max", 1.0, 1}, {"p50", "p50", 1.0, 1}, {"p95", "p95", 1.0, 1}};
+  t.title =
+      fmt::format("NVML during the matmuls ({} samples every {} ms)", s.samples, s.interval_ms);
+  t.columns = {{"metric", "metric"},   {"status", "status"},   {"mean", "mean", 1.0, 1},
+               {"min", "min", 1.0, 1}, {"max", "max", 1.0, 1}, {"p50", "p50", 1.0, 1},
+               {"p95", "p95", 1.0, 1}};
   for (const auto& m : s.metrics) {
     const bool gib = is_memory_metric(m.metric);
     const auto v = [&](const std::optional<double>& x) {
       return x ? value(gib ? *x / kGiB : *x) : value(std::monostate{});
     };
-    t.add_row({m.metric + (gib ? " (GiB)" : ""), m.status, v(m.mean), v(m.min), v(m.max), v(m.p50), v(m.p95)});
+    t.add_row({m.metric + (gib ? " (GiB)" : ""), m.status, v(m.mean), v(m.min), v(m.max), v(m.p50),
+               v(m.p95)});
   }
   return t;
 }
@@ -144,7 +151,8 @@ std::string tensor_core_share(const matmul_result& r, const device_facts& facts)
   std::vector<double> pct;
   for (const auto& x : r.runs)
     if (x.precision == "fp16" || x.precision == "bf16")
-      if (const auto p = peak_of(x, facts); p && *p > 0) pct.push_back(percent_of(x.flops_per_s.median, *p));
+      if (const auto p = peak_of(x, facts); p && *p > 0)
+        pct.push_back(percent_of(x.flops_per_s.median, *p));
   if (pct.empty()) return {};
   const auto [lo, hi] = std::minmax_element(pct.begin(), pct.end());
   const std::string a = fmt::format("{:.1f}", *lo), b = fmt::format("{:.1f}", *hi);
@@ -156,7 +164,8 @@ std::optional<double> measured_tf32_over_fp32(const matmul_result& r) {
   for (const auto& a : r.runs) {
     if (a.precision != "tf32") continue;
     for (const auto& b : r.runs)
-      if (b.precision == "fp32" && b.m == a.m && b.n == a.n && b.k == a.k && b.flops_per_s.median > 0)
+      if (b.precision == "fp32" && b.m == a.m && b.n == a.n && b.k == a.k &&
+          b.flops_per_s.median > 0)
         return a.flops_per_s.median / b.flops_per_s.median;
   }
   return std::nullopt;
@@ -167,7 +176,9 @@ std::string tf32_rate_text(const matmul_result& r, const device_facts& facts) {
   std::optional<double> sheet;
   if (facts.datasheet && facts.datasheet->fp32_flops > 0)
     sheet = facts.datasheet->tf32_flops / facts.datasheet->fp32_flops;
-  if (sheet && meas) return fmt::format("{:.1f}x fp32's rate by the datasheet ({:.1f}x measured here)", *sheet, *meas);
+  if (sheet && meas)
+    return fmt::format("{:.1f}x fp32's rate by the datasheet ({:.1f}x measured here)", *sheet,
+                       *meas);
   if (sheet) return fmt::format("{:.1f}x fp32's rate by the datasheet", *sheet);
   if (meas) return fmt::format("{:.1f}x fp32's rate measured here", *meas);
   return "a multiple of fp32's rate";
@@ -178,34 +189,48 @@ std::vector<note> matmul_notes(const matmul_result& r, const device_facts& facts
   if (facts.datasheet) {
     const auto& d = *facts.datasheet;
     const std::string share = tensor_core_share(r, facts);
-    n.push_back({"matmul", fmt::format(
-        "- Peaks are the {} figures (dense): {:.0f} TFLOP/s fp16/bf16, {:.0f} tf32, {:.0f} fp32. {}: "
-        "the clock drops under full load (power limit), and tiles at the matrix edges and the "
-        "epilogue do no tensor-core work.",
-        d.source, d.bf16_flops / 1e12, d.tf32_flops / 1e12, d.fp32_flops / 1e12,
-        share.empty() ? std::string("Real GEMMs stay below the tensor-core peak")
-                      : "Real GEMMs reach " + share + " of the tensor-core peak here")});
+    n.push_back(
+        {"matmul",
+         fmt::format(
+             "- Peaks are the {} figures (dense): {:.0f} TFLOP/s fp16/bf16, {:.0f} tf32, {:.0f} "
+             "fp32. {}: "
+             "the clock drops under full load (power limit), and tiles at the matrix edges and the "
+             "epilogue do no tensor-core work.",
+             d.source, d.bf16_flops / 1e12, d.tf32_flops / 1e12, d.fp32_flops / 1e12,
+             share.empty() ? std::string("Real GEMMs stay below the tensor-core peak")
+                           : "Real GEMMs reach " + share + " of the tensor-core peak here")});
   } else {
-    n.push_back({"matmul", "- peak unknown: this GPU is not in the datasheet table (hardware.cpp)."});
+    n.push_back(
+        {"matmul", "- peak unknown: this GPU is not in the datasheet table (hardware.cpp)."});
   }
-  n.push_back({"matmul", fmt::format(
-      "- The heuristic proposes {} (tile sizes, split-K, swizzles); each is timed and the fastest "
-      "kept for the shape: its first guess is not always the best. Each precision's result was "
-      "checked on a small case against a double-precision CPU product ('check rel. error').",
-      r.max_candidates ? fmt::format("up to {} algorithms", *r.max_candidates) : std::string("several algorithms"))});
-  n.push_back({"matmul", fmt::format(
-      "- tf32 runs fp32 data on tensor cores with a 10-bit mantissa: {} for a small loss of "
-      "precision; fp32 uses the plain FMA units.",
-      tf32_rate_text(r, facts))});
+  n.push_back(
+      {"matmul",
+       fmt::format(
+           "- The heuristic proposes {} (tile sizes, split-K, swizzles); each is timed and the "
+           "fastest "
+           "kept for the shape: its first guess is not always the best. Each precision's result "
+           "was "
+           "checked on a small case against a double-precision CPU product ('check rel. error').",
+           r.max_candidates ? fmt::format("up to {} algorithms", *r.max_candidates)
+                            : std::string("several algorithms"))});
+  n.push_back(
+      {"matmul",
+       fmt::format(
+           "- tf32 runs fp32 data on tensor cores with a 10-bit mantissa: {} for a small loss of "
+           "precision; fp32 uses the plain FMA units.",
+           tf32_rate_text(r, facts))});
   return n;
 }
 
 /// The sampler's steady share of a core (a fraction), as sampler::steady_cpu_fraction computes
 /// it: a plain sample's CPU per interval plus a slow sample's CPU per slow interval.
-std::optional<double> steady_fraction(const sampler_cost& c, int interval_ms, int slow_interval_ms) {
-  if (c.slow_samples == 0 || c.samples_taken <= c.slow_samples || interval_ms <= 0 || slow_interval_ms <= 0)
+std::optional<double> steady_fraction(const sampler_cost& c, int interval_ms,
+                                      int slow_interval_ms) {
+  if (c.slow_samples == 0 || c.samples_taken <= c.slow_samples || interval_ms <= 0 ||
+      slow_interval_ms <= 0)
     return std::nullopt;
-  const double fast_each = (c.cpu_s - c.slow_cpu_s) / static_cast<double>(c.samples_taken - c.slow_samples);
+  const double fast_each =
+      (c.cpu_s - c.slow_cpu_s) / static_cast<double>(c.samples_taken - c.slow_samples);
   const double slow_each = c.slow_cpu_s / static_cast<double>(c.slow_samples);
   return fast_each / (interval_ms * 1e-3) + slow_each / (slow_interval_ms * 1e-3);
 }
@@ -217,33 +242,42 @@ std::optional<note> sampler_note(const nvml_sampling& s) {
   if (!steady || c.wall_s <= 0) return std::nullopt;
   const double wall = c.wall_s;
   const std::uint64_t fast_n = c.samples_taken - c.slow_samples;
-  return note{"nvml", fmt::format(
-      "- The sampler thread used {:.2f}% of one CPU core over {:.2f} s: {:.2f}% in {} reads that include the "
-      "energy counter ({:.1f} ms of CPU each: NVML reads it from the board, while the other metrics come "
-      "from the driver's cache) and {:.2f}% in {} plain samples ({:.0f} us each, waking up included). So "
-      "at {} ms with the counter read every {:.0f} s, its steady cost is about {:.2f}% of a core; over a "
-      "short run the counter's reads at both ends dominate.",
-      100.0 * c.cpu_s / wall, wall, 100.0 * c.slow_cpu_s / wall, c.slow_samples,
-      1e3 * c.slow_cpu_s / static_cast<double>(c.slow_samples), 100.0 * (c.cpu_s - c.slow_cpu_s) / wall, fast_n,
-      1e6 * (c.cpu_s - c.slow_cpu_s) / static_cast<double>(fast_n), s.interval_ms, *s.slow_interval_ms * 1e-3,
-      100.0 * *steady)};
+  return note{"nvml",
+              fmt::format("- The sampler thread used {:.2f}% of one CPU core over {:.2f} s: "
+                          "{:.2f}% in {} reads that include the "
+                          "energy counter ({:.1f} ms of CPU each: NVML reads it from the board, "
+                          "while the other metrics come "
+                          "from the driver's cache) and {:.2f}% in {} plain samples ({:.0f} us "
+                          "each, waking up included). So "
+                          "at {} ms with the counter read every {:.0f} s, its steady cost is about "
+                          "{:.2f}% of a core; over a "
+                          "short run the counter's reads at both ends dominate.",
+                          100.0 * c.cpu_s / wall, wall, 100.0 * c.slow_cpu_s / wall, c.slow_samples,
+                          1e3 * c.slow_cpu_s / static_cast<double>(c.slow_samples),
+                          100.0 * (c.cpu_s - c.slow_cpu_s) / wall, fast_n,
+                          1e6 * (c.cpu_s - c.slow_cpu_s) / static_cast<double>(fast_n),
+                          s.interval_ms, *s.slow_interval_ms * 1e-3, 100.0 * *steady)};
 }
 
 std::vector<note> nvml_notes(const profile_result& r) {
   std::vector<note> n;
   if (!r.nvml) {
-    n.push_back({"nvml", "- Without NVML there is no utilization, power or clock data; the rest of the lesson ran."});
+    n.push_back({"nvml",
+                 "- Without NVML there is no utilization, power or clock data; the rest of the "
+                 "lesson ran."});
     return n;
   }
   const nvml_sampling& s = *r.nvml;
   n.push_back({"nvml",
-      "- Utilization is the share of time a kernel was running over NVML's last sample period, not "
-      "how busy the SMs were: a GEMM and a one-thread kernel can both show 100%."});
+               "- Utilization is the share of time a kernel was running over NVML's last sample "
+               "period, not "
+               "how busy the SMs were: a GEMM and a one-thread kernel can both show 100%."});
   if (s.energy_status == "ok" && s.energy_j && s.energy_s)
-    n.push_back({"nvml", fmt::format(
-        "- Energy counter: {:.0f} J over {:.2f} s, a mean of {:.0f} W (the power column is NVML's recent "
-        "average at each sample; the counter integrates all of it).",
-        *s.energy_j, *s.energy_s, *s.energy_s > 0 ? *s.energy_j / *s.energy_s : 0.0)});
+    n.push_back({"nvml", fmt::format("- Energy counter: {:.0f} J over {:.2f} s, a mean of {:.0f} W "
+                                     "(the power column is NVML's recent "
+                                     "average at each sample; the counter integrates all of it).",
+                                     *s.energy_j, *s.energy_s,
+                                     *s.energy_s > 0 ? *s.energy_j / *s.energy_s : 0.0)});
   else
     n.push_back({"nvml", fmt::format("- Energy counter: {}.", s.energy_status)});
   if (auto c = sampler_note(s)) n.push_back(std::move(*c));
@@ -253,7 +287,9 @@ std::vector<note> nvml_notes(const profile_result& r) {
 
 // ---- schema 1 ---------------------------------------------------------------------------------
 
-std::string title_of(const nlohmann::json& t) { return t.value("title", std::string()); }
+std::string title_of(const nlohmann::json& t) {
+  return t.value("title", std::string());
+}
 
 std::vector<std::string> notes_of(const nlohmann::json& t) {
   std::vector<std::string> out;
@@ -264,7 +300,8 @@ std::vector<std::string> notes_of(const nlohmann::json& t) {
 
 const nlohmann::json& rows_of(const nlohmann::json& t, const char* id) {
   const auto& rows = t.at("rows");
-  if (!rows.is_array()) throw format_error(std::string("profile: the rows of \"") + id + "\" are not a list");
+  if (!rows.is_array())
+    throw format_error(std::string("profile: the rows of \"") + id + "\" are not a list");
   return rows;
 }
 
@@ -311,7 +348,8 @@ key_averages_result key_averages_from_v1(const nlohmann::json& t) {
 void shape_from_text(const std::string& s, matmul_run& x) {
   static const std::regex re(R"(^\s*([0-9]+) x ([0-9]+) x ([0-9]+)\s*$)");
   std::smatch m;
-  if (!std::regex_match(s, m, re)) throw format_error("profile: matmul shape '" + s + "' is not m x n x k");
+  if (!std::regex_match(s, m, re))
+    throw format_error("profile: matmul shape '" + s + "' is not m x n x k");
   x.m = std::stoull(m[1]);
   x.n = std::stoull(m[2]);
   x.k = std::stoull(m[3]);
@@ -321,8 +359,9 @@ void shape_from_text(const std::string& s, matmul_run& x) {
 const nlohmann::json* matmul_extra(const nlohmann::json& extra, const matmul_run& x) {
   if (!extra.contains("matmul") || !extra.at("matmul").is_array()) return nullptr;
   for (const auto& e : extra.at("matmul"))
-    if (e.value("precision", std::string()) == x.precision && e.value("m", std::uint64_t{0}) == x.m &&
-        e.value("n", std::uint64_t{0}) == x.n && e.value("k", std::uint64_t{0}) == x.k)
+    if (e.value("precision", std::string()) == x.precision &&
+        e.value("m", std::uint64_t{0}) == x.m && e.value("n", std::uint64_t{0}) == x.n &&
+        e.value("k", std::uint64_t{0}) == x.k)
       return &e;
   return nullptr;
 }
@@ -364,7 +403,8 @@ nvml_metric_row metric_from_v1(const nlohmann::json& row) {
   m.status = row.at("status").get<std::string>();
   double scale = 1.0;
   const std::string gib = " (GiB)";
-  if (m.metric.size() > gib.size() && m.metric.compare(m.metric.size() - gib.size(), gib.size(), gib) == 0) {
+  if (m.metric.size() > gib.size() &&
+      m.metric.compare(m.metric.size() - gib.size(), gib.size(), gib) == 0) {
     m.metric.resize(m.metric.size() - gib.size());
     scale = kGiB;
   }
@@ -390,8 +430,9 @@ void cost_from_v1(const std::string& text, const nlohmann::json& extra, nvml_sam
   if (!std::regex_search(text, m, re)) return;
   sampler_cost c;
   c.wall_s = std::stod(m[2]);
-  const double cpu_pct = extra.contains("sampler_cpu_percent") ? extra.at("sampler_cpu_percent").get<double>()
-                                                               : std::stod(m[1]);
+  const double cpu_pct = extra.contains("sampler_cpu_percent")
+                             ? extra.at("sampler_cpu_percent").get<double>()
+                             : std::stod(m[1]);
   c.cpu_s = cpu_pct / 100.0 * c.wall_s;
   c.slow_cpu_s = std::stod(m[3]) / 100.0 * c.wall_s;
   c.slow_samples = std::stoull(m[4]);
@@ -442,7 +483,8 @@ void nvml_from_v1(const nlohmann::json& t, const nlohmann::json& extra, profile_
   const auto& rows = rows_of(t, "nvml");
   const auto columns = t.at("columns").get<std::vector<std::string>>();
   if (std::find(columns.begin(), columns.end(), "metric") == columns.end()) {
-    r.nvml_status = rows.empty() ? std::string("unavailable") : rows.at(0).at("status").get<std::string>();
+    r.nvml_status =
+        rows.empty() ? std::string("unavailable") : rows.at(0).at("status").get<std::string>();
     return;
   }
   nvml_sampling s;
@@ -462,7 +504,8 @@ void nvml_from_v1(const nlohmann::json& t, const nlohmann::json& extra, profile_
 }  // namespace
 
 sample_series decimate(sample_series s, std::size_t max_points) {
-  if (s.time_s.size() != s.values.size()) throw format_error("profile: a series' times and values differ in length");
+  if (s.time_s.size() != s.values.size())
+    throw format_error("profile: a series' times and values differ in length");
   const std::size_t n = s.values.size();
   s.source_points = std::max<std::uint64_t>(s.source_points, n);
   max_points = std::max<std::size_t>(max_points, 2);
@@ -473,8 +516,8 @@ sample_series decimate(sample_series s, std::size_t max_points) {
   out.time_s.reserve(max_points);
   out.values.reserve(max_points);
   for (std::size_t j = 0; j < max_points; ++j) {
-    const auto i = static_cast<std::size_t>(std::llround(static_cast<double>(j) * static_cast<double>(n - 1) /
-                                                         static_cast<double>(max_points - 1)));
+    const auto i = static_cast<std::size_t>(std::llround(
+        static_cast<double>(j) * static_cast<double>(n - 1) / static_cast<double>(max_points - 1)));
     out.time_s.push_back(s.time_s[i]);
     out.values.push_back(s.values[i]);
   }
@@ -503,14 +546,16 @@ std::vector<sample_series> series_of(const std::vector<gpu_sample>& samples, dou
 
 std::vector<note> explain_profile(const profile_result& r, const device_facts& facts) {
   std::vector<note> n;
-  n.push_back({"timing_methods",
-      "- Kernel launches are asynchronous: a host timer without synchronization measures the "
-      "launch (microseconds), not the work. Synchronizing fixes that but adds launch and wake-up "
-      "latency. Events are timestamped by the GPU in stream order: the kernel's own time."});
-  n.push_back({"key_averages",
-      "- Like torch.profiler's key_averages: per named region, calls and GPU time from events; "
-      "'host mean' is the time the CPU spent issuing the region, microseconds against the GPU's "
-      "milliseconds: the CPU runs ahead of the GPU."});
+  n.push_back(
+      {"timing_methods",
+       "- Kernel launches are asynchronous: a host timer without synchronization measures the "
+       "launch (microseconds), not the work. Synchronizing fixes that but adds launch and wake-up "
+       "latency. Events are timestamped by the GPU in stream order: the kernel's own time."});
+  n.push_back(
+      {"key_averages",
+       "- Like torch.profiler's key_averages: per named region, calls and GPU time from events; "
+       "'host mean' is the time the CPU spent issuing the region, microseconds against the GPU's "
+       "milliseconds: the CPU runs ahead of the GPU."});
   for (auto& x : matmul_notes(r.matmul, facts)) n.push_back(std::move(x));
   for (auto& x : nvml_notes(r)) n.push_back(std::move(x));
   if (r.trace)
@@ -533,11 +578,13 @@ namespace {
 profile_result profile_from_v1_tables(const nlohmann::json& block) {
   const auto& tables = block.at("tables");
   if (!tables.is_object()) throw format_error("profile: \"tables\" is not an object");
-  const nlohmann::json extra = block.contains("extra") ? block.at("extra") : nlohmann::json::object();
+  const nlohmann::json extra =
+      block.contains("extra") ? block.at("extra") : nlohmann::json::object();
   if (!extra.is_object()) throw format_error("profile: \"extra\" is not an object");
   profile_result r;
   if (tables.contains("timing_methods")) r.timing = timing_from_v1(tables.at("timing_methods"));
-  if (tables.contains("key_averages")) r.key_averages = key_averages_from_v1(tables.at("key_averages"));
+  if (tables.contains("key_averages"))
+    r.key_averages = key_averages_from_v1(tables.at("key_averages"));
   if (tables.contains("matmul")) r.matmul = matmul_from_v1(tables.at("matmul"), extra);
   if (tables.contains("nvml")) nvml_from_v1(tables.at("nvml"), extra, r);
   if (tables.contains("trace"))
@@ -552,9 +599,11 @@ profile_result profile_from_v1(const nlohmann::json& block) {
   try {
     return profile_from_v1_tables(block);
   } catch (const std::invalid_argument& e) {  // std::stoi and friends on a malformed number
-    throw format_error(std::string("profile: a number in the schema-1 tables cannot be read: ") + e.what());
+    throw format_error(std::string("profile: a number in the schema-1 tables cannot be read: ") +
+                       e.what());
   } catch (const std::out_of_range& e) {
-    throw format_error(std::string("profile: a number in the schema-1 tables is out of range: ") + e.what());
+    throw format_error(std::string("profile: a number in the schema-1 tables is out of range: ") +
+                       e.what());
   }
 }
 

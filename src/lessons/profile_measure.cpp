@@ -27,10 +27,10 @@ namespace gpu_basics::lessons {
 
 namespace {
 
-constexpr std::size_t kBytes = 64u << 20;   // the timing and key-averages buffers
-constexpr unsigned kTimingLcg = 1000;       // LCG steps of the timed kernel
-constexpr unsigned kAveragesLcg = 200;      // LCG steps of the key-averages kernel
-constexpr int kMaxCandidates = 8;           // algorithms asked of the cuBLASLt heuristic
+constexpr std::size_t kBytes = 64u << 20;  // the timing and key-averages buffers
+constexpr unsigned kTimingLcg = 1000;      // LCG steps of the timed kernel
+constexpr unsigned kAveragesLcg = 200;     // LCG steps of the key-averages kernel
+constexpr int kMaxCandidates = 8;          // algorithms asked of the cuBLASLt heuristic
 
 /// Walks the lesson's progress: timing, key averages, then each matmul.
 struct progress {
@@ -51,7 +51,9 @@ timing_methods_result measure_timing(const config& cfg, cuda_stream& s) {
   r.iterations = cfg.benchmark.iterations;
   device_buffer data(kBytes), sum(sizeof(unsigned long long));
   enqueue_fill_pattern(data.data(), kBytes, 3, s);
-  const auto launch = [&] { enqueue_lcg_checksum(data.data(), kBytes, kTimingLcg, sum.as<unsigned long long>(), s); };
+  const auto launch = [&] {
+    enqueue_lcg_checksum(data.data(), kBytes, kTimingLcg, sum.as<unsigned long long>(), s);
+  };
   for (int i = 0; i < cfg.benchmark.warmup_iterations; ++i) launch();
   s.synchronize();
   std::vector<double> no_sync, with_sync, events;
@@ -79,7 +81,8 @@ timing_methods_result measure_timing(const config& cfg, cuda_stream& s) {
 
 // ---- 2. key averages of a small workload (the trace starts here) ------------------------------
 
-key_averages_result measure_key_averages(context& ctx, cuda_stream& s, std::unique_ptr<trace_session>& trace) {
+key_averages_result measure_key_averages(context& ctx, cuda_stream& s,
+                                         std::unique_ptr<trace_session>& trace) {
   const int iters = ctx.cfg.benchmark.iterations;
   key_averages_result r;
   r.bytes = kBytes;
@@ -99,7 +102,8 @@ key_averages_result measure_key_averages(context& ctx, cuda_stream& s, std::uniq
       scoped_range step(fmt::format("step {}", i));
       {
         gpu_timing::scope sc(timing, "H2D copy 64 MiB (pinned)", s);
-        GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(data.data(), host.data(), kBytes, cudaMemcpyHostToDevice, s.value()));
+        GPU_BASICS_CUDA_TRY(
+            cudaMemcpyAsync(data.data(), host.data(), kBytes, cudaMemcpyHostToDevice, s.value()));
       }
       {
         gpu_timing::scope sc(timing, "integer kernel 64 MiB", s);
@@ -107,14 +111,15 @@ key_averages_result measure_key_averages(context& ctx, cuda_stream& s, std::uniq
       }
       {
         gpu_timing::scope sc(timing, "D2H copy 64 MiB (pinned)", s);
-        GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(host.data(), data.data(), kBytes, cudaMemcpyDeviceToHost, s.value()));
+        GPU_BASICS_CUDA_TRY(
+            cudaMemcpyAsync(host.data(), data.data(), kBytes, cudaMemcpyDeviceToHost, s.value()));
       }
     }
     timing.flush();
   }
   for (const auto& g : reg.regions())
-    r.regions.push_back({g.name, static_cast<std::uint64_t>(g.calls), g.gpu_total_s, g.gpu_min_s, g.gpu_max_s,
-                         g.host_total_s});
+    r.regions.push_back({g.name, static_cast<std::uint64_t>(g.calls), g.gpu_total_s, g.gpu_min_s,
+                         g.gpu_max_s, g.host_total_s});
   return r;
 }
 
@@ -140,22 +145,27 @@ struct checked_precision {
 };
 
 /// Every configured precision checked on a small case against the CPU (not sampled).
-std::vector<checked_precision> check_precisions(gemm_runner& gemm, const config& cfg, cuda_stream& s) {
+std::vector<checked_precision> check_precisions(gemm_runner& gemm, const config& cfg,
+                                                cuda_stream& s) {
   std::vector<checked_precision> out;
   const auto n = static_cast<std::uint64_t>(cfg.profiler.matmul.check_size);
   for (const auto& name : cfg.profiler.matmul.precisions) {
     const auto p = parse_gemm_precision(name);
-    if (!p) throw logic_error("profiler.matmul.precisions: unknown precision '" + name + "' passed validation");
+    if (!p)
+      throw logic_error("profiler.matmul.precisions: unknown precision '" + name +
+                        "' passed validation");
     const double err = gemm.check(*p, n, s);
     if (!(err <= gemm_tolerance(*p)))
-      throw verification_error(fmt::format("{} GEMM {}^3: relative error {:.3g} against the CPU exceeds {:.3g}",
-                                           name, n, err, gemm_tolerance(*p)));
+      throw verification_error(
+          fmt::format("{} GEMM {}^3: relative error {:.3g} against the CPU exceeds {:.3g}", name, n,
+                      err, gemm_tolerance(*p)));
     out.push_back({*p, err});
   }
   return out;
 }
 
-matmul_run matmul_of(const gemm_result& res, const checked_precision& c, const std::optional<gpu_datasheet>& sheet) {
+matmul_run matmul_of(const gemm_result& res, const checked_precision& c,
+                     const std::optional<gpu_datasheet>& sheet) {
   matmul_run x;
   x.precision = std::string(to_string(c.p));
   x.m = res.shape.m;
@@ -176,7 +186,8 @@ matmul_run matmul_of(const gemm_result& res, const checked_precision& c, const s
 
 /// The timed matmuls, each run's start and end in seconds from `origin` (host_seconds()).
 matmul_result measure_matmuls(const context& ctx, cuda_stream& s, gemm_runner& gemm,
-                              const std::vector<checked_precision>& checks, double origin, progress& prog) {
+                              const std::vector<checked_precision>& checks, double origin,
+                              progress& prog) {
   const config& cfg = ctx.cfg;
   const auto sheet = find_datasheet(ctx.device().name);
   matmul_result r;
@@ -187,14 +198,17 @@ matmul_result measure_matmuls(const context& ctx, cuda_stream& s, gemm_runner& g
   r.iterations = cfg.benchmark.iterations;
   for (const auto& sh : cfg.profiler.matmul.shapes)
     for (const auto& c : checks) {
-      const gemm_shape shape{static_cast<std::uint64_t>(sh.dims[0]), static_cast<std::uint64_t>(sh.dims[1]),
+      const gemm_shape shape{static_cast<std::uint64_t>(sh.dims[0]),
+                             static_cast<std::uint64_t>(sh.dims[1]),
                              static_cast<std::uint64_t>(sh.dims[2])};
-      const std::string what = fmt::format("matmul {} {}x{}x{}", to_string(c.p), shape.m, shape.n, shape.k);
+      const std::string what =
+          fmt::format("matmul {} {}x{}x{}", to_string(c.p), shape.m, shape.n, shape.k);
       prog.next(what);
       spdlog::info("{}", what);
       scoped_range range(what);
       const double start = host_seconds() - origin;
-      const auto res = gemm.run(c.p, shape, cfg.benchmark.warmup_iterations, cfg.benchmark.iterations, s);
+      const auto res =
+          gemm.run(c.p, shape, cfg.benchmark.warmup_iterations, cfg.benchmark.iterations, s);
       matmul_run x = matmul_of(res, c, sheet);
       x.start_s = start;
       x.end_s = host_seconds() - origin;
@@ -208,7 +222,8 @@ matmul_result measure_matmuls(const context& ctx, cuda_stream& s, gemm_runner& g
 std::vector<nvml_metric_row> metric_rows(const std::vector<gpu_sample>& samples) {
   std::vector<nvml_metric_row> out;
   for (const auto& m : summarize_samples(samples)) {
-    if (m.metric == gpu_metric::pcie_tx_bytes_per_s || m.metric == gpu_metric::pcie_rx_bytes_per_s ||
+    if (m.metric == gpu_metric::pcie_tx_bytes_per_s ||
+        m.metric == gpu_metric::pcie_rx_bytes_per_s ||
         m.metric == gpu_metric::clock_event_reasons || m.metric == gpu_metric::energy_j)
       continue;  // not sampled (PCIe) / a bitmask / a counter, shown as energy used
     nvml_metric_row row;
@@ -227,8 +242,8 @@ std::vector<nvml_metric_row> metric_rows(const std::vector<gpu_sample>& samples)
   return out;
 }
 
-nvml_sampling sampling_of(const sampler& smp, const std::vector<gpu_sample>& samples, const config& cfg,
-                          double origin) {
+nvml_sampling sampling_of(const sampler& smp, const std::vector<gpu_sample>& samples,
+                          const config& cfg, double origin) {
   nvml_sampling r;
   r.interval_ms = cfg.profiler.sample_interval_ms;
   r.slow_interval_ms = smp.slow_interval_ms();
@@ -250,7 +265,8 @@ nvml_sampling sampling_of(const sampler& smp, const std::vector<gpu_sample>& sam
   r.cost = c;
   r.series = series_of(samples, origin);
   // The samples themselves, all of them: an output of the lesson beside the result.
-  const std::string csv = (std::filesystem::path(cfg.output.directory) / "profile_samples.csv").string();
+  const std::string csv =
+      (std::filesystem::path(cfg.output.directory) / "profile_samples.csv").string();
   write_file_atomically(csv, samples_csv(samples));
   r.samples_csv_path = csv;
   return r;
@@ -261,7 +277,8 @@ nvml_sampling sampling_of(const sampler& smp, const std::vector<gpu_sample>& sam
 profile_result measure_profile(context& ctx) {
   const config& cfg = ctx.cfg;
   profile_result r;
-  progress prog{ctx, 2 + static_cast<int>(cfg.profiler.matmul.shapes.size() * cfg.profiler.matmul.precisions.size())};
+  progress prog{ctx, 2 + static_cast<int>(cfg.profiler.matmul.shapes.size() *
+                                          cfg.profiler.matmul.precisions.size())};
   cuda_stream s;
   std::unique_ptr<trace_session> trace;
 

@@ -21,8 +21,8 @@ const lesson& lesson_named(const std::string& name, const std::string& source) {
 /// extra keys (top level for one lesson, under "<lesson>" for `all`). Gathers them per lesson
 /// and lets each lesson rebuild its result.
 std::vector<std::pair<std::string, nlohmann::json>> upgrade_v1(const nlohmann::json& j,
-                                                                const std::string& command,
-                                                                const std::string& source) {
+                                                               const std::string& command,
+                                                               const std::string& source) {
   static const std::vector<std::string> kTopLevel = {"schema_version", "command", "environment",
                                                      "tables", "errors"};
   std::vector<std::pair<std::string, nlohmann::json>> blocks;
@@ -48,7 +48,8 @@ std::vector<std::pair<std::string, nlohmann::json>> upgrade_v1(const nlohmann::j
     std::string owner = command;
     if (command == "all") {
       const auto dot = id.find('.');
-      if (dot == std::string::npos) throw format_error(source + ": table '" + id + "' names no lesson");
+      if (dot == std::string::npos)
+        throw format_error(source + ": table '" + id + "' names no lesson");
       owner = id.substr(0, dot);
       id = id.substr(dot + 1);
     }
@@ -60,7 +61,8 @@ std::vector<std::pair<std::string, nlohmann::json>> upgrade_v1(const nlohmann::j
       if (j.contains(name) && j[name].is_object()) block["extra"] = j[name];
     } else {
       for (const auto& [k, v] : j.items())
-        if (std::find(kTopLevel.begin(), kTopLevel.end(), k) == kTopLevel.end()) block["extra"][k] = v;
+        if (std::find(kTopLevel.begin(), kTopLevel.end(), k) == kTopLevel.end())
+          block["extra"][k] = v;
     }
   }
   // A lesson that failed under `all` left no tables: it has no result.
@@ -71,7 +73,8 @@ std::vector<std::pair<std::string, nlohmann::json>> upgrade_v1(const nlohmann::j
     try {
       out.emplace_back(name, l.upgrade_v1(block));
     } catch (const nlohmann::json::exception& e) {
-      throw format_error(source + ": the " + name + " tables of schema 1 cannot be read: " + e.what());
+      throw format_error(source + ": the " + name +
+                         " tables of schema 1 cannot be read: " + e.what());
     }
   }
   return out;
@@ -83,7 +86,8 @@ std::vector<presentation::report> render(const run_record& r) {
   const device_facts facts = facts_of(r);
   std::vector<presentation::report> out;
   const std::string source = "results";
-  for (const auto& [name, result] : r.results) out.push_back(lesson_named(name, source).render(result, facts));
+  for (const auto& [name, result] : r.results)
+    out.push_back(lesson_named(name, source).render(result, facts));
   return out;
 }
 

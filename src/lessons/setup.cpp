@@ -26,6 +26,8 @@ context open_context(const config& cfg) {
   return ctx;
 }
 
-void clear_device_error() noexcept { (void)cudaGetLastError(); }
+void clear_device_error() noexcept {
+  (void)cudaGetLastError();
+}
 
 }  // namespace gpu_basics::lessons

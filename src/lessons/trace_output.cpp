@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "gpu_basics/core/environment.hpp"
 #include "gpu_basics/core/clock.hpp"
+#include "gpu_basics/core/environment.hpp"
 #include "gpu_basics/profiler/activity_tracer.hpp"
 #include "gpu_basics/profiler/range.hpp"
 #include "gpu_basics/profiler/trace_counters.hpp"
@@ -33,7 +33,8 @@ trace_summary write_trace(const context& ctx, trace_session& session,
   const auto dev = static_cast<std::int64_t>(ctx.cfg.device);
   s.flows = static_cast<std::int64_t>(add_activity(w, log, origin));
   if (samples)
-    s.nvml_counter_events = static_cast<std::int64_t>(add_sample_counters(w, *samples, origin, dev));
+    s.nvml_counter_events =
+        static_cast<std::int64_t>(add_sample_counters(w, *samples, origin, dev));
   if (history)
     s.allocator_counter_events =
         static_cast<std::int64_t>(add_memory_counters(w, memory_usage(*history), origin, dev));
@@ -87,23 +88,29 @@ presentation::table present_trace(const trace_summary& s) {
 
 std::vector<note> explain_trace(const trace_summary& s) {
   std::vector<note> n;
-  n.push_back({"trace", fmt::format(
-      "- Source: {}. {} events written in {:.1f} ms. Open the file in https://ui.perfetto.dev (or "
-      "chrome://tracing): GPU {} holds a track per stream and the counters; the CPU process a "
-      "track per thread with API calls, waits and user ranges.",
-      s.source, s.events, s.write_s * 1e3, s.device)});
-  n.push_back({"trace",
-      "- Timestamps are on one clock (CLOCK_MONOTONIC): CUPTI is given it for GPU records, and "
-      "user ranges and NVML samples read it, so a kernel lines up with the range and the power "
-      "sample around it. Each arrow joins a launch (CPU) to the kernel or copy it started (GPU)."});
+  n.push_back(
+      {"trace",
+       fmt::format(
+           "- Source: {}. {} events written in {:.1f} ms. Open the file in https://ui.perfetto.dev "
+           "(or "
+           "chrome://tracing): GPU {} holds a track per stream and the counters; the CPU process a "
+           "track per thread with API calls, waits and user ranges.",
+           s.source, s.events, s.write_s * 1e3, s.device)});
+  n.push_back(
+      {"trace",
+       "- Timestamps are on one clock (CLOCK_MONOTONIC): CUPTI is given it for GPU records, and "
+       "user ranges and NVML samples read it, so a kernel lines up with the range and the power "
+       "sample around it. Each arrow joins a launch (CPU) to the kernel or copy it started "
+       "(GPU)."});
   if (s.schedule_wait == 0 && s.schedule_warmup == 0)
     n.push_back({"trace", "- The whole workload is traced (it has no start-up to leave out)."});
   else
-    n.push_back({"trace", fmt::format(
-        "- Schedule: the first {} step(s) untraced (start-up), the next {} traced and discarded "
-        "(the tracer's own start-up), the rest kept, as torch.profiler's schedule(wait, warmup, "
-        "active).",
-        s.schedule_wait, s.schedule_warmup)});
+    n.push_back({"trace", fmt::format("- Schedule: the first {} step(s) untraced (start-up), the "
+                                      "next {} traced and discarded "
+                                      "(the tracer's own start-up), the rest kept, as "
+                                      "torch.profiler's schedule(wait, warmup, "
+                                      "active).",
+                                      s.schedule_wait, s.schedule_warmup)});
   return n;
 }
 

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <thread>
 #include <deque>
 #include <set>
+#include <thread>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -22,17 +22,21 @@ constexpr std::size_t kSmallRequest = 1 << 20;   // requests up to 1 MiB use the
 constexpr std::size_t kSmallSegment = 2 << 20;   // small pool segments
 constexpr std::size_t kLargeSegment = 20 << 20;  // segments for 1-10 MiB requests
 constexpr std::size_t kMediumLimit = 10 << 20;
-constexpr std::size_t kRoundLarge = 2 << 20;     // large requests round to 2 MiB segments
-constexpr std::size_t kLargeSlack = 20 << 20;    // oversize blocks may exceed a request by this
+constexpr std::size_t kRoundLarge = 2 << 20;   // large requests round to 2 MiB segments
+constexpr std::size_t kLargeSlack = 20 << 20;  // oversize blocks may exceed a request by this
 
-std::string mib(std::size_t b) { return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20)); }
+std::string mib(std::size_t b) {
+  return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1 << 20));
+}
 }  // namespace
 
 std::size_t round_request(std::size_t bytes) noexcept {
   if (bytes < kMinBlock) return kMinBlock;
   return (bytes + kMinBlock - 1) / kMinBlock * kMinBlock;
 }
-bool is_small_request(std::size_t rounded) noexcept { return rounded <= kSmallRequest; }
+bool is_small_request(std::size_t rounded) noexcept {
+  return rounded <= kSmallRequest;
+}
 std::size_t segment_size_for(std::size_t rounded) noexcept {
   if (rounded <= kSmallRequest) return kSmallSegment;
   if (rounded < kMediumLimit) return kLargeSegment;
@@ -41,21 +45,30 @@ std::size_t segment_size_for(std::size_t rounded) noexcept {
 
 std::string_view to_string(alloc_source s) noexcept {
   switch (s) {
-    case alloc_source::cache_hit: return "hit";
-    case alloc_source::split: return "split";
-    case alloc_source::new_segment: return "new segment";
-    case alloc_source::after_retry: return "new segment after freeing the cache";
+    case alloc_source::cache_hit:
+      return "hit";
+    case alloc_source::split:
+      return "split";
+    case alloc_source::new_segment:
+      return "new segment";
+    case alloc_source::after_retry:
+      return "new segment after freeing the cache";
   }
   return "?";
 }
 
 std::string_view to_string(history_kind k) noexcept {
   switch (k) {
-    case history_kind::alloc: return "alloc";
-    case history_kind::free: return "free";
-    case history_kind::segment_alloc: return "segment_alloc";
-    case history_kind::segment_free: return "segment_free";
-    case history_kind::oom: return "oom";
+    case history_kind::alloc:
+      return "alloc";
+    case history_kind::free:
+      return "free";
+    case history_kind::segment_alloc:
+      return "segment_alloc";
+    case history_kind::segment_free:
+      return "segment_free";
+    case history_kind::oom:
+      return "oom";
   }
   return "?";
 }
@@ -361,8 +374,10 @@ struct caching_allocator::impl {
         in_use |= b->allocated;
         waiting |= !b->allocated && b->pending_events > 0;
       }
-      if (in_use) ++r.kept_in_use_segments;
-      else if (waiting) ++r.kept_pending_segments;
+      if (in_use)
+        ++r.kept_in_use_segments;
+      else if (waiting)
+        ++r.kept_pending_segments;
       ++it;
     }
     return r;
@@ -387,15 +402,17 @@ struct caching_allocator::impl {
     fill_free_stats(s);
     const auto [dev_free, dev_total] = backend.memory_info();
     std::string limit;
-    if (o.reserved_limit != SIZE_MAX) limit = fmt::format(", reserved limit {}", mib(o.reserved_limit));
+    if (o.reserved_limit != SIZE_MAX)
+      limit = fmt::format(", reserved limit {}", mib(o.reserved_limit));
     throw out_of_memory(
         fmt::format("out of memory: tried to allocate {} ({} rounded) on stream {:#x}; allocator: "
                     "{} allocated, {} reserved, {} reserved but free, largest free block {}, "
                     "fragmentation {:.1f}%{}; {} memory: {} free of {}",
-                    mib(bytes), mib(rounded), stream, mib(static_cast<std::size_t>(s.allocated_bytes.current)),
-                    mib(static_cast<std::size_t>(s.reserved_bytes.current)), mib(s.cached_free_bytes),
-                    mib(s.largest_free_block), 100.0 * s.fragmentation, limit, backend.name(),
-                    mib(dev_free), mib(dev_total)),
+                    mib(bytes), mib(rounded), stream,
+                    mib(static_cast<std::size_t>(s.allocated_bytes.current)),
+                    mib(static_cast<std::size_t>(s.reserved_bytes.current)),
+                    mib(s.cached_free_bytes), mib(s.largest_free_block), 100.0 * s.fragmentation,
+                    limit, backend.name(), mib(dev_free), mib(dev_total)),
         bytes);
   }
 };
@@ -408,7 +425,8 @@ std::shared_ptr<allocator_backend> checked(std::shared_ptr<allocator_backend> ba
 }
 }  // namespace
 
-caching_allocator::caching_allocator(std::shared_ptr<allocator_backend> backend, allocator_options o)
+caching_allocator::caching_allocator(std::shared_ptr<allocator_backend> backend,
+                                     allocator_options o)
     : backend_(checked(std::move(backend))), o_(o), impl_(std::make_unique<impl>(*backend_, o)) {}
 
 caching_allocator::~caching_allocator() {
@@ -494,7 +512,8 @@ void* caching_allocator::allocate(std::size_t bytes, stream_handle stream) {
   st.active_count.add(1);
   m.record(history_kind::alloc, b->ptr, b->size, stream);
   if (m.trace)
-    m.trace({bytes, rounded, small, stream, source, st.allocated_bytes.current, st.reserved_bytes.current});
+    m.trace({bytes, rounded, small, stream, source, st.allocated_bytes.current,
+             st.reserved_bytes.current});
   return reinterpret_cast<void*>(b->ptr);
 }
 
@@ -503,7 +522,8 @@ void caching_allocator::deallocate(void* p) {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
   block* b = m.active.erase(reinterpret_cast<std::uintptr_t>(p));
-  if (!b) throw logic_error(fmt::format("deallocate({}): not a live allocation of this allocator", p));
+  if (!b)
+    throw logic_error(fmt::format("deallocate({}): not a live allocation of this allocator", p));
   auto& st = m.st;
   st.allocated_bytes.sub(static_cast<std::int64_t>(b->size));
   st.requested_bytes.sub(static_cast<std::int64_t>(b->requested));
@@ -559,8 +579,8 @@ void caching_allocator::reset_peak_stats() {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
   for (memory_stat* s : {&m.st.allocated_bytes, &m.st.requested_bytes, &m.st.reserved_bytes,
-                  &m.st.active_bytes, &m.st.inactive_split_bytes, &m.st.allocation_count,
-                  &m.st.segment_count, &m.st.active_count, &m.st.inactive_split_count})
+                         &m.st.active_bytes, &m.st.inactive_split_bytes, &m.st.allocation_count,
+                         &m.st.segment_count, &m.st.active_count, &m.st.inactive_split_count})
     s->peak = s->current;
 }
 
@@ -608,23 +628,36 @@ void to_json(nlohmann::json& j, const empty_cache_report& r) {
 }
 
 void to_json(nlohmann::json& j, const history_event& e) {
-  j = {{"kind", to_string(e.kind)}, {"time_ns", e.time_ns}, {"ptr", e.ptr}, {"bytes", e.bytes},
+  j = {{"kind", to_string(e.kind)},
+       {"time_ns", e.time_ns},
+       {"ptr", e.ptr},
+       {"bytes", e.bytes},
        {"stream", e.stream}};
 }
 
 std::vector<memory_usage_point> memory_usage(const std::vector<history_event>& history,
-                                             std::int64_t allocated_before, std::int64_t reserved_before) {
+                                             std::int64_t allocated_before,
+                                             std::int64_t reserved_before) {
   std::vector<memory_usage_point> out;
   out.reserve(history.size());
   memory_usage_point now{0, allocated_before, reserved_before};
   for (const auto& e : history) {
     const auto bytes = static_cast<std::int64_t>(e.bytes);
     switch (e.kind) {
-      case history_kind::alloc: now.allocated_bytes += bytes; break;
-      case history_kind::free: now.allocated_bytes -= bytes; break;
-      case history_kind::segment_alloc: now.reserved_bytes += bytes; break;
-      case history_kind::segment_free: now.reserved_bytes -= bytes; break;
-      case history_kind::oom: continue;
+      case history_kind::alloc:
+        now.allocated_bytes += bytes;
+        break;
+      case history_kind::free:
+        now.allocated_bytes -= bytes;
+        break;
+      case history_kind::segment_alloc:
+        now.reserved_bytes += bytes;
+        break;
+      case history_kind::segment_free:
+        now.reserved_bytes -= bytes;
+        break;
+      case history_kind::oom:
+        continue;
     }
     now.time_ns = e.time_ns;
     out.push_back(now);

@@ -26,7 +26,9 @@ event_handle cuda_event_pool::record(stream_handle s) {
   return e;
 }
 
-bool cuda_event_pool::done(event_handle e) { return event_completed(static_cast<cudaEvent_t>(e)); }
+bool cuda_event_pool::done(event_handle e) {
+  return event_completed(static_cast<cudaEvent_t>(e));
+}
 
 void cuda_event_pool::release(event_handle e) noexcept {
   std::lock_guard lock(mutex_);
@@ -52,7 +54,9 @@ void cuda_device_backend::deallocate(void* p, std::size_t) noexcept {
   GPU_BASICS_CUDA_TRY_NOTHROW(cudaFree(p));
 }
 
-void cuda_backend_events::synchronize() { GPU_BASICS_CUDA_TRY(cudaDeviceSynchronize()); }
+void cuda_backend_events::synchronize() {
+  GPU_BASICS_CUDA_TRY(cudaDeviceSynchronize());
+}
 
 std::pair<std::size_t, std::size_t> cuda_device_backend::memory_info() {
   std::size_t f = 0, t = 0;
@@ -93,7 +97,8 @@ void cuda_pinned_backend::deallocate(void* p, std::size_t) noexcept {
 }
 
 std::pair<std::size_t, std::size_t> cuda_pinned_backend::memory_info() {
-  const long pages = sysconf(_SC_AVPHYS_PAGES), total = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const long pages = sysconf(_SC_AVPHYS_PAGES), total = sysconf(_SC_PHYS_PAGES),
+             page = sysconf(_SC_PAGESIZE);
   return {static_cast<std::size_t>(pages) * static_cast<std::size_t>(page),
           static_cast<std::size_t>(total) * static_cast<std::size_t>(page)};
 }

@@ -146,10 +146,14 @@ pinned_pool_stats pinned_host_pool::stats() const {
 }
 
 void to_json(nlohmann::json& j, const pinned_pool_stats& s) {
-  j = {{"allocated_bytes", s.allocated_bytes},     {"requested_bytes", s.requested_bytes},
-       {"reserved_bytes", s.reserved_bytes},       {"allocation_count", s.allocation_count},
-       {"backend_allocations", s.backend_allocations}, {"backend_frees", s.backend_frees},
-       {"cache_hits", s.cache_hits},               {"pin_seconds", s.pin_seconds},
+  j = {{"allocated_bytes", s.allocated_bytes},
+       {"requested_bytes", s.requested_bytes},
+       {"reserved_bytes", s.reserved_bytes},
+       {"allocation_count", s.allocation_count},
+       {"backend_allocations", s.backend_allocations},
+       {"backend_frees", s.backend_frees},
+       {"cache_hits", s.cache_hits},
+       {"pin_seconds", s.pin_seconds},
        {"unpin_seconds", s.unpin_seconds}};
 }
 

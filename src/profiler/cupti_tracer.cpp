@@ -16,8 +16,8 @@ namespace gpu_basics {
 #if GPU_BASICS_HAVE_CUPTI
 namespace {
 
-constexpr std::size_t kBufferBytes = 4u << 20;   // per CUPTI buffer
-constexpr std::size_t kMaxBuffers = 64;          // bounded total: 256 MiB
+constexpr std::size_t kBufferBytes = 4u << 20;  // per CUPTI buffer
+constexpr std::size_t kMaxBuffers = 64;         // bounded total: 256 MiB
 
 struct collector {
   std::mutex mutex;
@@ -53,22 +53,33 @@ std::string cupti_error(CUptiResult r) {
 
 memcpy_kind to_kind(std::uint8_t k) {
   switch (k) {
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return memcpy_kind::h2d;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return memcpy_kind::d2h;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return memcpy_kind::d2d;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return memcpy_kind::h2h;
-    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return memcpy_kind::peer;
-    default: return memcpy_kind::other;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD:
+      return memcpy_kind::h2d;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH:
+      return memcpy_kind::d2h;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD:
+      return memcpy_kind::d2d;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH:
+      return memcpy_kind::h2h;
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP:
+      return memcpy_kind::peer;
+    default:
+      return memcpy_kind::other;
   }
 }
 
 std::string sync_name(CUpti_ActivitySynchronizationType t) {
   switch (t) {
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE: return "event synchronize";
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT: return "stream wait event";
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE: return "stream synchronize";
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE: return "context synchronize";
-    default: return "synchronize";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE:
+      return "event synchronize";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT:
+      return "stream wait event";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE:
+      return "stream synchronize";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE:
+      return "context synchronize";
+    default:
+      return "synchronize";
   }
 }
 
@@ -84,7 +95,9 @@ std::string api_name(const char* name) {
 }
 
 // CUPTI's records carry this clock's timestamps: the trace's one clock (ranges, NVML samples).
-std::uint64_t CUPTIAPI cpu_clock() { return host_clock_ns(); }
+std::uint64_t CUPTIAPI cpu_clock() {
+  return host_clock_ns();
+}
 
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
   auto& c = state();
@@ -102,8 +115,8 @@ void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::si
   *size = *buffer ? kBufferBytes : 0;
 }
 
-void CUPTIAPI buffer_completed(CUcontext ctx, std::uint32_t stream, std::uint8_t* buffer, std::size_t,
-                               std::size_t valid) {
+void CUPTIAPI buffer_completed(CUcontext ctx, std::uint32_t stream, std::uint8_t* buffer,
+                               std::size_t, std::size_t valid) {
   auto& c = state();
   std::lock_guard lock(c.mutex);
   CUpti_Activity* rec = nullptr;
@@ -119,8 +132,12 @@ void CUPTIAPI buffer_completed(CUcontext ctx, std::uint32_t stream, std::uint8_t
         r.device = k->deviceId;
         r.stream = k->streamId;
         r.correlation = k->correlationId;
-        r.grid[0] = k->gridX; r.grid[1] = k->gridY; r.grid[2] = k->gridZ;
-        r.block[0] = k->blockX; r.block[1] = k->blockY; r.block[2] = k->blockZ;
+        r.grid[0] = k->gridX;
+        r.grid[1] = k->gridY;
+        r.grid[2] = k->gridZ;
+        r.block[0] = k->blockX;
+        r.block[1] = k->blockY;
+        r.block[2] = k->blockZ;
         r.registers_per_thread = k->registersPerThread;
         r.shared_memory_bytes = k->staticSharedMemory + k->dynamicSharedMemory;
         c.log.kernels.push_back(std::move(r));
@@ -136,39 +153,45 @@ void CUPTIAPI buffer_completed(CUcontext ctx, std::uint32_t stream, std::uint8_t
         r.device = m->deviceId;
         r.stream = m->streamId;
         r.correlation = m->correlationId;
-        r.pinned = m->srcKind == CUPTI_ACTIVITY_MEMORY_KIND_PINNED || m->dstKind == CUPTI_ACTIVITY_MEMORY_KIND_PINNED;
+        r.pinned = m->srcKind == CUPTI_ACTIVITY_MEMORY_KIND_PINNED ||
+                   m->dstKind == CUPTI_ACTIVITY_MEMORY_KIND_PINNED;
         c.log.memcpys.push_back(r);
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
-        c.log.memsets.push_back({m->bytes, m->start, m->end, m->deviceId, m->streamId, m->correlationId});
+        c.log.memsets.push_back(
+            {m->bytes, m->start, m->end, m->deviceId, m->streamId, m->correlationId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_RUNTIME: {
         const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(rec);
         const char* name = nullptr;
         cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, a->cbid, &name);
-        c.log.api_calls.push_back({api_name(name), a->start, a->end, a->threadId, a->correlationId});
+        c.log.api_calls.push_back(
+            {api_name(name), a->start, a->end, a->threadId, a->correlationId});
         break;
       }
       case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
         const auto* y = reinterpret_cast<const CUpti_ActivitySynchronization2*>(rec);
-        c.log.syncs.push_back({sync_name(y->type), y->start, y->end, y->correlationId, y->streamId});
+        c.log.syncs.push_back(
+            {sync_name(y->type), y->start, y->end, y->correlationId, y->streamId});
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
   std::size_t dropped = 0;
-  if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS) c.log.dropped_records += dropped;
+  if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS)
+    c.log.dropped_records += dropped;
   std::free(buffer);
   --c.live_buffers;
 }
 
-constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                         CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME,
-                                         CUPTI_ACTIVITY_KIND_SYNCHRONIZATION};
+constexpr CUpti_ActivityKind kKinds[] = {
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
+    CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION};
 
 class cupti_tracer final : public activity_tracer {
  public:
@@ -180,7 +203,9 @@ class cupti_tracer final : public activity_tracer {
     }
     for (auto k : kKinds) {
       const CUptiResult r = cuptiActivityEnable(k);
-      if (r != CUPTI_SUCCESS) throw error("CUPTI: cannot enable activity kind " + std::to_string(k) + ": " + cupti_error(r));
+      if (r != CUPTI_SUCCESS)
+        throw error("CUPTI: cannot enable activity kind " + std::to_string(k) + ": " +
+                    cupti_error(r));
     }
     range_log::start_recording();
   }
@@ -224,7 +249,8 @@ std::unique_ptr<activity_tracer> make_cupti_tracer(std::string* why) {
     const std::uint64_t before = host_clock_ns();
     cuptiGetTimestamp(&cupti_now);
     const std::uint64_t after = host_clock_ns();
-    c.clock_offset_ns = static_cast<std::int64_t>((before + after) / 2) - static_cast<std::int64_t>(cupti_now);
+    c.clock_offset_ns =
+        static_cast<std::int64_t>((before + after) / 2) - static_cast<std::int64_t>(cupti_now);
   }
   c.active = true;
   return std::make_unique<cupti_tracer>();

@@ -11,32 +11,42 @@ namespace gpu_basics {
 
 std::string_view to_string(gemm_precision p) noexcept {
   switch (p) {
-    case gemm_precision::fp16: return "fp16";
-    case gemm_precision::bf16: return "bf16";
-    case gemm_precision::tf32: return "tf32";
-    case gemm_precision::fp32: return "fp32";
+    case gemm_precision::fp16:
+      return "fp16";
+    case gemm_precision::bf16:
+      return "bf16";
+    case gemm_precision::tf32:
+      return "tf32";
+    case gemm_precision::fp32:
+      return "fp32";
   }
   return "?";
 }
 
 std::optional<gemm_precision> parse_gemm_precision(std::string_view s) {
-  for (gemm_precision p : {gemm_precision::fp16, gemm_precision::bf16, gemm_precision::tf32, gemm_precision::fp32})
+  for (gemm_precision p :
+       {gemm_precision::fp16, gemm_precision::bf16, gemm_precision::tf32, gemm_precision::fp32})
     if (to_string(p) == s) return p;
   return std::nullopt;
 }
 
 double datasheet_peak_flops(const gpu_datasheet& d, gemm_precision p) noexcept {
   switch (p) {
-    case gemm_precision::fp16: return d.fp16_flops;
-    case gemm_precision::bf16: return d.bf16_flops;
-    case gemm_precision::tf32: return d.tf32_flops;
-    case gemm_precision::fp32: return d.fp32_flops;
+    case gemm_precision::fp16:
+      return d.fp16_flops;
+    case gemm_precision::bf16:
+      return d.bf16_flops;
+    case gemm_precision::tf32:
+      return d.tf32_flops;
+    case gemm_precision::fp32:
+      return d.fp32_flops;
   }
   return 0;
 }
 
 double max_relative_error(std::span<const double> got, std::span<const double> ref) {
-  GPU_BASICS_EXPECTS(got.size() == ref.size() && !ref.empty(), "result and reference differ in size");
+  GPU_BASICS_EXPECTS(got.size() == ref.size() && !ref.empty(),
+                     "result and reference differ in size");
   double worst = 0, scale = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
     const double diff = std::abs(got[i] - ref[i]);
@@ -48,10 +58,14 @@ double max_relative_error(std::span<const double> got, std::span<const double> r
 
 double gemm_tolerance(gemm_precision p) noexcept {
   switch (p) {
-    case gemm_precision::fp16: return 1e-2;
-    case gemm_precision::bf16: return 2e-2;
-    case gemm_precision::tf32: return 1e-2;
-    case gemm_precision::fp32: return 1e-4;
+    case gemm_precision::fp16:
+      return 1e-2;
+    case gemm_precision::bf16:
+      return 2e-2;
+    case gemm_precision::tf32:
+      return 1e-2;
+    case gemm_precision::fp32:
+      return 1e-4;
   }
   return 0;
 }

@@ -18,45 +18,69 @@ namespace {
 
 const char* status_name(cublasStatus_t s) {
   switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    default: return "CUBLAS_STATUS_UNKNOWN";
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default:
+      return "CUBLAS_STATUS_UNKNOWN";
   }
 }
 
-#define GPU_BASICS_LT_TRY(call)                                                                   \
-  do {                                                                                            \
-    const cublasStatus_t lt_status_ = (call);                                                     \
-    if (lt_status_ != CUBLAS_STATUS_SUCCESS)                                                      \
+#define GPU_BASICS_LT_TRY(call)                                                                  \
+  do {                                                                                           \
+    const cublasStatus_t lt_status_ = (call);                                                    \
+    if (lt_status_ != CUBLAS_STATUS_SUCCESS)                                                     \
       throw cuda_error(static_cast<int>(lt_status_), status_name(lt_status_), "cuBLASLt failed", \
-                       #call, __FILE__, __LINE__);                                                \
+                       #call, __FILE__, __LINE__);                                               \
   } while (0)
 
-cudaDataType_t data_type(int p) { return p == 0 ? CUDA_R_16F : p == 1 ? CUDA_R_16BF : CUDA_R_32F; }
-std::size_t element_size(int p) { return p <= 1 ? 2 : 4; }
-cublasComputeType_t compute_type(int p) { return p == 2 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F; }
+cudaDataType_t data_type(int p) {
+  return p == 0 ? CUDA_R_16F : p == 1 ? CUDA_R_16BF : CUDA_R_32F;
+}
+std::size_t element_size(int p) {
+  return p <= 1 ? 2 : 4;
+}
+cublasComputeType_t compute_type(int p) {
+  return p == 2 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
 
 template <class T>
 __device__ T from_float(float x);
 template <>
-__device__ __half from_float<__half>(float x) { return __float2half(x); }
+__device__ __half from_float<__half>(float x) {
+  return __float2half(x);
+}
 template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16(x);
+}
 template <>
-__device__ float from_float<float>(float x) { return x; }
+__device__ float from_float<float>(float x) {
+  return x;
+}
 
 template <class T>
 __global__ void fill_normal_kernel(T* p, std::size_t n, std::uint32_t seed) {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
     // Box-Muller over two pattern words: N(0, 1), never all zeros.
-    const float u1 = (static_cast<float>(pattern_word(seed, 2 * i) >> 8) + 1.0f) * (1.0f / 16777217.0f);
+    const float u1 =
+        (static_cast<float>(pattern_word(seed, 2 * i) >> 8) + 1.0f) * (1.0f / 16777217.0f);
     const float u2 = static_cast<float>(pattern_word(seed, 2 * i + 1) >> 8) * (1.0f / 16777216.0f);
     p[i] = from_float<T>(sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2));
   }
@@ -65,18 +89,27 @@ __global__ void fill_normal_kernel(T* p, std::size_t n, std::uint32_t seed) {
 void fill_normal(void* p, std::size_t n, int prec, std::uint32_t seed, stream_view s) {
   const int blocks = 132 * 8;
   switch (prec) {
-    case 0: fill_normal_kernel<<<blocks, 256, 0, s>>>(static_cast<__half*>(p), n, seed); break;
-    case 1: fill_normal_kernel<<<blocks, 256, 0, s>>>(static_cast<__nv_bfloat16*>(p), n, seed); break;
-    default: fill_normal_kernel<<<blocks, 256, 0, s>>>(static_cast<float*>(p), n, seed); break;
+    case 0:
+      fill_normal_kernel<<<blocks, 256, 0, s>>>(static_cast<__half*>(p), n, seed);
+      break;
+    case 1:
+      fill_normal_kernel<<<blocks, 256, 0, s>>>(static_cast<__nv_bfloat16*>(p), n, seed);
+      break;
+    default:
+      fill_normal_kernel<<<blocks, 256, 0, s>>>(static_cast<float*>(p), n, seed);
+      break;
   }
   GPU_BASICS_CUDA_TRY(cudaGetLastError());
 }
 
 double to_double(const void* base, std::size_t i, int p) {
   switch (p) {
-    case 0: return static_cast<double>(__half2float(static_cast<const __half*>(base)[i]));
-    case 1: return static_cast<double>(__bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]));
-    default: return static_cast<double>(static_cast<const float*>(base)[i]);
+    case 0:
+      return static_cast<double>(__half2float(static_cast<const __half*>(base)[i]));
+    case 1:
+      return static_cast<double>(__bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]));
+    default:
+      return static_cast<double>(static_cast<const float*>(base)[i]);
   }
 }
 
@@ -87,8 +120,10 @@ struct descriptors {
   descriptors(int p, std::uint64_t m, std::uint64_t n, std::uint64_t k) {
     GPU_BASICS_LT_TRY(cublasLtMatmulDescCreate(&op, compute_type(p), CUDA_R_32F));
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    GPU_BASICS_LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    GPU_BASICS_LT_TRY(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    GPU_BASICS_LT_TRY(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    GPU_BASICS_LT_TRY(
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
     const cudaDataType_t t = data_type(p);
     // A is stored k x m (op T gives m x k), B k x n, D m x n; all column-major.
     GPU_BASICS_LT_TRY(cublasLtMatrixLayoutCreate(&a, t, k, m, static_cast<std::int64_t>(k)));
@@ -118,8 +153,9 @@ struct lt_gemm::impl {
 
   void matmul(const cublasLtMatmulAlgo_t& algo, stream_view st) {
     const float alpha = 1.0f, beta = 0.0f;
-    GPU_BASICS_LT_TRY(cublasLtMatmul(handle, ds->op, &alpha, a.data(), ds->a, b.data(), ds->b, &beta, d.data(),
-                                     ds->d, d.data(), ds->d, &algo, workspace.data(), workspace.size(), st.value()));
+    GPU_BASICS_LT_TRY(cublasLtMatmul(handle, ds->op, &alpha, a.data(), ds->a, b.data(), ds->b,
+                                     &beta, d.data(), ds->d, d.data(), ds->d, &algo,
+                                     workspace.data(), workspace.size(), st.value()));
   }
 };
 
@@ -133,8 +169,8 @@ lt_gemm::~lt_gemm() {
   if (impl_->handle) cublasLtDestroy(impl_->handle);
 }
 
-int lt_gemm::prepare(int precision, std::uint64_t m, std::uint64_t n, std::uint64_t k, int max_candidates,
-                     stream_view s) {
+int lt_gemm::prepare(int precision, std::uint64_t m, std::uint64_t n, std::uint64_t k,
+                     int max_candidates, stream_view s) {
   auto& x = *impl_;
   if (x.prec != precision || x.m != m || x.n != n || x.k != k) {
     const std::size_t e = element_size(precision);
@@ -155,15 +191,16 @@ int lt_gemm::prepare(int precision, std::uint64_t m, std::uint64_t n, std::uint6
     cublasLtMatmulPreference_t pref = nullptr;
     GPU_BASICS_LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
     const std::uint64_t ws = x.workspace.size();
-    const cublasStatus_t ps =
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-    x.candidates.assign(static_cast<std::size_t>(max_candidates), cublasLtMatmulHeuristicResult_t{});
+    const cublasStatus_t ps = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    x.candidates.assign(static_cast<std::size_t>(max_candidates),
+                        cublasLtMatmulHeuristicResult_t{});
     int returned = 0;
     const cublasStatus_t hs =
-        ps != CUBLAS_STATUS_SUCCESS ? ps
-                                    : cublasLtMatmulAlgoGetHeuristic(x.handle, x.ds->op, x.ds->a, x.ds->b, x.ds->d,
-                                                                     x.ds->d, pref, max_candidates,
-                                                                     x.candidates.data(), &returned);
+        ps != CUBLAS_STATUS_SUCCESS
+            ? ps
+            : cublasLtMatmulAlgoGetHeuristic(x.handle, x.ds->op, x.ds->a, x.ds->b, x.ds->d, x.ds->d,
+                                             pref, max_candidates, x.candidates.data(), &returned);
     cublasLtMatmulPreferenceDestroy(pref);
     GPU_BASICS_LT_TRY(hs);
     x.candidates.resize(static_cast<std::size_t>(returned));
@@ -196,7 +233,8 @@ std::vector<double> lt_gemm::run(int c, int warmup, int iterations, stream_view 
   auto& x = *impl_;
   const auto& algo = x.candidates.at(static_cast<std::size_t>(c)).algo;
   for (int i = 0; i < warmup; ++i) x.matmul(algo, s);
-  std::vector<cuda_event> start(static_cast<std::size_t>(iterations)), stop(static_cast<std::size_t>(iterations));
+  std::vector<cuda_event> start(static_cast<std::size_t>(iterations)),
+      stop(static_cast<std::size_t>(iterations));
   for (std::size_t i = 0; i < start.size(); ++i) {
     start[i].record(s);
     x.matmul(algo, s);
@@ -204,11 +242,13 @@ std::vector<double> lt_gemm::run(int c, int warmup, int iterations, stream_view 
   }
   s.synchronize();
   std::vector<double> t;
-  for (std::size_t i = 0; i < start.size(); ++i) t.push_back(cuda_event::elapsed_s(start[i], stop[i]));
+  for (std::size_t i = 0; i < start.size(); ++i)
+    t.push_back(cuda_event::elapsed_s(start[i], stop[i]));
   return t;
 }
 
-void lt_gemm::download(std::vector<double>& a, std::vector<double>& b, std::vector<double>& d) const {
+void lt_gemm::download(std::vector<double>& a, std::vector<double>& b,
+                       std::vector<double>& d) const {
   const auto& x = *impl_;
   const std::size_t e = element_size(x.prec);
   const auto fetch = [&](const device_buffer& buf, std::vector<double>& out) {

@@ -20,7 +20,8 @@ class lt_gemm {
 
   /// Random normal operands and descriptors for D(m x n) = A^T B with A stored k x m; returns
   /// how many candidate algorithms the heuristic offers (at most max_candidates).
-  int prepare(int precision, std::uint64_t m, std::uint64_t n, std::uint64_t k, int max_candidates, stream_view s);
+  int prepare(int precision, std::uint64_t m, std::uint64_t n, std::uint64_t k, int max_candidates,
+              stream_view s);
   /// `reps` timed runs of candidate c after one warm-up; empty if the candidate cannot run.
   std::vector<double> time_candidate(int c, int reps, stream_view s);
   /// `iterations` runs of candidate c after `warmup`, each between events.

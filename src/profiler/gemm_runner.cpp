@@ -18,11 +18,13 @@ gemm_runner::gemm_runner(std::size_t workspace_bytes, int max_candidates)
 
 gemm_runner::~gemm_runner() = default;
 
-gemm_result gemm_runner::run(gemm_precision p, gemm_shape s, int warmup, int iterations, stream_view st) {
+gemm_result gemm_runner::run(gemm_precision p, gemm_shape s, int warmup, int iterations,
+                             stream_view st) {
   auto& m = *impl_;
   const int prec = static_cast<int>(p);
   const int offered = m.lt.prepare(prec, s.m, s.n, s.k, m.max_candidates, st);
-  if (offered == 0) throw error("cuBLASLt offers no algorithm for a " + std::string(to_string(p)) + " GEMM");
+  if (offered == 0)
+    throw error("cuBLASLt offers no algorithm for a " + std::string(to_string(p)) + " GEMM");
   const auto key = std::make_tuple(prec, s.m, s.n, s.k);
   auto it = m.tuned.find(key);
   if (it == m.tuned.end()) {
@@ -31,18 +33,21 @@ gemm_result gemm_runner::run(gemm_precision p, gemm_shape s, int warmup, int ite
     times.reserve(static_cast<std::size_t>(offered));
     for (int c = 0; c < offered; ++c) times.push_back(m.lt.time_candidate(c, 3, st));
     const int best = fastest_candidate(times);
-    if (best < 0) throw error("no cuBLASLt candidate ran for a " + std::string(to_string(p)) + " GEMM");
+    if (best < 0)
+      throw error("no cuBLASLt candidate ran for a " + std::string(to_string(p)) + " GEMM");
     gemm_result info;
     info.candidates = offered;
     info.chosen = best;
-    for (const auto& t : times) info.candidate_median_s.push_back(t.empty() ? -1.0 : summarize(t).median);
+    for (const auto& t : times)
+      info.candidate_median_s.push_back(t.empty() ? -1.0 : summarize(t).median);
     it = m.tuned.emplace(key, info).first;
   }
   gemm_result r = it->second;
   r.precision = p;
   r.shape = s;
   r.seconds = m.lt.run(r.chosen, warmup, iterations, st);
-  r.flops_per_s = summarize_mapped(r.seconds, [&](double t) { return gemm_flops_per_s(s.m, s.n, s.k, t); });
+  r.flops_per_s =
+      summarize_mapped(r.seconds, [&](double t) { return gemm_flops_per_s(s.m, s.n, s.k, t); });
   return r;
 }
 

@@ -14,7 +14,8 @@ gpu_timing::scope::scope(gpu_timing& owner, std::string name, stream_view s)
 gpu_timing::scope::~scope() {
   try {
     stop_.record(stream_);
-    owner_.pending_.push_back({std::move(name_), std::move(start_), std::move(stop_), host_seconds() - host_start_});
+    owner_.pending_.push_back(
+        {std::move(name_), std::move(start_), std::move(stop_), host_seconds() - host_start_});
   } catch (const std::exception& e) {
     spdlog::warn("timing region dropped: {}", e.what());
   }

@@ -12,7 +12,9 @@
 namespace gpu_basics {
 
 // CUPTI's API records carry the low 32 bits of pthread_self() (seen on the H200's driver 580).
-std::uint64_t trace_thread_id() noexcept { return static_cast<std::uint32_t>(pthread_self()); }
+std::uint64_t trace_thread_id() noexcept {
+  return static_cast<std::uint32_t>(pthread_self());
+}
 
 namespace {
 struct range_state {
@@ -40,7 +42,9 @@ std::vector<range_record> range_log::stop_recording() {
   return std::move(s.ranges);
 }
 
-bool range_log::recording() noexcept { return ranges().on.load(std::memory_order_relaxed); }
+bool range_log::recording() noexcept {
+  return ranges().on.load(std::memory_order_relaxed);
+}
 
 void range_log::record(range_record r) {
   auto& s = ranges();
@@ -54,7 +58,8 @@ scoped_range::scoped_range(std::string name) : name_(std::move(name)), start_ns_
 
 scoped_range::~scoped_range() {
   nvtxRangePop();
-  if (range_log::recording()) range_log::record({std::move(name_), start_ns_, host_clock_ns(), trace_thread_id()});
+  if (range_log::recording())
+    range_log::record({std::move(name_), start_ns_, host_clock_ns(), trace_thread_id()});
 }
 
 }  // namespace gpu_basics

@@ -14,19 +14,32 @@ namespace gpu_basics {
 
 std::string_view metric_name(gpu_metric m) noexcept {
   switch (m) {
-    case gpu_metric::gpu_util_percent: return "gpu_util_percent";
-    case gpu_metric::memory_util_percent: return "memory_util_percent";
-    case gpu_metric::memory_used_bytes: return "memory_used_bytes";
-    case gpu_metric::memory_total_bytes: return "memory_total_bytes";
-    case gpu_metric::power_w: return "power_w";
-    case gpu_metric::energy_j: return "energy_j";
-    case gpu_metric::temperature_c: return "temperature_c";
-    case gpu_metric::sm_clock_mhz: return "sm_clock_mhz";
-    case gpu_metric::memory_clock_mhz: return "memory_clock_mhz";
-    case gpu_metric::pcie_tx_bytes_per_s: return "pcie_tx_bytes_per_s";
-    case gpu_metric::pcie_rx_bytes_per_s: return "pcie_rx_bytes_per_s";
-    case gpu_metric::clock_event_reasons: return "clock_event_reasons";
-    case gpu_metric::count_: break;
+    case gpu_metric::gpu_util_percent:
+      return "gpu_util_percent";
+    case gpu_metric::memory_util_percent:
+      return "memory_util_percent";
+    case gpu_metric::memory_used_bytes:
+      return "memory_used_bytes";
+    case gpu_metric::memory_total_bytes:
+      return "memory_total_bytes";
+    case gpu_metric::power_w:
+      return "power_w";
+    case gpu_metric::energy_j:
+      return "energy_j";
+    case gpu_metric::temperature_c:
+      return "temperature_c";
+    case gpu_metric::sm_clock_mhz:
+      return "sm_clock_mhz";
+    case gpu_metric::memory_clock_mhz:
+      return "memory_clock_mhz";
+    case gpu_metric::pcie_tx_bytes_per_s:
+      return "pcie_tx_bytes_per_s";
+    case gpu_metric::pcie_rx_bytes_per_s:
+      return "pcie_rx_bytes_per_s";
+    case gpu_metric::clock_event_reasons:
+      return "clock_event_reasons";
+    case gpu_metric::count_:
+      break;
   }
   return "?";
 }
@@ -43,18 +56,21 @@ reading<double> as_double(const reading<T>& r, double scale = 1.0) {
 }
 }  // namespace
 
-nvml_metric_source::nvml_metric_source(std::shared_ptr<nvml> nv, nvml_device device, bool pcie_throughput)
+nvml_metric_source::nvml_metric_source(std::shared_ptr<nvml> nv, nvml_device device,
+                                       bool pcie_throughput)
     : nv_(std::move(nv)), dev_(device), pcie_(pcie_throughput) {
   GPU_BASICS_EXPECTS(nv_ != nullptr, "an NVML source needs NVML");
 }
 
 bool is_slow_metric(gpu_metric m) noexcept {
-  return m == gpu_metric::energy_j || m == gpu_metric::pcie_tx_bytes_per_s || m == gpu_metric::pcie_rx_bytes_per_s;
+  return m == gpu_metric::energy_j || m == gpu_metric::pcie_tx_bytes_per_s ||
+         m == gpu_metric::pcie_rx_bytes_per_s;
 }
 
 gpu_sample fake_metric_source::read(bool include_slow) {
   gpu_sample s = script_(reads_++);
-  if (include_slow) ++slow_reads_;
+  if (include_slow)
+    ++slow_reads_;
   else
     for (std::size_t k = 0; k < kGpuMetricCount; ++k)
       if (is_slow_metric(static_cast<gpu_metric>(k))) s.values[k] = {};
@@ -91,8 +107,10 @@ std::vector<metric_summary> summarize_samples(const std::vector<gpu_sample>& sam
     std::vector<double> v;
     for (const auto& s : samples) {
       const auto& r = s.values[k];
-      if (r.ok()) v.push_back(r.value);
-      else if (m.status == metric_status::unavailable) m.status = r.status;
+      if (r.ok())
+        v.push_back(r.value);
+      else if (m.status == metric_status::unavailable)
+        m.status = r.status;
     }
     if (!v.empty()) {
       const summary st = summarize(v);
@@ -132,8 +150,12 @@ energy_use energy_between(const std::vector<gpu_sample>& samples) {
   return e;
 }
 
-sampler::sampler(std::shared_ptr<metric_source> source, int interval_ms, std::size_t capacity, int slow_interval_ms)
-    : source_(std::move(source)), interval_ms_(interval_ms), capacity_(capacity), slow_interval_ms_(slow_interval_ms) {
+sampler::sampler(std::shared_ptr<metric_source> source, int interval_ms, std::size_t capacity,
+                 int slow_interval_ms)
+    : source_(std::move(source)),
+      interval_ms_(interval_ms),
+      capacity_(capacity),
+      slow_interval_ms_(slow_interval_ms) {
   GPU_BASICS_EXPECTS(source_ != nullptr, "a sampler needs a source");
   GPU_BASICS_EXPECTS(interval_ms >= 1 && interval_ms <= 1000, "sample interval outside 1..1000 ms");
   GPU_BASICS_EXPECTS(slow_interval_ms >= interval_ms && slow_interval_ms <= 60000,
@@ -141,7 +163,9 @@ sampler::sampler(std::shared_ptr<metric_source> source, int interval_ms, std::si
   GPU_BASICS_EXPECTS(capacity >= 1, "a sampler keeps at least one sample");
 }
 
-sampler::~sampler() { stop(); }
+sampler::~sampler() {
+  stop();
+}
 
 void sampler::start() {
   if (running_.exchange(true)) return;
@@ -214,12 +238,14 @@ std::vector<gpu_sample> sampler::samples() const {
 
 std::string samples_csv(const std::vector<gpu_sample>& samples) {
   std::string out = "time_s";
-  for (std::size_t k = 0; k < kGpuMetricCount; ++k) out += "," + std::string(metric_name(static_cast<gpu_metric>(k)));
+  for (std::size_t k = 0; k < kGpuMetricCount; ++k)
+    out += "," + std::string(metric_name(static_cast<gpu_metric>(k)));
   out += "\n";
   const double t0 = samples.empty() ? 0.0 : samples.front().time_s;
   for (const auto& s : samples) {
     out += fmt::format("{:.6f}", s.time_s - t0);
-    for (const auto& r : s.values) out += r.ok() ? fmt::format(",{:.17g}", r.value) : std::string(",");
+    for (const auto& r : s.values)
+      out += r.ok() ? fmt::format(",{:.17g}", r.value) : std::string(",");
     out += "\n";
   }
   return out;
@@ -227,12 +253,14 @@ std::string samples_csv(const std::vector<gpu_sample>& samples) {
 
 nlohmann::json samples_json(const std::vector<gpu_sample>& samples) {
   nlohmann::json names = nlohmann::json::array(), rows = nlohmann::json::array();
-  for (std::size_t k = 0; k < kGpuMetricCount; ++k) names.push_back(metric_name(static_cast<gpu_metric>(k)));
+  for (std::size_t k = 0; k < kGpuMetricCount; ++k)
+    names.push_back(metric_name(static_cast<gpu_metric>(k)));
   const double t0 = samples.empty() ? 0.0 : samples.front().time_s;
   for (const auto& s : samples) {
     nlohmann::json row{{"time_s", s.time_s - t0}};
     for (std::size_t k = 0; k < kGpuMetricCount; ++k)
-      row[names[k].get<std::string>()] = s.values[k].ok() ? nlohmann::json(s.values[k].value) : nlohmann::json(nullptr);
+      row[names[k].get<std::string>()] =
+          s.values[k].ok() ? nlohmann::json(s.values[k].value) : nlohmann::json(nullptr);
     rows.push_back(std::move(row));
   }
   return {{"metrics", names}, {"samples", rows}};
@@ -241,8 +269,14 @@ nlohmann::json samples_json(const std::vector<gpu_sample>& samples) {
 void to_json(nlohmann::json& j, const metric_summary& s) {
   const bool ok = s.status == metric_status::ok;
   const auto v = [&](double x) { return ok ? nlohmann::json(x) : nlohmann::json(nullptr); };
-  j = {{"metric", metric_name(s.metric)}, {"status", to_string(s.status)}, {"samples", s.samples},
-       {"mean", v(s.mean)}, {"min", v(s.min)}, {"max", v(s.max)}, {"p50", v(s.p50)}, {"p95", v(s.p95)}};
+  j = {{"metric", metric_name(s.metric)},
+       {"status", to_string(s.status)},
+       {"samples", s.samples},
+       {"mean", v(s.mean)},
+       {"min", v(s.min)},
+       {"max", v(s.max)},
+       {"p50", v(s.p50)},
+       {"p95", v(s.p95)}};
 }
 
 }  // namespace gpu_basics

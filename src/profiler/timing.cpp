@@ -24,8 +24,9 @@ std::vector<region_stats> timing_registry::regions() const {
     std::lock_guard lock(mutex_);
     for (const auto& [k, v] : regions_) out.push_back(v);
   }
-  std::stable_sort(out.begin(), out.end(),
-                   [](const region_stats& a, const region_stats& b) { return a.gpu_total_s > b.gpu_total_s; });
+  std::stable_sort(out.begin(), out.end(), [](const region_stats& a, const region_stats& b) {
+    return a.gpu_total_s > b.gpu_total_s;
+  });
   return out;
 }
 

@@ -4,8 +4,8 @@
 
 namespace gpu_basics {
 
-std::size_t add_sample_counters(trace_writer& out, const std::vector<gpu_sample>& samples, std::uint64_t origin_ns,
-                                std::int64_t pid) {
+std::size_t add_sample_counters(trace_writer& out, const std::vector<gpu_sample>& samples,
+                                std::uint64_t origin_ns, std::int64_t pid) {
   std::size_t n = 0;
   double energy0 = -1;
   for (const auto& s : samples) {
@@ -14,7 +14,8 @@ std::size_t add_sample_counters(trace_writer& out, const std::vector<gpu_sample>
       const auto m = static_cast<gpu_metric>(k);
       const auto& r = s.values[k];
       // A bitmask and a constant are no series to plot.
-      if (!r.ok() || m == gpu_metric::clock_event_reasons || m == gpu_metric::memory_total_bytes) continue;
+      if (!r.ok() || m == gpu_metric::clock_event_reasons || m == gpu_metric::memory_total_bytes)
+        continue;
       if (m == gpu_metric::energy_j) {
         if (energy0 < 0) energy0 = r.value;
         out.counter("energy_used_j", ts_us, pid, r.value - energy0);

@@ -21,14 +21,26 @@ void append_json_string(std::string& out, std::string_view s) {
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
-        if (c < 0x20) fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
-        else out += ch;
+        if (c < 0x20)
+          fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
+        else
+          out += ch;
     }
   }
   out += '"';
@@ -54,14 +66,15 @@ void append_us(std::string& out, double us) {
   }
   append_int(out, ns / 1000);
   const auto frac = static_cast<int>(ns % 1000);
-  const char digits[4] = {'.', static_cast<char>('0' + frac / 100), static_cast<char>('0' + frac / 10 % 10),
+  const char digits[4] = {'.', static_cast<char>('0' + frac / 100),
+                          static_cast<char>('0' + frac / 10 % 10),
                           static_cast<char>('0' + frac % 10)};
   out.append(digits, 4);
 }
 }  // namespace
 
-void trace_writer::slice(std::string name, std::string category, double ts_us, double dur_us, std::int64_t pid,
-                         std::int64_t tid, const nlohmann::json& args) {
+void trace_writer::slice(std::string name, std::string category, double ts_us, double dur_us,
+                         std::int64_t pid, std::int64_t tid, const nlohmann::json& args) {
   slice_raw(std::move(name), std::move(category), ts_us, dur_us, pid, tid,
             json_text{args.is_object() && args.empty() ? std::string() : args.dump()});
 }
@@ -80,8 +93,9 @@ void trace_writer::slice_raw(std::string name, std::string category, double ts_u
   events_.push_back(std::move(e));
 }
 
-void trace_writer::flow(std::uint64_t id, std::string name, double ts_from_us, std::int64_t pid_from,
-                        std::int64_t tid_from, double ts_to_us, std::int64_t pid_to, std::int64_t tid_to) {
+void trace_writer::flow(std::uint64_t id, std::string name, double ts_from_us,
+                        std::int64_t pid_from, std::int64_t tid_from, double ts_to_us,
+                        std::int64_t pid_to, std::int64_t tid_to) {
   event s;
   s.ph = 's';
   s.id = id;
@@ -114,8 +128,8 @@ void trace_writer::counter(std::string name, double ts_us, std::int64_t pid, dou
   events_.push_back(std::move(e));
 }
 
-void trace_writer::name_track(const char* what, std::int64_t pid, std::optional<std::int64_t> tid, std::string name,
-                              int sort_index) {
+void trace_writer::name_track(const char* what, std::int64_t pid, std::optional<std::int64_t> tid,
+                              std::string name, int sort_index) {
   event e;
   e.ph = 'M';
   e.pid = pid;
@@ -137,11 +151,14 @@ void trace_writer::name_process(std::int64_t pid, std::string name, int sort_ind
   name_track("process", pid, std::nullopt, std::move(name), sort_index);
 }
 
-void trace_writer::name_thread(std::int64_t pid, std::int64_t tid, std::string name, int sort_index) {
+void trace_writer::name_thread(std::int64_t pid, std::int64_t tid, std::string name,
+                               int sort_index) {
   name_track("thread", pid, tid, std::move(name), sort_index);
 }
 
-void trace_writer::metadata(const std::string& key, nlohmann::json v) { metadata_[key] = std::move(v); }
+void trace_writer::metadata(const std::string& key, nlohmann::json v) {
+  metadata_[key] = std::move(v);
+}
 
 std::string trace_writer::to_string() const {
   std::vector<std::size_t> order(events_.size());
@@ -200,16 +217,23 @@ std::string trace_writer::to_string() const {
   return out;
 }
 
-nlohmann::json trace_writer::to_json() const { return nlohmann::json::parse(to_string()); }
+nlohmann::json trace_writer::to_json() const {
+  return nlohmann::json::parse(to_string());
+}
 
-bool trace_writer::gzip_supported() noexcept { return GPU_BASICS_HAVE_ZLIB != 0; }
+bool trace_writer::gzip_supported() noexcept {
+  return GPU_BASICS_HAVE_ZLIB != 0;
+}
 
 namespace {
-bool ends_with_gz(const std::string& path) { return path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0; }
+bool ends_with_gz(const std::string& path) {
+  return path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+}
 
 #if GPU_BASICS_HAVE_ZLIB
 std::string gzip(const std::string& text, const std::string& path) {
-  if (text.size() > 0xFFFFFFFFu) throw io_error("cannot write " + path + ": a trace over 4 GiB cannot be compressed here");
+  if (text.size() > 0xFFFFFFFFu)
+    throw io_error("cannot write " + path + ": a trace over 4 GiB cannot be compressed here");
   z_stream z{};
   // windowBits 15 + 16: a gzip header and trailer, which gunzip and Perfetto's loader read.
   if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
@@ -236,7 +260,8 @@ void trace_writer::write(const std::string& path) const {
 #if GPU_BASICS_HAVE_ZLIB
   write_file_atomically(path, gzip(to_string(), path));
 #else
-  throw io_error("cannot write " + path + ": this build has no zlib, so traces cannot be gzip-compressed; drop the .gz");
+  throw io_error("cannot write " + path +
+                 ": this build has no zlib, so traces cannot be gzip-compressed; drop the .gz");
 #endif
 }
 

@@ -22,9 +22,12 @@ namespace gpu_basics {
 
 std::string_view to_string(copy_direction d) noexcept {
   switch (d) {
-    case copy_direction::h2d: return "H2D";
-    case copy_direction::d2h: return "D2H";
-    case copy_direction::d2d: return "D2D";
+    case copy_direction::h2d:
+      return "H2D";
+    case copy_direction::d2h:
+      return "D2H";
+    case copy_direction::d2d:
+      return "D2D";
   }
   return "?";
 }
@@ -42,11 +45,11 @@ struct pageable_buffer {
   std::size_t size = 0;
   pageable_buffer() = default;
   explicit pageable_buffer(std::size_t n) : size(n) {
-    ptr = static_cast<std::byte*>(::operator new(n, std::align_val_t{4096}, std::nothrow));
+    ptr = static_cast<std::byte*>(::operator new (n, std::align_val_t{4096}, std::nothrow));
     if (!ptr) throw out_of_memory("cannot allocate " + format_bytes(n) + " of host memory", n);
   }
   ~pageable_buffer() {
-    if (ptr) ::operator delete(ptr, std::align_val_t{4096});
+    if (ptr) ::operator delete (ptr, std::align_val_t{4096});
   }
   pageable_buffer(pageable_buffer&& o) noexcept
       : ptr(std::exchange(o.ptr, nullptr)), size(std::exchange(o.size, 0)) {}
@@ -118,7 +121,8 @@ struct copy_bench::buffers {
   }
   unsigned long long read_counter() {
     unsigned long long v = 0;
-    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(&v, counter.data(), sizeof(v), cudaMemcpyDeviceToHost, s0.value()));
+    GPU_BASICS_CUDA_TRY(
+        cudaMemcpyAsync(&v, counter.data(), sizeof(v), cudaMemcpyDeviceToHost, s0.value()));
     s0.synchronize();
     return v;
   }
@@ -139,9 +143,12 @@ namespace {
 
 cudaMemcpyKind kind_of(copy_direction d) {
   switch (d) {
-    case copy_direction::h2d: return cudaMemcpyHostToDevice;
-    case copy_direction::d2h: return cudaMemcpyDeviceToHost;
-    case copy_direction::d2d: return cudaMemcpyDeviceToDevice;
+    case copy_direction::h2d:
+      return cudaMemcpyHostToDevice;
+    case copy_direction::d2h:
+      return cudaMemcpyDeviceToHost;
+    case copy_direction::d2d:
+      return cudaMemcpyDeviceToDevice;
   }
   return cudaMemcpyDefault;
 }
@@ -164,19 +171,24 @@ void check(unsigned long long mismatches, const copy_measurement& r, std::string
 /// the poison, the events around the copy, and the check.
 template <class F>
 void run_blocked(copy_bench::buffers& b, int samples, std::vector<double>& seconds, F one) {
-  std::vector<cuda_event> start(static_cast<std::size_t>(samples)), stop(static_cast<std::size_t>(samples));
+  std::vector<cuda_event> start(static_cast<std::size_t>(samples)),
+      stop(static_cast<std::size_t>(samples));
   {
     stream_blocker blocker;
     blocker.block(b.s0);
-    for (int i = 0; i < samples; ++i) one(i, start[static_cast<std::size_t>(i)], stop[static_cast<std::size_t>(i)]);
+    for (int i = 0; i < samples; ++i)
+      one(i, start[static_cast<std::size_t>(i)], stop[static_cast<std::size_t>(i)]);
     blocker.release();
     b.s0.synchronize();
     b.s1.synchronize();
     if (blocker.timed_out())
-      spdlog::warn("the blocking kernel timed out before all work was enqueued; timings may include enqueue cost");
+      spdlog::warn(
+          "the blocking kernel timed out before all work was enqueued; timings may include enqueue "
+          "cost");
   }
   for (int i = 0; i < samples; ++i)
-    seconds.push_back(cuda_event::elapsed_s(start[static_cast<std::size_t>(i)], stop[static_cast<std::size_t>(i)]));
+    seconds.push_back(cuda_event::elapsed_s(start[static_cast<std::size_t>(i)],
+                                            stop[static_cast<std::size_t>(i)]));
 }
 
 }  // namespace
@@ -255,7 +267,8 @@ copy_measurement copy_bench::multi_stream(copy_direction d, std::uint64_t bytes,
     for (std::size_t c = 0; c < chunks.size(); ++c) {
       const cudaStream_t st = c == 0 ? b.s0.value() : extra[c - 1].value();
       if (c) GPU_BASICS_CUDA_TRY(cudaStreamWaitEvent(st, start.value(), 0));
-      GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(dst + chunks[c].offset, src + chunks[c].offset, chunks[c].bytes, kind, st));
+      GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(dst + chunks[c].offset, src + chunks[c].offset,
+                                          chunks[c].bytes, kind, st));
       if (c) {
         done[c].record(st);
         GPU_BASICS_CUDA_TRY(cudaStreamWaitEvent(b.s0.value(), done[c].value(), 0));
@@ -307,10 +320,12 @@ copy_measurement copy_bench::bidirectional(std::uint64_t bytes) {
   const auto enqueue = [&](cuda_event& start, cuda_event* stop_up, cuda_event* start_down,
                            cuda_event* stop_down) {
     GPU_BASICS_CUDA_TRY(cudaStreamWaitEvent(b.s1.value(), start.value(), 0));
-    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(b.dev_dst.data(), b.pin_src.data(), bytes, cudaMemcpyHostToDevice, b.s0.value()));
+    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(b.dev_dst.data(), b.pin_src.data(), bytes,
+                                        cudaMemcpyHostToDevice, b.s0.value()));
     if (stop_up) stop_up->record(b.s0);
     if (start_down) start_down->record(b.s1);
-    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(b.pin_dst.data(), b.dev_src.data(), bytes, cudaMemcpyDeviceToHost, b.s1.value()));
+    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(b.pin_dst.data(), b.dev_src.data(), bytes,
+                                        cudaMemcpyDeviceToHost, b.s1.value()));
     if (stop_down) stop_down->record(b.s1);
     done.record(b.s1);
     GPU_BASICS_CUDA_TRY(cudaStreamWaitEvent(b.s0.value(), done.value(), 0));
@@ -333,8 +348,10 @@ copy_measurement copy_bench::bidirectional(std::uint64_t bytes) {
       enqueue_fill_zero(b.pin_dst.data(), bytes, b.s0);
       up_start[k].record(b.s0);
       enqueue(up_start[k], &up_stop[k], &down_start[k], &down_stop[k]);
-      enqueue_count_mismatches(b.dev_dst.data(), bytes, sd_up, b.counter.as<unsigned long long>(), b.s0);
-      enqueue_count_mismatches(b.pin_dst.data(), bytes, sd_down, b.counter.as<unsigned long long>(), b.s0);
+      enqueue_count_mismatches(b.dev_dst.data(), bytes, sd_up, b.counter.as<unsigned long long>(),
+                               b.s0);
+      enqueue_count_mismatches(b.pin_dst.data(), bytes, sd_down, b.counter.as<unsigned long long>(),
+                               b.s0);
     }
     blocker.release();
     b.s0.synchronize();
@@ -355,7 +372,8 @@ copy_measurement copy_bench::bidirectional(std::uint64_t bytes) {
   return r;
 }
 
-sync_async_measurement copy_bench::sync_vs_async(copy_direction d, host_memory m, std::uint64_t bytes) {
+sync_async_measurement copy_bench::sync_vs_async(copy_direction d, host_memory m,
+                                                 std::uint64_t bytes) {
   GPU_BASICS_EXPECTS(d != copy_direction::d2d, "sync vs async compares host<->device copies");
   auto& b = *b_;
   b.ensure(d, m, bytes);
@@ -403,8 +421,8 @@ sync_async_measurement copy_bench::sync_vs_async(copy_direction d, host_memory m
     free_s.push_back(std::max(0.0, a2 - a1));
   }
   if (bad)
-    throw verification_error(fmt::format("sync/async {} {} copy of {}: {} bytes differ", to_string(m),
-                                         to_string(d), format_bytes(bytes), bad));
+    throw verification_error(fmt::format("sync/async {} {} copy of {}: {} bytes differ",
+                                         to_string(m), to_string(d), format_bytes(bytes), bad));
   sync_async_measurement r;
   r.direction = d;
   r.memory = m;
@@ -416,7 +434,8 @@ sync_async_measurement copy_bench::sync_vs_async(copy_direction d, host_memory m
   return r;
 }
 
-copy_measurement copy_bench::staged(copy_direction d, std::uint64_t bytes, const staging_options& o) {
+copy_measurement copy_bench::staged(copy_direction d, std::uint64_t bytes,
+                                    const staging_options& o) {
   GPU_BASICS_EXPECTS(d != copy_direction::d2d, "staged copies are host<->device");
   auto& b = *b_;
   b.ensure(d, host_memory::pageable, bytes);
@@ -488,7 +507,8 @@ copy_measurement copy_bench::host_memcpy(std::uint64_t bytes, unsigned threads,
   // Each slot holds the last chunk written to it.
   std::size_t bad = 0;
   for (std::size_t c = chunks.size() > slots ? chunks.size() - slots : 0; c < chunks.size(); ++c)
-    bad += count_pattern_mismatches_host(dst + slot_offset(c), chunks[c].bytes, sd, chunks[c].offset);
+    bad +=
+        count_pattern_mismatches_host(dst + slot_offset(c), chunks[c].bytes, sd, chunks[c].offset);
   check(bad, r, "host memcpy");
   r.verified_bytes = 0;
   for (std::size_t c = chunks.size() > slots ? chunks.size() - slots : 0; c < chunks.size(); ++c)
@@ -518,15 +538,18 @@ register_measurement copy_bench::host_register(std::uint64_t bytes, int repeats)
         c.memory = host_memory::pinned;
         c.bytes = c.bytes_moved = bytes;
         for (int w = 0; w < o_.warmup_iterations; ++w)
-          GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(b.dev_dst.data(), p, bytes, cudaMemcpyHostToDevice, b.s0.value()));
+          GPU_BASICS_CUDA_TRY(
+              cudaMemcpyAsync(b.dev_dst.data(), p, bytes, cudaMemcpyHostToDevice, b.s0.value()));
         b.s0.synchronize();
         b.reset_counter();
         run_blocked(b, o_.iterations, c.seconds, [&](int, cuda_event& start, cuda_event& stop) {
           enqueue_fill_zero(b.dev_dst.data(), bytes, b.s0);
           start.record(b.s0);
-          GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(b.dev_dst.data(), p, bytes, cudaMemcpyHostToDevice, b.s0.value()));
+          GPU_BASICS_CUDA_TRY(
+              cudaMemcpyAsync(b.dev_dst.data(), p, bytes, cudaMemcpyHostToDevice, b.s0.value()));
           stop.record(b.s0);
-          enqueue_count_mismatches(b.dev_dst.data(), bytes, sd, b.counter.as<unsigned long long>(), b.s0);
+          enqueue_count_mismatches(b.dev_dst.data(), bytes, sd, b.counter.as<unsigned long long>(),
+                                   b.s0);
         });
         check(b.read_counter(), c, "registered");
         c.verified_bytes = bytes * static_cast<std::uint64_t>(o_.iterations);

@@ -26,7 +26,9 @@ stream_blocker::stream_blocker(double timeout_s)
   std::memset(flags_.data(), 0, flags_.size());
 }
 
-stream_blocker::~stream_blocker() { release(); }
+stream_blocker::~stream_blocker() {
+  release();
+}
 
 void stream_blocker::block(stream_view s) {
   auto* f = static_cast<volatile int*>(flags_.data());

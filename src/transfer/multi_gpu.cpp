@@ -9,9 +9,12 @@ namespace gpu_basics {
 
 std::string_view to_string(collective c) noexcept {
   switch (c) {
-    case collective::all_reduce: return "all_reduce";
-    case collective::all_gather: return "all_gather";
-    case collective::reduce_scatter: return "reduce_scatter";
+    case collective::all_reduce:
+      return "all_reduce";
+    case collective::all_gather:
+      return "all_gather";
+    case collective::reduce_scatter:
+      return "reduce_scatter";
   }
   return "?";
 }
@@ -30,7 +33,8 @@ collective_rate collective_bandwidth(collective c, std::uint64_t bytes, double s
   return r;
 }
 
-std::uint64_t collective_send_count(collective c, std::uint64_t bytes, int ranks, std::uint64_t elem_bytes) {
+std::uint64_t collective_send_count(collective c, std::uint64_t bytes, int ranks,
+                                    std::uint64_t elem_bytes) {
   GPU_BASICS_EXPECTS(ranks >= 1 && elem_bytes >= 1, "bad collective shape");
   const auto n = static_cast<std::uint64_t>(ranks);
   if (c == collective::all_reduce) return bytes % elem_bytes ? 0 : bytes / elem_bytes;
@@ -39,9 +43,12 @@ std::uint64_t collective_send_count(collective c, std::uint64_t bytes, int ranks
   return c == collective::all_gather ? bytes / (n * elem_bytes) : bytes / elem_bytes;
 }
 
-float collective_input(int rank, std::uint64_t i) noexcept { return detail::collective_input_value(rank, i); }
+float collective_input(int rank, std::uint64_t i) noexcept {
+  return detail::collective_input_value(rank, i);
+}
 
-float collective_expected(collective c, int ranks, int rank, std::uint64_t i, std::uint64_t count_per_rank) noexcept {
+float collective_expected(collective c, int ranks, int rank, std::uint64_t i,
+                          std::uint64_t count_per_rank) noexcept {
   return detail::collective_expected_value(static_cast<int>(c), ranks, rank, i, count_per_rank);
 }
 

@@ -29,10 +29,12 @@ std::vector<std::string> nccl_candidates() {
   if (const char* p = std::getenv("GPU_BASICS_NCCL_LIBRARY"); p && *p) c.emplace_back(p);
   c.emplace_back("libnccl.so.2");
   c.emplace_back("libnccl.so");
-  for (const char* pattern : {"/usr/local/cuda/lib64/libnccl.so*", "/usr/local/lib/python3*/dist-packages/nvidia/nccl/lib/libnccl.so*",
-                              "/usr/lib/python3/dist-packages/nvidia/nccl/lib/libnccl.so*",
-                              "/opt/*/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so*",
-                              "/opt/*/.venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so*"}) {
+  for (const char* pattern :
+       {"/usr/local/cuda/lib64/libnccl.so*",
+        "/usr/local/lib/python3*/dist-packages/nvidia/nccl/lib/libnccl.so*",
+        "/usr/lib/python3/dist-packages/nvidia/nccl/lib/libnccl.so*",
+        "/opt/*/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so*",
+        "/opt/*/.venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so*"}) {
     glob_t g{};
     if (glob(pattern, 0, nullptr, &g) == 0)
       for (std::size_t i = 0; i < g.gl_pathc; ++i) c.emplace_back(g.gl_pathv[i]);
@@ -50,9 +52,12 @@ struct nccl_collectives::impl {
   const char* (*error_string)(nccl_result) = nullptr;
   nccl_result (*group_start)() = nullptr;
   nccl_result (*group_end)() = nullptr;
-  nccl_result (*all_reduce)(const void*, void*, std::size_t, int, int, nccl_comm, cudaStream_t) = nullptr;
-  nccl_result (*all_gather)(const void*, void*, std::size_t, int, nccl_comm, cudaStream_t) = nullptr;
-  nccl_result (*reduce_scatter)(const void*, void*, std::size_t, int, int, nccl_comm, cudaStream_t) = nullptr;
+  nccl_result (*all_reduce)(const void*, void*, std::size_t, int, int, nccl_comm,
+                            cudaStream_t) = nullptr;
+  nccl_result (*all_gather)(const void*, void*, std::size_t, int, nccl_comm,
+                            cudaStream_t) = nullptr;
+  nccl_result (*reduce_scatter)(const void*, void*, std::size_t, int, int, nccl_comm,
+                                cudaStream_t) = nullptr;
 
   struct rank {
     int device = 0;
@@ -70,17 +75,20 @@ struct nccl_collectives::impl {
 
   void check(nccl_result r, const char* what) const {
     if (r != kNcclSuccess)
-      throw nccl_error(r, error_string ? error_string(r) : "unknown NCCL error", what, __FILE__, __LINE__);
+      throw nccl_error(r, error_string ? error_string(r) : "unknown NCCL error", what, __FILE__,
+                       __LINE__);
   }
 };
 
-std::unique_ptr<nccl_collectives> nccl_collectives::open(const std::vector<int>& devices, std::string* why) {
+std::unique_ptr<nccl_collectives> nccl_collectives::open(const std::vector<int>& devices,
+                                                         std::string* why) {
   GPU_BASICS_EXPECTS(!devices.empty(), "NCCL needs at least one device");
   auto p = std::make_unique<impl>();
   try {
     p->lib = dynamic_library(nccl_candidates());
   } catch (const error&) {
-    if (why) *why = "NCCL not available: libnccl.so.2 not found (set GPU_BASICS_NCCL_LIBRARY to its path)";
+    if (why)
+      *why = "NCCL not available: libnccl.so.2 not found (set GPU_BASICS_NCCL_LIBRARY to its path)";
     return nullptr;
   }
   try {
@@ -101,7 +109,8 @@ std::unique_ptr<nccl_collectives> nccl_collectives::open(const std::vector<int>&
   // service for others.
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   std::vector<nccl_comm> comms(devices.size(), nullptr);
-  const nccl_result r = p->comm_init_all(comms.data(), static_cast<int>(devices.size()), devices.data());
+  const nccl_result r =
+      p->comm_init_all(comms.data(), static_cast<int>(devices.size()), devices.data());
   if (r != kNcclSuccess) {
     if (why)
       *why = std::string("NCCL not available: ncclCommInitAll failed: ") +
@@ -129,17 +138,23 @@ std::string nccl_collectives::version() const {
   return fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100);
 }
 
-int nccl_collectives::ranks() const noexcept { return static_cast<int>(impl_->ranks.size()); }
+int nccl_collectives::ranks() const noexcept {
+  return static_cast<int>(impl_->ranks.size());
+}
 
-collective_measurement nccl_collectives::run(collective op, std::uint64_t bytes, int warmup, int iterations) {
+collective_measurement nccl_collectives::run(collective op, std::uint64_t bytes, int warmup,
+                                             int iterations) {
   GPU_BASICS_EXPECTS(iterations >= 1 && warmup >= 0, "bad iteration counts");
   auto& p = *impl_;
   const int n = ranks();
   const auto un = static_cast<std::uint64_t>(n);
-  bytes = std::max<std::uint64_t>(bytes / (4 * un) * (4 * un), 4 * un);  // whole floats on every rank
+  bytes =
+      std::max<std::uint64_t>(bytes / (4 * un) * (4 * un), 4 * un);    // whole floats on every rank
   const std::uint64_t count = collective_send_count(op, bytes, n, 4);  // per rank, sent
   const std::uint64_t send_elems = count;
-  const std::uint64_t recv_elems = op == collective::all_reduce ? count : op == collective::all_gather ? count * un : count / un;
+  const std::uint64_t recv_elems = op == collective::all_reduce   ? count
+                                   : op == collective::all_gather ? count * un
+                                                                  : count / un;
   collective_measurement m;
   m.op = op;
   m.bytes = bytes;
@@ -149,7 +164,8 @@ collective_measurement nccl_collectives::run(collective op, std::uint64_t bytes,
     device_scope d(rk.device);
     if (rk.send.size() < send_elems * 4) rk.send = device_buffer(send_elems * 4);
     if (rk.recv.size() < recv_elems * 4) rk.recv = device_buffer(recv_elems * 4);
-    GPU_BASICS_CUDA_TRY(detail::enqueue_fill_collective_input(rk.send.as<float>(), send_elems, r, rk.stream.value()));
+    GPU_BASICS_CUDA_TRY(detail::enqueue_fill_collective_input(rk.send.as<float>(), send_elems, r,
+                                                              rk.stream.value()));
   }
   const auto launch = [&] {
     p.check(p.group_start(), "ncclGroupStart");
@@ -157,16 +173,18 @@ collective_measurement nccl_collectives::run(collective op, std::uint64_t bytes,
       auto& rk = *p.ranks[static_cast<std::size_t>(r)];
       switch (op) {
         case collective::all_reduce:
-          p.check(p.all_reduce(rk.send.data(), rk.recv.data(), count, kNcclFloat32, kNcclSum, rk.comm, rk.stream.value()),
+          p.check(p.all_reduce(rk.send.data(), rk.recv.data(), count, kNcclFloat32, kNcclSum,
+                               rk.comm, rk.stream.value()),
                   "ncclAllReduce");
           break;
         case collective::all_gather:
-          p.check(p.all_gather(rk.send.data(), rk.recv.data(), count, kNcclFloat32, rk.comm, rk.stream.value()),
+          p.check(p.all_gather(rk.send.data(), rk.recv.data(), count, kNcclFloat32, rk.comm,
+                               rk.stream.value()),
                   "ncclAllGather");
           break;
         case collective::reduce_scatter:
-          p.check(p.reduce_scatter(rk.send.data(), rk.recv.data(), recv_elems, kNcclFloat32, kNcclSum, rk.comm,
-                                   rk.stream.value()),
+          p.check(p.reduce_scatter(rk.send.data(), rk.recv.data(), recv_elems, kNcclFloat32,
+                                   kNcclSum, rk.comm, rk.stream.value()),
                   "ncclReduceScatter");
           break;
       }
@@ -192,7 +210,8 @@ collective_measurement nccl_collectives::run(collective op, std::uint64_t bytes,
       device_scope d(rk.device);
       stop[static_cast<std::size_t>(r)].record(rk.stream);
       stop[static_cast<std::size_t>(r)].synchronize();
-      slowest = std::max(slowest, cuda_event::elapsed_s(start[static_cast<std::size_t>(r)], stop[static_cast<std::size_t>(r)]));
+      slowest = std::max(slowest, cuda_event::elapsed_s(start[static_cast<std::size_t>(r)],
+                                                        stop[static_cast<std::size_t>(r)]));
     }
     if (it >= 0) times.push_back(slowest);
   }
@@ -200,16 +219,20 @@ collective_measurement nccl_collectives::run(collective op, std::uint64_t bytes,
   for (int r = 0; r < n; ++r) {
     auto& rk = *p.ranks[static_cast<std::size_t>(r)];
     device_scope d(rk.device);
-    GPU_BASICS_CUDA_TRY(cudaMemsetAsync(rk.bad.data(), 0, sizeof(unsigned long long), rk.stream.value()));
-    GPU_BASICS_CUDA_TRY(detail::enqueue_check_collective_output(rk.recv.as<float>(), recv_elems, static_cast<int>(op), n, r,
-                                                               op == collective::all_gather ? count : recv_elems,
-                                                               rk.bad.as<unsigned long long>(), rk.stream.value()));
+    GPU_BASICS_CUDA_TRY(
+        cudaMemsetAsync(rk.bad.data(), 0, sizeof(unsigned long long), rk.stream.value()));
+    GPU_BASICS_CUDA_TRY(detail::enqueue_check_collective_output(
+        rk.recv.as<float>(), recv_elems, static_cast<int>(op), n, r,
+        op == collective::all_gather ? count : recv_elems, rk.bad.as<unsigned long long>(),
+        rk.stream.value()));
     unsigned long long bad = 0;
-    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(&bad, rk.bad.data(), sizeof bad, cudaMemcpyDeviceToHost, rk.stream.value()));
+    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(&bad, rk.bad.data(), sizeof bad, cudaMemcpyDeviceToHost,
+                                        rk.stream.value()));
     rk.stream.synchronize();
     if (bad)
-      throw verification_error(fmt::format("NCCL {} of {} bytes: {} of {} elements wrong on rank {} (GPU {})",
-                                           to_string(op), bytes, bad, recv_elems, r, rk.device));
+      throw verification_error(
+          fmt::format("NCCL {} of {} bytes: {} of {} elements wrong on rank {} (GPU {})",
+                      to_string(op), bytes, bad, recv_elems, r, rk.device));
     m.verified_elements += recv_elems;
   }
   m.time_s = summarize(times);

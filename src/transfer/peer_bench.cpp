@@ -17,7 +17,12 @@ struct side {
   device_buffer src, dst, counter;
   std::uint32_t seed;
   side(int dev, std::uint64_t bytes, std::uint32_t sd)
-      : device(dev), stream(), src(bytes), dst(bytes), counter(sizeof(unsigned long long)), seed(sd) {
+      : device(dev),
+        stream(),
+        src(bytes),
+        dst(bytes),
+        counter(sizeof(unsigned long long)),
+        seed(sd) {
     enqueue_fill_pattern(src.data(), bytes, seed, stream);
     stream.synchronize();
   }
@@ -49,14 +54,18 @@ void poison(side& to, std::uint64_t bytes) {
 /// Checks the bytes that arrived in `to.dst` against `from`'s pattern.
 void verify(side& to, std::uint64_t bytes, std::uint32_t seed, int from_dev) {
   device_scope d(to.device);
-  GPU_BASICS_CUDA_TRY(cudaMemsetAsync(to.counter.data(), 0, sizeof(unsigned long long), to.stream.value()));
-  enqueue_count_mismatches(to.dst.data(), bytes, seed, to.counter.as<unsigned long long>(), to.stream);
+  GPU_BASICS_CUDA_TRY(
+      cudaMemsetAsync(to.counter.data(), 0, sizeof(unsigned long long), to.stream.value()));
+  enqueue_count_mismatches(to.dst.data(), bytes, seed, to.counter.as<unsigned long long>(),
+                           to.stream);
   unsigned long long bad = 0;
-  GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(&bad, to.counter.data(), sizeof bad, cudaMemcpyDeviceToHost, to.stream.value()));
+  GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(&bad, to.counter.data(), sizeof bad, cudaMemcpyDeviceToHost,
+                                      to.stream.value()));
   to.stream.synchronize();
   if (bad)
-    throw verification_error(fmt::format("peer copy GPU {} -> GPU {}: {} of {} bytes differ from the source", from_dev,
-                                         to.device, bad, bytes));
+    throw verification_error(
+        fmt::format("peer copy GPU {} -> GPU {}: {} of {} bytes differ from the source", from_dev,
+                    to.device, bad, bytes));
 }
 
 /// One timed copy from a.src (device a) into b.dst (device b) on a's stream, in seconds.
@@ -64,13 +73,15 @@ double timed_copy(side& a, side& b, std::uint64_t bytes) {
   device_scope d(a.device);
   cuda_event start, stop;
   start.record(a.stream);
-  GPU_BASICS_CUDA_TRY(cudaMemcpyPeerAsync(b.dst.data(), b.device, a.src.data(), a.device, bytes, a.stream.value()));
+  GPU_BASICS_CUDA_TRY(
+      cudaMemcpyPeerAsync(b.dst.data(), b.device, a.src.data(), a.device, bytes, a.stream.value()));
   stop.record(a.stream);
   stop.synchronize();
   return cuda_event::elapsed_s(start, stop);
 }
 
-summary unidirectional(side& a, side& b, std::uint64_t bytes, int warmup, int iters, std::uint64_t* verified) {
+summary unidirectional(side& a, side& b, std::uint64_t bytes, int warmup, int iters,
+                       std::uint64_t* verified) {
   std::vector<double> rate;
   for (int i = -warmup; i < iters; ++i) {
     poison(b, bytes);
@@ -84,7 +95,8 @@ summary unidirectional(side& a, side& b, std::uint64_t bytes, int warmup, int it
 
 /// Both directions at once, each on its own device's stream and timed by its own events; the
 /// rate is the sum of the two concurrent rates.
-summary bidirectional(side& a, side& b, std::uint64_t bytes, int warmup, int iters, std::uint64_t* verified) {
+summary bidirectional(side& a, side& b, std::uint64_t bytes, int warmup, int iters,
+                      std::uint64_t* verified) {
   std::vector<double> rate;
   for (int i = -warmup; i < iters; ++i) {
     poison(a, bytes);
@@ -93,13 +105,15 @@ summary bidirectional(side& a, side& b, std::uint64_t bytes, int warmup, int ite
     {
       device_scope d(a.device);
       a0.record(a.stream);
-      GPU_BASICS_CUDA_TRY(cudaMemcpyPeerAsync(b.dst.data(), b.device, a.src.data(), a.device, bytes, a.stream.value()));
+      GPU_BASICS_CUDA_TRY(cudaMemcpyPeerAsync(b.dst.data(), b.device, a.src.data(), a.device, bytes,
+                                              a.stream.value()));
       a1.record(a.stream);
     }
     {
       device_scope d(b.device);
       b0.record(b.stream);
-      GPU_BASICS_CUDA_TRY(cudaMemcpyPeerAsync(a.dst.data(), a.device, b.src.data(), b.device, bytes, b.stream.value()));
+      GPU_BASICS_CUDA_TRY(cudaMemcpyPeerAsync(a.dst.data(), a.device, b.src.data(), b.device, bytes,
+                                              b.stream.value()));
       b1.record(b.stream);
     }
     a1.synchronize();
@@ -115,7 +129,8 @@ summary bidirectional(side& a, side& b, std::uint64_t bytes, int warmup, int ite
 }
 
 /// 100 back-to-back small copies between two events, per copy; the last one's data checked.
-summary latency(side& a, side& b, std::uint64_t bytes, int warmup, int iters, std::uint64_t* verified) {
+summary latency(side& a, side& b, std::uint64_t bytes, int warmup, int iters,
+                std::uint64_t* verified) {
   constexpr int kCopies = 100;
   std::vector<double> per_copy;
   for (int i = -warmup; i < iters; ++i) {
@@ -124,7 +139,8 @@ summary latency(side& a, side& b, std::uint64_t bytes, int warmup, int iters, st
     cuda_event start, stop;
     start.record(a.stream);
     for (int k = 0; k < kCopies; ++k)
-      GPU_BASICS_CUDA_TRY(cudaMemcpyPeerAsync(b.dst.data(), b.device, a.src.data(), a.device, bytes, a.stream.value()));
+      GPU_BASICS_CUDA_TRY(cudaMemcpyPeerAsync(b.dst.data(), b.device, a.src.data(), a.device, bytes,
+                                              a.stream.value()));
     stop.record(a.stream);
     stop.synchronize();
     verify(b, bytes, a.seed, a.device);
@@ -136,10 +152,11 @@ summary latency(side& a, side& b, std::uint64_t bytes, int warmup, int iters, st
 
 }  // namespace
 
-peer_matrices measure_peer_matrices(const std::vector<int>& devices, std::uint64_t bytes, std::uint64_t latency_bytes,
-                                    int warmup, int iterations) {
+peer_matrices measure_peer_matrices(const std::vector<int>& devices, std::uint64_t bytes,
+                                    std::uint64_t latency_bytes, int warmup, int iterations) {
   GPU_BASICS_EXPECTS(!devices.empty(), "no devices to measure");
-  GPU_BASICS_EXPECTS(bytes >= 16 && latency_bytes >= 1 && latency_bytes <= bytes, "bad peer copy sizes");
+  GPU_BASICS_EXPECTS(bytes >= 16 && latency_bytes >= 1 && latency_bytes <= bytes,
+                     "bad peer copy sizes");
   GPU_BASICS_EXPECTS(iterations >= 1 && warmup >= 0, "bad iteration counts");
   peer_matrices m;
   m.devices = devices;
@@ -150,7 +167,8 @@ peer_matrices measure_peer_matrices(const std::vector<int>& devices, std::uint64
   m.cells.assign(n, std::vector<peer_cell>(n));
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = 0; j < n; ++j)
-      if (i != j) GPU_BASICS_CUDA_TRY(cudaDeviceCanAccessPeer(&m.can_access[i][j], devices[i], devices[j]));
+      if (i != j)
+        GPU_BASICS_CUDA_TRY(cudaDeviceCanAccessPeer(&m.can_access[i][j], devices[i], devices[j]));
 
   // A side per device, and a twin on the same device for the copies within one GPU (the diagonal).
   std::vector<std::unique_ptr<side>> sides, twins;

@@ -30,8 +30,8 @@ pipeline_run prefetch_pipeline::execute(const std::vector<const void*>& host_bat
           break;
         case pipeline_op::copy:
           copy_start[s.batch].record(cs);
-          GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(buffers_[buf].data(), host_batches[s.batch], batch_bytes_,
-                                              cudaMemcpyHostToDevice, cs.value()));
+          GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(buffers_[buf].data(), host_batches[s.batch],
+                                              batch_bytes_, cudaMemcpyHostToDevice, cs.value()));
           copy_end[s.batch].record(cs);
           copy_done_[buf].record(cs);
           break;
@@ -50,8 +50,9 @@ pipeline_run prefetch_pipeline::execute(const std::vector<const void*>& host_bat
     copy_stream_.synchronize();
     compute_stream_.synchronize();
     if (hold.timed_out())
-      spdlog::warn("prefetch_pipeline: the stream was released by the blocking kernel's timeout, not "
-                   "by the host (a lazily loaded kernel?); this run's timeline includes the wait");
+      spdlog::warn(
+          "prefetch_pipeline: the stream was released by the blocking kernel's timeout, not "
+          "by the host (a lazily loaded kernel?); this run's timeline includes the wait");
   }
   pipeline_run r;
   double end = 0;

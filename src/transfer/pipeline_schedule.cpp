@@ -12,7 +12,8 @@ std::vector<pipeline_step> prefetch_schedule(std::size_t batches, std::size_t de
   std::vector<pipeline_step> steps;
   for (std::size_t i = 0; i < batches; ++i) {
     const std::size_t b = i % depth;
-    if (i >= depth && wait_for_release) steps.push_back({pipeline_op::copy_wait_compute, i - depth, b});
+    if (i >= depth && wait_for_release)
+      steps.push_back({pipeline_op::copy_wait_compute, i - depth, b});
     steps.push_back({pipeline_op::copy, i, b});
     steps.push_back({pipeline_op::compute_wait_copy, i, b});
     steps.push_back({pipeline_op::compute, i, b});
@@ -35,16 +36,20 @@ double ideal_pipeline_seconds(std::size_t batches, double copy_s, double compute
 }
 
 std::vector<simulated_batch> simulate_schedule(const std::vector<pipeline_step>& steps,
-                                               std::size_t batches, double copy_s,
-                                               double compute_s, bool one_stream) {
+                                               std::size_t batches, double copy_s, double compute_s,
+                                               bool one_stream) {
   std::vector<simulated_batch> out(batches, simulated_batch{-1, -1, -1, -1});
   double copy_stream = 0, compute_stream = 0;  // time each stream becomes free
   for (const auto& s : steps) {
     double& cs = copy_stream;
     double& ks = one_stream ? copy_stream : compute_stream;
     switch (s.op) {
-      case pipeline_op::copy_wait_compute: cs = std::max(cs, out.at(s.batch).compute_end); break;
-      case pipeline_op::compute_wait_copy: ks = std::max(ks, out.at(s.batch).copy_end); break;
+      case pipeline_op::copy_wait_compute:
+        cs = std::max(cs, out.at(s.batch).compute_end);
+        break;
+      case pipeline_op::compute_wait_copy:
+        ks = std::max(ks, out.at(s.batch).copy_end);
+        break;
       case pipeline_op::copy:
         out.at(s.batch).copy_start = cs;
         cs += copy_s;

@@ -55,7 +55,8 @@ std::string format_bytes(std::uint64_t bytes) {
     ++u;
   }
   if (u == 0) return fmt::format("{} B", bytes);
-  if (v == static_cast<double>(static_cast<std::uint64_t>(v))) return fmt::format("{:.0f} {}", v, units[u]);
+  if (v == static_cast<double>(static_cast<std::uint64_t>(v)))
+    return fmt::format("{:.0f} {}", v, units[u]);
   return fmt::format("{:.1f} {}", v, units[u]);
 }
 

@@ -38,8 +38,8 @@ void staged_copier::upload(void* dst, const void* src, std::size_t bytes, stream
     copy_parallel(staging_[b].data(), static_cast<const std::byte*>(src) + chunks[c].offset,
                   chunks[c].bytes);
     GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(static_cast<std::byte*>(dst) + chunks[c].offset,
-                                        staging_[b].data(), chunks[c].bytes,
-                                        cudaMemcpyHostToDevice, s.value()));
+                                        staging_[b].data(), chunks[c].bytes, cudaMemcpyHostToDevice,
+                                        s.value()));
     dma_done_[b].record(s);
     pending_[b] = true;
   }
@@ -64,7 +64,8 @@ void staged_copier::download(void* dst, const void* src, std::size_t bytes, stre
     const std::size_t b = c % ring;
     dma_done_[b].synchronize();
     pending_[b] = false;
-    copy_parallel(static_cast<std::byte*>(dst) + chunks[c].offset, staging_[b].data(), chunks[c].bytes);
+    copy_parallel(static_cast<std::byte*>(dst) + chunks[c].offset, staging_[b].data(),
+                  chunks[c].bytes);
     if (c + ring < chunks.size()) enqueue(c + ring);
   }
 }

@@ -26,7 +26,8 @@ inline unsigned long long device_mismatches(const void* p, std::size_t bytes, st
   GPU_BASICS_CUDA_TRY(cudaMemsetAsync(counter.data(), 0, counter.size(), s.value()));
   enqueue_count_mismatches(p, bytes, seed, counter.as<unsigned long long>(), s);
   unsigned long long v = 0;
-  GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(&v, counter.data(), sizeof(v), cudaMemcpyDeviceToHost, s.value()));
+  GPU_BASICS_CUDA_TRY(
+      cudaMemcpyAsync(&v, counter.data(), sizeof(v), cudaMemcpyDeviceToHost, s.value()));
   GPU_BASICS_CUDA_TRY(cudaStreamSynchronize(s.value()));
   return v;
 }

@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -60,10 +60,13 @@ TEST(GpuRaii, RandomDataRoundTripsThroughDeviceAndPinnedBuffers) {
   cuda_event start, stop;
   std::memcpy(pinned.data(), src.data(), n * sizeof(std::uint32_t));
   start.record(s);
-  GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(a.data(), pinned.data(), a.size(), cudaMemcpyHostToDevice, s.value()));
-  GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(b.data(), a.data(), a.size(), cudaMemcpyDeviceToDevice, s.value()));
+  GPU_BASICS_CUDA_TRY(
+      cudaMemcpyAsync(a.data(), pinned.data(), a.size(), cudaMemcpyHostToDevice, s.value()));
+  GPU_BASICS_CUDA_TRY(
+      cudaMemcpyAsync(b.data(), a.data(), a.size(), cudaMemcpyDeviceToDevice, s.value()));
   std::memset(pinned.data(), 0, pinned.size());
-  GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(pinned.data(), b.data(), b.size(), cudaMemcpyDeviceToHost, s.value()));
+  GPU_BASICS_CUDA_TRY(
+      cudaMemcpyAsync(pinned.data(), b.data(), b.size(), cudaMemcpyDeviceToHost, s.value()));
   stop.record(s);
   stop.synchronize();
   EXPECT_TRUE(stop.query());
@@ -90,8 +93,9 @@ TEST(GpuCli, InfoPrintsTheDeviceAndWritesParseableJson) {
   const auto dir = std::filesystem::temp_directory_path() / "gpu_basics_cli_info";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const std::string cmd = std::string(GPU_BASICS_CLI) + " info --json " + (dir / "info.json").string() +
-                          " > " + (dir / "out.txt").string() + " 2>&1";
+  const std::string cmd = std::string(GPU_BASICS_CLI) + " info --json " +
+                          (dir / "info.json").string() + " > " + (dir / "out.txt").string() +
+                          " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   std::ifstream j(dir / "info.json"), t(dir / "out.txt");
   const auto info = nlohmann::json::parse(j);

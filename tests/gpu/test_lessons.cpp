@@ -15,14 +15,13 @@ using namespace gpu_basics::lessons;
 namespace {
 
 config small_config() {
-  return load_config("", {"benchmark.iterations=5", "benchmark.warmup_iterations=1",
-                          "transfer.tensor_shapes=[[1024, 1024], [2048, 2048]]",
-                          "transfer.large_copy_bytes=64 MiB", "transfer.double_buffer.batches=8",
-                          "transfer.double_buffer.batch_bytes=16 MiB",
-                          "transfer.multi_gpu.peer_bytes=16 MiB",
-                          "transfer.multi_gpu.nccl_max_bytes=16 MiB",
-                          "profiler.matmul.shapes=[[2048, 2048, 2048]]",
-                          "output.directory=gpu_test_results"});
+  return load_config(
+      "",
+      {"benchmark.iterations=5", "benchmark.warmup_iterations=1",
+       "transfer.tensor_shapes=[[1024, 1024], [2048, 2048]]", "transfer.large_copy_bytes=64 MiB",
+       "transfer.double_buffer.batches=8", "transfer.double_buffer.batch_bytes=16 MiB",
+       "transfer.multi_gpu.peer_bytes=16 MiB", "transfer.multi_gpu.nccl_max_bytes=16 MiB",
+       "profiler.matmul.shapes=[[2048, 2048, 2048]]", "output.directory=gpu_test_results"});
 }
 
 std::string text_of(const presentation::report& r) {

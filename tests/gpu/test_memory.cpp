@@ -6,8 +6,8 @@
 #include <fstream>
 #include <map>
 
-#include <nlohmann/json.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "gpu_basics/core/cuda.hpp"
@@ -22,7 +22,9 @@
 using namespace gpu_basics;
 
 namespace {
-stream_handle handle(const cuda_stream& s) { return reinterpret_cast<stream_handle>(s.value()); }
+stream_handle handle(const cuda_stream& s) {
+  return reinterpret_cast<stream_handle>(s.value());
+}
 
 }  // namespace
 
@@ -44,7 +46,10 @@ TEST(GpuAllocator, EveryByteOfEveryBlockIsUsableAcrossStreams) {
     s2.synchronize();
     // Blocks do not overlap: each still holds its own pattern after all were written.
     for (std::size_t i = 0; i < blocks.size(); ++i)
-      ASSERT_EQ(gpu_basics::testing::device_mismatches(blocks[i].first, blocks[i].second, static_cast<std::uint32_t>(i), s1), 0u) << i;
+      ASSERT_EQ(gpu_basics::testing::device_mismatches(blocks[i].first, blocks[i].second,
+                                                       static_cast<std::uint32_t>(i), s1),
+                0u)
+          << i;
     for (auto& [p, n] : blocks) a.deallocate(p);
   }
   const auto st = a.stats();
@@ -64,7 +69,7 @@ unsigned long long reuse_while_in_use(bool use_record_stream, bool* same_block) 
   void* first = a.allocate(n, handle(owner));
   {
     stream_blocker hold(10.0);
-    hold.block(other);                        // `other` will write `first` later...
+    hold.block(other);                         // `other` will write `first` later...
     enqueue_fill_pattern(first, n, 1, other);  // ...once released
     if (use_record_stream) a.record_stream(first, handle(other));
     a.deallocate(first);
@@ -125,7 +130,9 @@ TEST(GpuPinnedPool, PooledPinnedBlocksCarryVerifiedCopiesBothWays) {
       std::memset(down, 0, n);
       GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(d.data(), up, n, cudaMemcpyHostToDevice, s.value()));
       pool.record_stream(up, handle(s));
-      EXPECT_EQ(gpu_basics::testing::device_mismatches(d.data(), n, static_cast<std::uint32_t>(round), s), 0u);
+      EXPECT_EQ(
+          gpu_basics::testing::device_mismatches(d.data(), n, static_cast<std::uint32_t>(round), s),
+          0u);
       GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(down, d.data(), n, cudaMemcpyDeviceToHost, s.value()));
       s.synchronize();
       EXPECT_EQ(count_pattern_mismatches_host(down, n, static_cast<std::uint32_t>(round)), 0u);
@@ -141,17 +148,20 @@ TEST(GpuPinnedPool, PooledPinnedBlocksCarryVerifiedCopiesBothWays) {
 
 TEST(GpuCli, MemoryLessonRuns) {
   SKIP_WITHOUT_GPU();
-  const std::string cmd = std::string(GPU_BASICS_CLI) +
-                          " memory --set benchmark.iterations=3 --set 'transfer.tensor_shapes=[[1024, 1024]]'"
-                          " --json /tmp/gpu_basics_memory.json > /tmp/gpu_basics_memory.txt 2>&1";
+  const std::string cmd =
+      std::string(GPU_BASICS_CLI) +
+      " memory --set benchmark.iterations=3 --set 'transfer.tensor_shapes=[[1024, 1024]]'"
+      " --json /tmp/gpu_basics_memory.json > /tmp/gpu_basics_memory.txt 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   std::ifstream in("/tmp/gpu_basics_memory.json");
   const auto doc = nlohmann::json::parse(in);
   std::map<std::string, nlohmann::json> tables;
   for (const auto& t : doc["tables"]) tables[t["id"].get<std::string>()] = t;
-  for (const char* id : {"allocation_cost", "caching", "peak", "pinned_vs_pageable", "fragmentation"})
+  for (const char* id :
+       {"allocation_cost", "caching", "peak", "pinned_vs_pageable", "fragmentation"})
     ASSERT_TRUE(tables.count(id)) << id;
-  for (const auto& row : tables["allocation_cost"]["rows"])  // a cache hit beats cudaMalloc+cudaFree
+  for (const auto& row :
+       tables["allocation_cost"]["rows"])  // a cache hit beats cudaMalloc+cudaFree
     EXPECT_GT(row["speedup_vs_cuda_malloc"].get<double>(), 10.0) << row.dump();
   const auto& steps = tables["caching"]["rows"];
   EXPECT_EQ(steps[0]["device_allocations"], steps[2]["device_allocations"]);  // hits: no cudaMalloc

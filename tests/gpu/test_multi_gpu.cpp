@@ -71,7 +71,8 @@ TEST(GpuNccl, CollectivesOnEveryGpuAreVerifiedAtOddAndLargeSizes) {
         EXPECT_EQ(c.rate.bus_bytes_per_s, 0.0);
       }
       if (bytes == (64u << 20))
-        std::printf("%s 64 MiB: %.1f us, algbw %.1f GB/s, busbw %.1f GB/s\n", std::string(to_string(op)).c_str(),
-                    c.time_s.median * 1e6, c.rate.alg_bytes_per_s * 1e-9, c.rate.bus_bytes_per_s * 1e-9);
+        std::printf("%s 64 MiB: %.1f us, algbw %.1f GB/s, busbw %.1f GB/s\n",
+                    std::string(to_string(op)).c_str(), c.time_s.median * 1e6,
+                    c.rate.alg_bytes_per_s * 1e-9, c.rate.bus_bytes_per_s * 1e-9);
     }
 }

@@ -31,7 +31,8 @@ struct batches {
 };
 
 /// Runs the pipeline with the LCG compute; returns how many batches' checksums were wrong.
-int wrong_checksums(prefetch_pipeline& pipe, const batches& b, unsigned k, bool serial, pipeline_run* out = nullptr) {
+int wrong_checksums(prefetch_pipeline& pipe, const batches& b, unsigned k, bool serial,
+                    pipeline_run* out = nullptr) {
   device_buffer sums(b.n * sizeof(unsigned long long));
   GPU_BASICS_CUDA_TRY(cudaMemset(sums.data(), 0, sums.size()));
   const auto compute = [&](stream_view s, const void* dev, std::size_t i) {
@@ -90,12 +91,16 @@ TEST(GpuCli, TransferWritesTheDoubleBufferTableAndTrace) {
   SKIP_WITHOUT_GPU();
   const auto dir = std::filesystem::temp_directory_path() / "gpu_basics_db";
   std::filesystem::remove_all(dir);
-  const std::string cmd = std::string(GPU_BASICS_CLI) +
-                          " transfer --set 'transfer.tensor_shapes=[[256, 256]]' --set 'transfer.large_copy_bytes=8 MiB'"
-                          " --set benchmark.iterations=3 --set 'transfer.double_buffer.batch_bytes=8 MiB'"
-                          " --set transfer.double_buffer.batches=6 --set 'transfer.double_buffer.compute_to_copy=[0.5, 1, 2]'"
-                          " --set output.directory=" + dir.string() + " --json " + (dir / "t.json").string() +
-                          " > " + (dir.string() + ".txt") + " 2>&1";
+  const std::string cmd =
+      std::string(GPU_BASICS_CLI) +
+      " transfer --set 'transfer.tensor_shapes=[[256, 256]]' --set 'transfer.large_copy_bytes=8 "
+      "MiB'"
+      " --set benchmark.iterations=3 --set 'transfer.double_buffer.batch_bytes=8 MiB'"
+      " --set transfer.double_buffer.batches=6 --set 'transfer.double_buffer.compute_to_copy=[0.5, "
+      "1, 2]'"
+      " --set output.directory=" +
+      dir.string() + " --json " + (dir / "t.json").string() + " > " + (dir.string() + ".txt") +
+      " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream j(dir / "t.json");
   const auto doc = nlohmann::json::parse(j);

@@ -9,10 +9,10 @@
 #include "gpu_basics/core/cuda.hpp"
 #include "gpu_basics/core/device_info.hpp"
 #include "gpu_basics/core/pattern_kernels.hpp"
-#include "gpu_basics/transfer/pipeline.hpp"
 #include "gpu_basics/profiler/activity.hpp"
 #include "gpu_basics/profiler/gpu_timer.hpp"
 #include "gpu_basics/profiler/sampler.hpp"
+#include "gpu_basics/transfer/pipeline.hpp"
 #include "gpu_test_util.hpp"
 
 using namespace gpu_basics;
@@ -36,30 +36,35 @@ TEST(GpuProfiler, NvmlSamplerSeesUtilizationRiseUnderLoad) {
   for (const bool slow : {false, true}) {
     const double t0 = host_seconds();
     (void)src->read(slow);
-    std::printf("one NVML sample (%s) took %.3f ms\n", slow ? "with the energy counter" : "fast metrics",
-                (host_seconds() - t0) * 1e3);
+    std::printf("one NVML sample (%s) took %.3f ms\n",
+                slow ? "with the energy counter" : "fast metrics", (host_seconds() - t0) * 1e3);
   }
   sampler smp(src, 10);
   smp.start();
   // ~3 s of work: long enough that the sampler's fixed costs (thread start, the energy counter
   // read at both ends) weigh little against its steady state.
-  for (int i = 0; i < 40; ++i) enqueue_lcg_checksum(data.data(), bytes, 20000, sum.as<unsigned long long>(), s);
+  for (int i = 0; i < 40; ++i)
+    enqueue_lcg_checksum(data.data(), bytes, 20000, sum.as<unsigned long long>(), s);
   s.synchronize();
   smp.stop();
   const auto samples = smp.samples();
-  std::printf("%zu samples in %.2f s, sampler CPU %.2f%% of a core (steady state %.2f%%, %zu energy reads)\n",
-              samples.size(), smp.wall_seconds(), 100.0 * smp.cpu_seconds() / smp.wall_seconds(),
-              100.0 * smp.steady_cpu_fraction(), smp.slow_samples());
+  std::printf(
+      "%zu samples in %.2f s, sampler CPU %.2f%% of a core (steady state %.2f%%, %zu energy "
+      "reads)\n",
+      samples.size(), smp.wall_seconds(), 100.0 * smp.cpu_seconds() / smp.wall_seconds(),
+      100.0 * smp.steady_cpu_fraction(), smp.slow_samples());
   ASSERT_GE(samples.size(), 5u);
   const auto sums = summarize_samples(samples);
   const auto& util = sums[static_cast<std::size_t>(gpu_metric::gpu_util_percent)];
   ASSERT_EQ(util.status, metric_status::ok);
   EXPECT_GE(util.max, 90.0) << "idle reading was " << idle;
-  EXPECT_EQ(sums[static_cast<std::size_t>(gpu_metric::memory_total_bytes)].status, metric_status::ok);
+  EXPECT_EQ(sums[static_cast<std::size_t>(gpu_metric::memory_total_bytes)].status,
+            metric_status::ok);
   EXPECT_GT(sums[static_cast<std::size_t>(gpu_metric::sm_clock_mhz)].max, 0.0);
   const energy_use e = energy_between(samples);
   ASSERT_EQ(e.status, metric_status::ok);
-  EXPECT_GT(e.mean_watts(), 50.0) << e.joules << " J in " << e.seconds << " s";  // an H200 idles near 100 W
+  EXPECT_GT(e.mean_watts(), 50.0) << e.joules << " J in " << e.seconds
+                                  << " s";  // an H200 idles near 100 W
   EXPECT_LT(e.mean_watts(), 1500.0);
   // The target is < 1% of a core at 100 Hz in steady state (the lesson prints the figure); on this
   // shared machine the estimate from a 1-3 s run moved between 0.9% and 3%, so the test guards
@@ -88,7 +93,8 @@ TEST(GpuProfiler, RegionTimerMeasuresTheKernelNotTheLaunch) {
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].calls, 3u);
   // The launch returns in microseconds; the kernel runs for milliseconds.
-  EXPECT_GT(r[0].gpu_mean_s(), 10 * r[0].host_mean_s()) << r[0].gpu_mean_s() << " vs " << r[0].host_mean_s();
+  EXPECT_GT(r[0].gpu_mean_s(), 10 * r[0].host_mean_s())
+      << r[0].gpu_mean_s() << " vs " << r[0].host_mean_s();
   EXPECT_GT(r[0].gpu_min_s, 1e-4);
 }
 
@@ -105,10 +111,12 @@ TEST(GpuGemm, EveryPrecisionMatchesTheCpuReference) {
   SKIP_WITHOUT_GPU();
   gemm_runner g;
   cuda_stream s;
-  for (gemm_precision p : {gemm_precision::fp16, gemm_precision::bf16, gemm_precision::tf32, gemm_precision::fp32}) {
+  for (gemm_precision p :
+       {gemm_precision::fp16, gemm_precision::bf16, gemm_precision::tf32, gemm_precision::fp32}) {
     const double err = g.check(p, 192, s);
     EXPECT_LE(err, gemm_tolerance(p)) << to_string(p);
-    EXPECT_GT(err, 0.0) << to_string(p) << ": an exact match on random data means nothing was rounded";
+    EXPECT_GT(err, 0.0) << to_string(p)
+                        << ": an exact match on random data means nothing was rounded";
   }
 }
 
@@ -130,16 +138,18 @@ TEST(GpuCli, ProfileLessonWritesItsTables) {
   SKIP_WITHOUT_GPU();
   const auto dir = std::filesystem::temp_directory_path() / "gpu_basics_profile";
   std::filesystem::remove_all(dir);
-  const std::string cmd = std::string(GPU_BASICS_CLI) +
-                          " profile --set benchmark.iterations=3 --set 'profiler.matmul.shapes=[[2048, 2048, 2048]]'"
-                          " --set output.directory=" + dir.string() + " --json " + (dir / "p.json").string() +
-                          " > " + dir.string() + ".txt 2>&1";
+  const std::string cmd =
+      std::string(GPU_BASICS_CLI) +
+      " profile --set benchmark.iterations=3 --set 'profiler.matmul.shapes=[[2048, 2048, 2048]]'"
+      " --set output.directory=" +
+      dir.string() + " --json " + (dir / "p.json").string() + " > " + dir.string() + ".txt 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream j(dir / "p.json");
   const auto doc = nlohmann::json::parse(j);
   std::set<std::string> ids;
   for (const auto& t : doc["tables"]) ids.insert(t["id"].get<std::string>());
-  for (const char* id : {"timing_methods", "key_averages", "matmul", "nvml"}) EXPECT_TRUE(ids.count(id)) << id;
+  for (const char* id : {"timing_methods", "key_averages", "matmul", "nvml"})
+    EXPECT_TRUE(ids.count(id)) << id;
   EXPECT_TRUE(std::filesystem::exists(dir / "profile_samples.csv"));
 }
 
@@ -155,15 +165,18 @@ TEST(GpuTrace, CuptiSeesKernelsByNameCopiesWithBytesAndAFlowPerLaunch) {
   pinned_buffer host(bytes);
   cuda_stream s;
   tracer->start();
-  GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(data.data(), host.data(), bytes, cudaMemcpyHostToDevice, s.value()));
-  for (int i = 0; i < 3; ++i) enqueue_lcg_checksum(data.data(), bytes, 10, sum.as<unsigned long long>(), s);
+  GPU_BASICS_CUDA_TRY(
+      cudaMemcpyAsync(data.data(), host.data(), bytes, cudaMemcpyHostToDevice, s.value()));
+  for (int i = 0; i < 3; ++i)
+    enqueue_lcg_checksum(data.data(), bytes, 10, sum.as<unsigned long long>(), s);
   s.synchronize();
   const activity_log log = tracer->stop();
   int lcg = 0;
   for (const auto& k : log.kernels) lcg += k.name.find("lcg_checksum_kernel") != std::string::npos;
   EXPECT_EQ(lcg, 3);
   bool copy = false;
-  for (const auto& m : log.memcpys) copy |= m.kind == memcpy_kind::h2d && m.bytes == bytes && m.pinned;
+  for (const auto& m : log.memcpys)
+    copy |= m.kind == memcpy_kind::h2d && m.bytes == bytes && m.pinned;
   EXPECT_TRUE(copy);
   trace_writer w;
   const std::size_t flows = add_activity(w, log, 0);
@@ -224,7 +237,8 @@ TEST(GpuTrace, RangesShareTheApiCallsThreadTrackAndTheGpuClock) {
   EXPECT_GE(r.start_ns, before);
   EXPECT_LE(r.end_ns, after);
   bool launch_on_range_thread = false;
-  for (const auto& a : log.api_calls) launch_on_range_thread |= a.correlation == k.correlation && a.thread == r.thread;
+  for (const auto& a : log.api_calls)
+    launch_on_range_thread |= a.correlation == k.correlation && a.thread == r.thread;
   EXPECT_TRUE(launch_on_range_thread) << "range thread " << r.thread;
   bool waited = false;
   for (const auto& y : log.syncs) waited |= y.what == "stream synchronize" && y.end_ns >= k.end_ns;
@@ -236,11 +250,12 @@ TEST(GpuCli, ProfileTraceHoldsKernelsFlowsCountersAndNothingFromStartUp) {
   const auto dir = std::filesystem::temp_directory_path() / "gpu_basics_profile_trace";
   std::filesystem::remove_all(dir);
   const auto trace = dir / (trace_writer::gzip_supported() ? "p.json.gz" : "p.json");
-  const std::string cmd = std::string(GPU_BASICS_CLI) +
-                          " profile --set benchmark.iterations=5 --set 'profiler.matmul.shapes=[[2048, 2048, 2048]]'"
-                          " --set 'profiler.matmul.precisions=[bf16]' --set output.directory=" + dir.string() +
-                          " --trace " + trace.string() + " --json " + (dir / "p.json").string() + " > " +
-                          dir.string() + ".txt 2>&1";
+  const std::string cmd =
+      std::string(GPU_BASICS_CLI) +
+      " profile --set benchmark.iterations=5 --set 'profiler.matmul.shapes=[[2048, 2048, 2048]]'"
+      " --set 'profiler.matmul.precisions=[bf16]' --set output.directory=" +
+      dir.string() + " --trace " + trace.string() + " --json " + (dir / "p.json").string() + " > " +
+      dir.string() + ".txt 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const auto j = read_trace(trace);
   ASSERT_TRUE(j.is_object());
@@ -252,7 +267,9 @@ TEST(GpuCli, ProfileTraceHoldsKernelsFlowsCountersAndNothingFromStartUp) {
     if (e["ph"] == "X") {
       cats[e["cat"].get<std::string>()]++;
       const auto name = e["name"].get<std::string>();
-      if (e["cat"] == "kernel" && (name.find("gemm") != std::string::npos || name.find("Kernel") != std::string::npos)) gemm = true;
+      if (e["cat"] == "kernel" &&
+          (name.find("gemm") != std::string::npos || name.find("Kernel") != std::string::npos))
+        gemm = true;
       if (e["cat"] == "user_range" && name.rfind("step ", 0) == 0) step_ranges.insert(name);
     }
     if (e["ph"] == "C") counters.insert(e["name"].get<std::string>());
@@ -282,22 +299,26 @@ TEST(GpuCli, MemoryTraceHasAllocatorCountersThatReturnToZero) {
   const auto dir = std::filesystem::temp_directory_path() / "gpu_basics_memory_trace";
   std::filesystem::remove_all(dir);
   const auto trace = dir / "m.json";
-  const std::string cmd = std::string(GPU_BASICS_CLI) + " memory --set benchmark.iterations=2 --trace " +
-                          trace.string() + " > " + dir.string() + ".txt 2>&1";
+  const std::string cmd = std::string(GPU_BASICS_CLI) +
+                          " memory --set benchmark.iterations=2 --trace " + trace.string() + " > " +
+                          dir.string() + ".txt 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const auto j = read_trace(trace);
   ASSERT_TRUE(j.is_object());
   std::vector<double> allocated, reserved;
   int mallocs = 0, ranges = 0;
   for (const auto& e : j["traceEvents"]) {
-    if (e["ph"] == "C" && e["name"] == "allocated_bytes") allocated.push_back(e["args"]["allocated_bytes"].get<double>());
-    if (e["ph"] == "C" && e["name"] == "reserved_bytes") reserved.push_back(e["args"]["reserved_bytes"].get<double>());
+    if (e["ph"] == "C" && e["name"] == "allocated_bytes")
+      allocated.push_back(e["args"]["allocated_bytes"].get<double>());
+    if (e["ph"] == "C" && e["name"] == "reserved_bytes")
+      reserved.push_back(e["args"]["reserved_bytes"].get<double>());
     if (e["ph"] == "X" && e["name"] == "cudaMalloc") ++mallocs;
     if (e["ph"] == "X" && e["cat"] == "user_range") ++ranges;
   }
   ASSERT_FALSE(allocated.empty());
   EXPECT_EQ(allocated.back(), 0.0);  // weights and every activation freed
-  EXPECT_GE(*std::max_element(allocated.begin(), allocated.end()), 512.0 * (1 << 20) + 1024.0 * (1 << 20));
+  EXPECT_GE(*std::max_element(allocated.begin(), allocated.end()),
+            512.0 * (1 << 20) + 1024.0 * (1 << 20));
   ASSERT_FALSE(reserved.empty());
   EXPECT_EQ(static_cast<int>(reserved.size()), mallocs) << "one cudaMalloc per new segment";
   EXPECT_EQ(ranges, 16);  // 8 forward + 8 backward layers

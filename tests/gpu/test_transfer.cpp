@@ -20,8 +20,7 @@
 using namespace gpu_basics;
 using gpu_basics::testing::device_mismatches;
 
-namespace {
-}  // namespace
+namespace {}  // namespace
 
 TEST(GpuTransfer, DeviceCheckerCountsPlantedCorruption) {
   SKIP_WITHOUT_GPU();
@@ -69,7 +68,7 @@ TEST(GpuTransfer, EveryCopyKindMovesVerifiedData) {
   const auto bi = bench.bidirectional(bytes);
   EXPECT_EQ(bi.bytes_moved, 2 * bytes);
   ASSERT_EQ(bi.seconds_joint.size(), bi.seconds.size());
-  for (std::size_t i = 0; i < bi.seconds.size(); ++i)  // the sum of concurrent rates is never
+  for (std::size_t i = 0; i < bi.seconds.size(); ++i)        // the sum of concurrent rates is never
     EXPECT_LE(bi.seconds[i], bi.seconds_joint[i] * 1.0001);  // slower than the joint time
   EXPECT_EQ(bi.verified_bytes, 6 * bytes);
 }
@@ -101,8 +100,10 @@ TEST(GpuTransfer, AsyncFromPinnedReturnsBeforeTheCopyEndsFromPageableItDoesNot) 
       << "call " << pinned.async_call_s.median << " s, copy " << pinned.async_copy_s.median << " s";
   EXPECT_GT(pinned.async_free_s.median, 0.5 * pinned.async_copy_s.median);
   EXPECT_GT(pageable.async_call_s.median, 0.5 * pageable.async_copy_s.median)
-      << "call " << pageable.async_call_s.median << " s, copy " << pageable.async_copy_s.median << " s";
-  EXPECT_GE(pinned.sync_call_s.median, 0.9 * pinned.async_copy_s.median);  // sync waits for the copy
+      << "call " << pageable.async_call_s.median << " s, copy " << pageable.async_copy_s.median
+      << " s";
+  EXPECT_GE(pinned.sync_call_s.median,
+            0.9 * pinned.async_copy_s.median);  // sync waits for the copy
 }
 
 TEST(GpuStaged, UploadAndDownloadAreByteExactForAnySize) {
@@ -180,20 +181,24 @@ TEST(GpuCli, TransferLessonWritesEveryTable) {
   const auto dir = std::filesystem::temp_directory_path() / "gpu_basics_cli_transfer";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  const std::string cmd = std::string(GPU_BASICS_CLI) +
-                          " transfer --set 'transfer.tensor_shapes=[[512, 512], [1000, 999]]'"
-                          " --set 'transfer.large_copy_bytes=16 MiB' --set benchmark.iterations=3"
-                          " --set transfer.sweep.enabled=true --set 'transfer.sweep.max_bytes=1 MiB'"
-                          " --set 'transfer.multi_gpu.peer_bytes=16 MiB' --set 'transfer.multi_gpu.nccl_max_bytes=1 MiB'"
-                          " --json " + (dir / "t.json").string() + " --csv " + (dir / "t.csv").string() +
-                          " > " + (dir / "out.txt").string() + " 2>&1";
+  const std::string cmd =
+      std::string(GPU_BASICS_CLI) +
+      " transfer --set 'transfer.tensor_shapes=[[512, 512], [1000, 999]]'"
+      " --set 'transfer.large_copy_bytes=16 MiB' --set benchmark.iterations=3"
+      " --set transfer.sweep.enabled=true --set 'transfer.sweep.max_bytes=1 MiB'"
+      " --set 'transfer.multi_gpu.peer_bytes=16 MiB' --set 'transfer.multi_gpu.nccl_max_bytes=1 "
+      "MiB'"
+      " --json " +
+      (dir / "t.json").string() + " --csv " + (dir / "t.csv").string() + " > " +
+      (dir / "out.txt").string() + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream j(dir / "t.json");
   const auto doc = nlohmann::json::parse(j);
   std::set<std::string> ids;
   for (const auto& t : doc["tables"]) ids.insert(t["id"].get<std::string>());
-  for (const char* id : {"bandwidth", "d2d", "sync_async", "streams", "pageable_upload", "host_register", "sweep",
-                         "p2p_access", "p2p_bandwidth", "p2p_bidirectional", "p2p_latency", "nccl"})
+  for (const char* id :
+       {"bandwidth", "d2d", "sync_async", "streams", "pageable_upload", "host_register", "sweep",
+        "p2p_access", "p2p_bandwidth", "p2p_bidirectional", "p2p_latency", "nccl"})
     EXPECT_TRUE(ids.count(id)) << id;
   const auto& bw = doc["tables"][0];
   ASSERT_EQ(bw["id"], "bandwidth");

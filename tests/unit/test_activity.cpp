@@ -53,13 +53,14 @@ TEST(Activity, RecordsBecomeSlicesOnDeviceStreamAndThreadTracks) {
   for (const auto& e : j["traceEvents"]) {
     if (e["ph"] == "X") {
       by_name[e["name"].get<std::string>()] = e;
-      if (e["pid"] != kHostPid) gpu_tracks.insert({e["pid"].get<std::int64_t>(), e["tid"].get<std::int64_t>()});
+      if (e["pid"] != kHostPid)
+        gpu_tracks.insert({e["pid"].get<std::int64_t>(), e["tid"].get<std::int64_t>()});
     }
     if (e["ph"] == "s") flow_ends[e["id"].get<std::uint64_t>()] += 1;
     if (e["ph"] == "f") flow_ends[e["id"].get<std::uint64_t>()] += 10;
   }
   const auto& k = by_name.at("lcg_checksum_kernel");
-  EXPECT_DOUBLE_EQ(k["ts"].get<double>(), 9.0);   // (10000 - 1000) ns in us
+  EXPECT_DOUBLE_EQ(k["ts"].get<double>(), 9.0);  // (10000 - 1000) ns in us
   EXPECT_DOUBLE_EQ(k["dur"].get<double>(), 20.0);
   EXPECT_EQ(k["pid"], 0);
   EXPECT_EQ(k["tid"], 13);
@@ -71,7 +72,8 @@ TEST(Activity, RecordsBecomeSlicesOnDeviceStreamAndThreadTracks) {
   EXPECT_EQ(by_name.at("cudaLaunchKernel")["pid"], kHostPid);
   EXPECT_EQ(by_name.at("step 0")["cat"], "user_range");
   EXPECT_EQ(gpu_tracks, (std::set<std::pair<std::int64_t, std::int64_t>>{{0, 13}, {0, 14}}));
-  EXPECT_EQ(flow_ends, (std::map<std::uint64_t, int>{{11, 11}, {12, 11}}));  // one start + one end each
+  EXPECT_EQ(flow_ends,
+            (std::map<std::uint64_t, int>{{11, 11}, {12, 11}}));  // one start + one end each
   EXPECT_EQ(j["metadata"]["dropped_records"], 3);
   EXPECT_EQ(j["metadata"]["activity_source"], "cupti");
 }
@@ -181,7 +183,8 @@ TEST(TraceWriter, SlicesOnATrackNestOrFollowNeverOverlapPartly) {
 
 TEST(TraceWriter, GzipPathIsCompressedAndRoundTrips) {
   trace_writer w;
-  for (int i = 0; i < 1000; ++i) w.slice("kernel " + std::to_string(i % 7), "kernel", i * 2.0, 1.0, 0, 1);
+  for (int i = 0; i < 1000; ++i)
+    w.slice("kernel " + std::to_string(i % 7), "kernel", i * 2.0, 1.0, 0, 1);
   const auto dir = std::filesystem::temp_directory_path() / "gpu_basics_trace_gz";
   std::filesystem::remove_all(dir);
   const std::string path = (dir / "t.json.gz").string();

@@ -28,7 +28,9 @@ struct fixture {
   alloc_source last() const { return traces.back().source; }
 };
 
-std::uintptr_t addr(void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+std::uintptr_t addr(void* p) {
+  return reinterpret_cast<std::uintptr_t>(p);
+}
 }  // namespace
 
 TEST(CachingAllocator, RoundingAndPools) {
@@ -128,7 +130,8 @@ TEST(CachingAllocator, RecordStreamDefersReuseUntilTheOtherStreamsEventsComplete
   EXPECT_EQ(f.backend->live_events(), 2u);
   auto s = f.alloc.stats();
   EXPECT_EQ(s.allocated_bytes.current, 0);
-  EXPECT_EQ(s.active_bytes.current, static_cast<std::int64_t>(1 * MiB + 512));  // still in use on 2, 3
+  EXPECT_EQ(s.active_bytes.current,
+            static_cast<std::int64_t>(1 * MiB + 512));  // still in use on 2, 3
   void* b = f.alloc.allocate(1 * MiB + 512, 1);
   EXPECT_NE(addr(b), addr(a));  // not reused while streams 2 and 3 may still read it
   f.alloc.deallocate(b);
@@ -187,9 +190,10 @@ TEST(CachingAllocator, FailedDeviceAllocationFreesTheCacheAndRetries) {
   } catch (const out_of_memory& e) {
     const std::string m = e.what();
     EXPECT_EQ(e.requested_bytes(), 40 * MiB);
-    for (const char* part : {"tried to allocate 40.0 MiB", "40.0 MiB allocated", "40.0 MiB reserved",
-                             "0.0 MiB reserved but free", "largest free block 0.0 MiB",
-                             "fragmentation 0.0%", "fake memory: 24.0 MiB free of 64.0 MiB"})
+    for (const char* part :
+         {"tried to allocate 40.0 MiB", "40.0 MiB allocated", "40.0 MiB reserved",
+          "0.0 MiB reserved but free", "largest free block 0.0 MiB", "fragmentation 0.0%",
+          "fake memory: 24.0 MiB free of 64.0 MiB"})
       EXPECT_NE(m.find(part), std::string::npos) << part << " not in: " << m;
   }
   s = f.alloc.stats();
@@ -214,13 +218,15 @@ TEST(CachingAllocator, ReservedLimitIsAnOutOfMemoryThatNamesIt) {
   void* a = f.alloc.allocate(1 * MiB);  // 2 MiB segment
   void* b = f.alloc.allocate(6 * MiB);  // 20 MiB segment: 22 MiB reserved
   try {
-    (void)f.alloc.allocate(16 * MiB);  // 14 MiB are free in the 20 MiB segment: a new 16 MiB one would pass the limit
+    (void)f.alloc.allocate(
+        16 * MiB);  // 14 MiB are free in the 20 MiB segment: a new 16 MiB one would pass the limit
     FAIL();
   } catch (const out_of_memory& e) {
     EXPECT_NE(std::string(e.what()).find("reserved limit 32.0 MiB"), std::string::npos) << e.what();
   }
   f.alloc.deallocate(b);
-  void* c = f.alloc.allocate(16 * MiB, 2);  // another stream: the cached 20 MiB segment is released for it
+  void* c = f.alloc.allocate(16 * MiB,
+                             2);  // another stream: the cached 20 MiB segment is released for it
   EXPECT_EQ(f.last(), alloc_source::after_retry);
   EXPECT_EQ(f.alloc.stats().reserved_bytes.current, static_cast<std::int64_t>(18 * MiB));
   f.alloc.deallocate(a);
@@ -321,7 +327,8 @@ void check_invariants(const caching_allocator& a, const fake_backend& be,
   ASSERT_GE(s.active_bytes.current, s.allocated_bytes.current);
   ASSERT_EQ(static_cast<std::size_t>(s.reserved_bytes.current),
             static_cast<std::size_t>(s.active_bytes.current) + s.cached_free_bytes);
-  for (const memory_stat* st : {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes})
+  for (const memory_stat* st :
+       {&s.allocated_bytes, &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes})
     ASSERT_GE(st->peak, st->current);
   ASSERT_GE(s.inactive_split_bytes.current, 0);
   ASSERT_LE(static_cast<std::size_t>(s.inactive_split_bytes.current), s.cached_free_bytes);

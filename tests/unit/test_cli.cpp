@@ -31,8 +31,9 @@ TEST(Cli, EverySubcommandParses) {
 }
 
 TEST(Cli, OptionsAfterTheSubcommand) {
-  const auto r = parse({"transfer", "--config", "x.yaml", "--set", "transfer.num_streams=2", "-s",
-                        "device=1", "--log-level", "DEBUG", "--json", "out.json", "--csv", "t.csv"});
+  const auto r =
+      parse({"transfer", "--config", "x.yaml", "--set", "transfer.num_streams=2", "-s", "device=1",
+             "--log-level", "DEBUG", "--json", "out.json", "--csv", "t.csv"});
   ASSERT_TRUE(r.opts);
   EXPECT_EQ(r.opts->config_path, "x.yaml");
   EXPECT_EQ(r.opts->overrides, (std::vector<std::string>{"transfer.num_streams=2", "device=1"}));
@@ -53,9 +54,12 @@ TEST(Cli, HelpExitsZeroAndListsOptions) {
 
 TEST(Cli, ErrorsExitTwoWithOneMessage) {
   std::string err;
-  for (const std::vector<std::string>& args :
-       {std::vector<std::string>{}, {"frobnicate"}, {"info", "--bogus"}, {"info", "--log-level", "loud"},
-        {"info", "--config"}, {"info", "--csv", "-"}}) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{},
+                                               {"frobnicate"},
+                                               {"info", "--bogus"},
+                                               {"info", "--log-level", "loud"},
+                                               {"info", "--config"},
+                                               {"info", "--csv", "-"}}) {
     const auto r = parse(args, nullptr, &err);
     EXPECT_FALSE(r.opts);
     EXPECT_EQ(r.exit_code, cli::exit_usage) << (args.empty() ? "" : args[0]);
@@ -96,7 +100,8 @@ TEST(Cli, BadConfigIsRejectedBeforeTheGpu) {
   o.overrides = {"transfer.num_streams=0"};
   std::ostringstream out, err;
   EXPECT_EQ(cli::run(o, out, err), cli::exit_usage);
-  EXPECT_EQ(err.str(), "gpu-basics: --set: transfer.num_streams: expected an integer in 1..64, got 0\n");
+  EXPECT_EQ(err.str(),
+            "gpu-basics: --set: transfer.num_streams: expected an integer in 1..64, got 0\n");
   EXPECT_TRUE(out.str().empty());
 }
 

@@ -10,9 +10,13 @@
 using namespace gpu_basics;
 
 namespace {
-std::string repo_file(const std::string& rel) { return std::string(GPU_BASICS_SOURCE_DIR) + "/" + rel; }
+std::string repo_file(const std::string& rel) {
+  return std::string(GPU_BASICS_SOURCE_DIR) + "/" + rel;
+}
 
-nlohmann::json as_json(const config& c) { return nlohmann::json(c); }
+nlohmann::json as_json(const config& c) {
+  return nlohmann::json(c);
+}
 
 config load_text(const std::string& yaml) {
   config c = parse_config(yaml, "test.yaml");
@@ -26,7 +30,8 @@ TEST(Config, ShippedFileParsesValidatesAndMatchesBuiltInDefaults) {
   EXPECT_EQ(as_json(from_file), as_json(config{}));
   const config built_in = load_config("");
   EXPECT_EQ(as_json(built_in), as_json(config{}));
-  EXPECT_EQ(read_config_file(repo_file("configs/gpu_basics.yaml")), std::string(default_config_text()));
+  EXPECT_EQ(read_config_file(repo_file("configs/gpu_basics.yaml")),
+            std::string(default_config_text()));
 }
 
 TEST(Config, EveryKnownKeyIsInTheShippedFile) {
@@ -97,9 +102,12 @@ struct bad_override {
 
 TEST(Config, BadOverridesNameTheKey) {
   const bad_override cases[] = {
-      {"transfer.num_streams=100", "--set: transfer.num_streams: expected an integer in 1..64, got 100"},
-      {"transfer.num_streams=four", "--set: transfer.num_streams: expected an integer in 1..64, got \"four\""},
-      {"transfer.num_stream=4", "--set: transfer.num_stream: unknown key; did you mean 'transfer.num_streams'?"},
+      {"transfer.num_streams=100",
+       "--set: transfer.num_streams: expected an integer in 1..64, got 100"},
+      {"transfer.num_streams=four",
+       "--set: transfer.num_streams: expected an integer in 1..64, got \"four\""},
+      {"transfer.num_stream=4",
+       "--set: transfer.num_stream: unknown key; did you mean 'transfer.num_streams'?"},
       {"no_equals_sign", "--set: expected key=value, got \"no_equals_sign\""},
       {"transfer=4", "--set: transfer: is a section"},
       {"transfer.tensor_shapes=[[1, 2]", "--set: transfer.tensor_shapes: invalid YAML value"},
@@ -147,14 +155,18 @@ INSTANTIATE_TEST_SUITE_P(
     Inputs, BadConfig,
     ::testing::Values(
         bad_input{"malformed", "transfer:\n  num_streams: [1, 2\n", "", 3, "invalid YAML"},
-        bad_input{"malformed_indent", "transfer:\n  num_streams: 4\n dtype: float32\n", "", 3, "invalid YAML"},
-        bad_input{"unknown_section", "transfr:\n  num_streams: 4\n", "transfr", 1, "did you mean 'transfer'?"},
+        bad_input{"malformed_indent", "transfer:\n  num_streams: 4\n dtype: float32\n", "", 3,
+                  "invalid YAML"},
+        bad_input{"unknown_section", "transfr:\n  num_streams: 4\n", "transfr", 1,
+                  "did you mean 'transfer'?"},
         bad_input{"unknown_key", "transfer:\n  num_stream: 4\n", "transfer.num_stream", 2,
                   "unknown key; did you mean 'transfer.num_streams'?"},
         bad_input{"key_in_wrong_section", "memory:\n  num_streams: 4\n", "memory.num_streams", 2,
                   "did you mean 'transfer.num_streams'?"},
-        bad_input{"nccl_range_inverted", "transfer:\n  multi_gpu:\n    nccl_min_bytes: 1 MiB\n    nccl_max_bytes: 4 KiB\n",
-                  "transfer.multi_gpu.nccl_max_bytes", 4, "must be at least transfer.multi_gpu.nccl_min_bytes (1048576)"},
+        bad_input{"nccl_range_inverted",
+                  "transfer:\n  multi_gpu:\n    nccl_min_bytes: 1 MiB\n    nccl_max_bytes: 4 KiB\n",
+                  "transfer.multi_gpu.nccl_max_bytes", 4,
+                  "must be at least transfer.multi_gpu.nccl_min_bytes (1048576)"},
         bad_input{"peer_bytes_too_small", "transfer:\n  multi_gpu:\n    peer_bytes: 4 KiB\n",
                   "transfer.multi_gpu.peer_bytes", 3, "expected a size in 1 MiB..4 GiB"},
         bad_input{"multi_gpu_enabled_not_bool", "transfer:\n  multi_gpu:\n    enabled: maybe\n",
@@ -163,43 +175,49 @@ INSTANTIATE_TEST_SUITE_P(
                   "expected an integer in 1..64, got \"four\""},
         bad_input{"float_for_int", "transfer:\n  num_streams: 2.5\n", "transfer.num_streams", 2,
                   "expected an integer in 1..64, got 2.5"},
-        bad_input{"int_overflow", "transfer:\n  num_streams: 99999999999\n", "transfer.num_streams", 2,
-                  "got 99999999999"},
+        bad_input{"int_overflow", "transfer:\n  num_streams: 99999999999\n", "transfer.num_streams",
+                  2, "got 99999999999"},
         bad_input{"streams_zero", "transfer:\n  num_streams: 0\n", "transfer.num_streams", 2,
                   "expected an integer in 1..64, got 0"},
         bad_input{"streams_too_many", "\ntransfer:\n  num_streams: 65\n", "transfer.num_streams", 3,
                   "expected an integer in 1..64, got 65"},
-        bad_input{"list_for_int", "transfer:\n  num_streams: [4]\n", "transfer.num_streams", 2, "got a list"},
-        bad_input{"zero_dimension", "transfer:\n  tensor_shapes:\n    - [1024, 1024]\n    - [1024, 0]\n",
-                  "transfer.tensor_shapes[1][1]", 4, "expected a positive integer dimension, got 0"},
+        bad_input{"list_for_int", "transfer:\n  num_streams: [4]\n", "transfer.num_streams", 2,
+                  "got a list"},
+        bad_input{
+            "zero_dimension", "transfer:\n  tensor_shapes:\n    - [1024, 1024]\n    - [1024, 0]\n",
+            "transfer.tensor_shapes[1][1]", 4, "expected a positive integer dimension, got 0"},
         bad_input{"negative_dimension", "transfer:\n  tensor_shapes: [[-5, 3]]\n",
                   "transfer.tensor_shapes[0][0]", 2, "got -5"},
-        bad_input{"shape_bytes_overflow", "transfer:\n  tensor_shapes: [[4294967296, 4294967296]]\n",
+        bad_input{"shape_bytes_overflow",
+                  "transfer:\n  tensor_shapes: [[4294967296, 4294967296]]\n",
                   "transfer.tensor_shapes[0]", 2, "larger than 2^64 bytes"},
-        bad_input{"shapes_not_a_list", "transfer:\n  tensor_shapes: 5\n", "transfer.tensor_shapes", 2,
-                  "expected a list of shapes"},
+        bad_input{"shapes_not_a_list", "transfer:\n  tensor_shapes: 5\n", "transfer.tensor_shapes",
+                  2, "expected a list of shapes"},
         bad_input{"shapes_empty", "transfer:\n  tensor_shapes: []\n", "transfer.tensor_shapes", 2,
                   "got an empty list"},
-        bad_input{"shape_not_a_list", "transfer:\n  tensor_shapes: [5, 6]\n", "transfer.tensor_shapes[0]", 2,
-                  "expected a shape"},
+        bad_input{"shape_not_a_list", "transfer:\n  tensor_shapes: [5, 6]\n",
+                  "transfer.tensor_shapes[0]", 2, "expected a shape"},
         bad_input{"dimension_not_a_number", "transfer:\n  tensor_shapes: [[1024, x]]\n",
                   "transfer.tensor_shapes[0][1]", 2, "got \"x\""},
         bad_input{"bad_dtype", "transfer:\n  dtype: float13\n", "transfer.dtype", 2,
                   "expected one of float32, float16"},
         bad_input{"bad_log_level", "logging:\n  level: loud\n", "logging.level", 2,
                   "expected one of trace, debug, info, warn, error, got \"loud\""},
-        bad_input{"bad_bool", "memory:\n  use_pinned_memory: maybe\n", "memory.use_pinned_memory", 2,
-                  "expected true or false, got \"maybe\""},
+        bad_input{"bad_bool", "memory:\n  use_pinned_memory: maybe\n", "memory.use_pinned_memory",
+                  2, "expected true or false, got \"maybe\""},
         bad_input{"duplicate_key", "device: 0\ndevice: 1\n", "device", 2,
                   "duplicate key (first given at line 1)"},
-        bad_input{"section_not_a_mapping", "transfer: 5\n", "transfer", 1, "expected a mapping of transfer.* keys"},
-        bad_input{"top_level_not_a_mapping", "- a\n- b\n", "", 1, "expected a mapping of keys at the top level"},
+        bad_input{"section_not_a_mapping", "transfer: 5\n", "transfer", 1,
+                  "expected a mapping of transfer.* keys"},
+        bad_input{"top_level_not_a_mapping", "- a\n- b\n", "", 1,
+                  "expected a mapping of keys at the top level"},
         bad_input{"negative_device", "device: -1\n", "device", 1, "expected a device index"},
         bad_input{"zero_iterations", "benchmark:\n  iterations: 0\n", "benchmark.iterations", 2,
                   "expected an integer in 1..100000, got 0"},
         bad_input{"directory_not_a_string", "output:\n  directory: [a, b]\n", "output.directory", 2,
                   "expected a directory path, got a list"},
-        bad_input{"empty_value", "transfer:\n  num_streams:\n", "transfer.num_streams", 2, "got nothing"}),
+        bad_input{"empty_value", "transfer:\n  num_streams:\n", "transfer.num_streams", 2,
+                  "got nothing"}),
     [](const ::testing::TestParamInfo<bad_input>& p) { return std::string(p.param.name); });
 
 TEST(Config, ErrorColumnPointsAtTheValue) {

@@ -34,7 +34,9 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-nlohmann::json load_json(const std::string& path) { return nlohmann::json::parse(slurp(path)); }
+nlohmann::json load_json(const std::string& path) {
+  return nlohmann::json::parse(slurp(path));
+}
 
 int show(const std::string& file, std::string* out, std::string* err) {
   cli::options o;
@@ -139,7 +141,8 @@ TEST(Fixtures, NotesStateFiguresComputedFromTheSavedResults) {
   std::vector<double> pct;
   for (const auto& run : results["profile"]["matmul"]["runs"])
     if (run["precision"] == "fp16" || run["precision"] == "bf16")
-      pct.push_back(100.0 * run["flops_per_s"]["median"].get<double>() / facts.datasheet->bf16_flops);
+      pct.push_back(100.0 * run["flops_per_s"]["median"].get<double>() /
+                    facts.datasheet->bf16_flops);
   ASSERT_EQ(pct.size(), 2u);
   const std::string share = fmt::format("{:.1f}-{:.1f}% of the tensor-core peak here",
                                         std::min(pct[0], pct[1]), std::max(pct[0], pct[1]));

@@ -10,7 +10,8 @@
 using namespace gpu_basics;
 
 TEST(Gemm, PrecisionNamesRoundTrip) {
-  for (gemm_precision p : {gemm_precision::fp16, gemm_precision::bf16, gemm_precision::tf32, gemm_precision::fp32})
+  for (gemm_precision p :
+       {gemm_precision::fp16, gemm_precision::bf16, gemm_precision::tf32, gemm_precision::fp32})
     EXPECT_EQ(parse_gemm_precision(to_string(p)), p);
   EXPECT_FALSE(parse_gemm_precision("fp8").has_value());
 }
@@ -46,18 +47,25 @@ TEST(Gemm, FastestCandidateByMedianSkippingOnesThatDidNotRun) {
 }
 
 TEST(ProfilerConfig, KeysParseAndBadValuesNameTheKey) {
-  config c = parse_config("profiler:\n  sample_interval_ms: 50\n  matmul:\n    shapes: [[4096, 2048, 1024]]\n"
-                          "    precisions: [BF16, fp32]\n", "p.yaml");
+  config c = parse_config(
+      "profiler:\n  sample_interval_ms: 50\n  matmul:\n    shapes: [[4096, 2048, 1024]]\n"
+      "    precisions: [BF16, fp32]\n",
+      "p.yaml");
   validate(c);
   EXPECT_EQ(c.profiler.sample_interval_ms, 50);
   EXPECT_EQ(c.profiler.matmul.shapes[0].dims, (std::vector<std::int64_t>{4096, 2048, 1024}));
   EXPECT_EQ(c.profiler.matmul.precisions, (std::vector<std::string>{"bf16", "fp32"}));
   const std::pair<const char*, const char*> cases[] = {
-      {"profiler:\n  sample_interval_ms: 0\n", "p.yaml:2:23: profiler.sample_interval_ms: expected an integer in 1..1000"},
-      {"profiler:\n  matmul:\n    shapes: [[8192, 8192]]\n", "p.yaml:3:14: profiler.matmul.shapes[0]: expected 3 dimensions, got 2"},
-      {"profiler:\n  matmul:\n    shapes: [[8192, 0, 8192]]\n", "profiler.matmul.shapes[0][1]: expected a dimension in 1..65536, got 0"},
-      {"profiler:\n  matmul:\n    precisions: [fp8]\n", "p.yaml:3:18: profiler.matmul.precisions[0]: expected one of fp16, bf16, tf32, fp32"},
-      {"profiler:\n  matmul:\n    check_size: 4\n", "profiler.matmul.check_size: expected an integer in 16..2048, got 4"},
+      {"profiler:\n  sample_interval_ms: 0\n",
+       "p.yaml:2:23: profiler.sample_interval_ms: expected an integer in 1..1000"},
+      {"profiler:\n  matmul:\n    shapes: [[8192, 8192]]\n",
+       "p.yaml:3:14: profiler.matmul.shapes[0]: expected 3 dimensions, got 2"},
+      {"profiler:\n  matmul:\n    shapes: [[8192, 0, 8192]]\n",
+       "profiler.matmul.shapes[0][1]: expected a dimension in 1..65536, got 0"},
+      {"profiler:\n  matmul:\n    precisions: [fp8]\n",
+       "p.yaml:3:18: profiler.matmul.precisions[0]: expected one of fp16, bf16, tf32, fp32"},
+      {"profiler:\n  matmul:\n    check_size: 4\n",
+       "profiler.matmul.check_size: expected an integer in 16..2048, got 4"},
   };
   for (const auto& [yaml, msg] : cases) {
     try {

@@ -29,18 +29,21 @@ std::vector<pipeline_batch> timeline(std::size_t n, double copy, double compute,
   return out;
 }
 
-double_buffer_ratio ratio(double r, std::uint64_t k, double copy, double compute, std::size_t batches, bool deep) {
+double_buffer_ratio ratio(double r, std::uint64_t k, double copy, double compute,
+                          std::size_t batches, bool deep) {
   const auto n = static_cast<double>(batches);
   double_buffer_ratio x;
   x.compute_to_copy = r;
   x.lcg_iterations = k;
   x.compute_s = compute;
-  x.modes.push_back({"serial", 0, n * (copy + compute) * 1.013, timeline(batches, copy, compute, true)});
+  x.modes.push_back(
+      {"serial", 0, n * (copy + compute) * 1.013, timeline(batches, copy, compute, true)});
   x.modes.push_back({"double", 2, (copy + compute + (n - 1) * std::max(copy, compute)) * 1.071,
                      timeline(batches, copy, compute, false)});
   x.modes.push_back({"triple", 3, (copy + compute + (n - 1) * std::max(copy, compute)) * 1.043,
                      timeline(batches, copy, compute, false)});
-  if (deep) x.modes.push_back({"depth 5", 5, 0.987654, timeline(batches, copy, compute * 1.1, false)});
+  if (deep)
+    x.modes.push_back({"depth 5", 5, 0.987654, timeline(batches, copy, compute * 1.1, false)});
   return x;
 }
 
@@ -76,7 +79,9 @@ double_buffer_result sample_result() {
   return r;
 }
 
-device_facts no_facts() { return device_facts{}; }
+device_facts no_facts() {
+  return device_facts{};
+}
 
 std::string all_text(const std::vector<note>& notes, const std::string& table_id) {
   std::string s;
@@ -91,12 +96,15 @@ std::size_t column_of(const presentation::table& t, const std::string& key) {
   throw std::out_of_range("no column " + key);
 }
 
-double number(const presentation::value& v) { return std::get<double>(v); }
+double number(const presentation::value& v) {
+  return std::get<double>(v);
+}
 
 /// A schema-1 block as `gpu-basics transfer` wrote it: the table through presentation::to_json,
 /// extra.double_buffer as add_double_buffer built it.
 nlohmann::json v1_block(const double_buffer_result& r, bool with_extra) {
-  nlohmann::json block = {{"tables", nlohmann::json::object()}, {"extra", nlohmann::json::object()}};
+  nlohmann::json block = {{"tables", nlohmann::json::object()},
+                          {"extra", nlohmann::json::object()}};
   auto tables = present_double_buffer(r);
   attach_notes(tables, explain_double_buffer(r, device_facts{}));
   for (const auto& t : tables) block["tables"][t.id] = presentation::to_json(t);
@@ -109,18 +117,24 @@ nlohmann::json v1_block(const double_buffer_result& r, bool with_extra) {
       for (const auto& m : x.modes) {
         nlohmann::json bs = nlohmann::json::array();
         for (const auto& b : m.batches)
-          bs.push_back({{"copy_start_s", b.copy_start_s}, {"copy_end_s", b.copy_end_s},
-                        {"compute_start_s", b.compute_start_s}, {"compute_end_s", b.compute_end_s}});
+          bs.push_back({{"copy_start_s", b.copy_start_s},
+                        {"copy_end_s", b.copy_end_s},
+                        {"compute_start_s", b.compute_start_s},
+                        {"compute_end_s", b.compute_end_s}});
         tl[m.name] = {{"total_s", m.total_s}, {"batches", bs}};
       }
       timelines.push_back(tl);
     }
-    block["extra"]["double_buffer"] = {{"batch_bytes", r.batch_bytes}, {"batches", r.batches},
-                                       {"copy_s", r.copy_s}, {"trace", *r.timeline_trace_path},
+    block["extra"]["double_buffer"] = {{"batch_bytes", r.batch_bytes},
+                                       {"batches", r.batches},
+                                       {"copy_s", r.copy_s},
+                                       {"trace", *r.timeline_trace_path},
                                        {"timelines", timelines}};
     if (r.trace)
-      block["extra"]["trace"] = {{"path", r.trace->path}, {"source", r.trace->source},
-                                 {"counts", {{"kernels", r.trace->kernels}}}, {"events", r.trace->events},
+      block["extra"]["trace"] = {{"path", r.trace->path},
+                                 {"source", r.trace->source},
+                                 {"counts", {{"kernels", r.trace->kernels}}},
+                                 {"events", r.trace->events},
                                  {"write_s", r.trace->write_s}};
   }
   return block;
@@ -147,7 +161,9 @@ TEST(LessonDoubleBuffer, ExplainStatesTheCapForItsBatchCount) {
     r.batches = n;
     const double cap = 2.0 * static_cast<double>(n) / static_cast<double>(n + 1);
     const std::string text = all_text(explain_double_buffer(r, no_facts()), "double_buffer");
-    EXPECT_NE(text.find(fmt::format("2n/(n+1) = {:.2f}x for n = {} batches", cap, n)), std::string::npos) << text;
+    EXPECT_NE(text.find(fmt::format("2n/(n+1) = {:.2f}x for n = {} batches", cap, n)),
+              std::string::npos)
+        << text;
     EXPECT_EQ(text.find("~2x"), std::string::npos);
   }
 }
@@ -155,10 +171,12 @@ TEST(LessonDoubleBuffer, ExplainStatesTheCapForItsBatchCount) {
 TEST(LessonDoubleBuffer, ExplainNamesTheTimelineFileAndAddsTheTraceNotes) {
   auto r = sample_result();
   auto notes = explain_double_buffer(r, no_facts());
-  EXPECT_NE(all_text(notes, "double_buffer").find("The timelines are in /tmp/out/double_buffer_trace.json"),
+  EXPECT_NE(all_text(notes, "double_buffer")
+                .find("The timelines are in /tmp/out/double_buffer_trace.json"),
             std::string::npos);
   const std::string trace = all_text(notes, "trace");
-  EXPECT_NE(trace.find("Source: CUPTI 26.0. 301 events written in 4.2 ms"), std::string::npos) << trace;
+  EXPECT_NE(trace.find("Source: CUPTI 26.0. 301 events written in 4.2 ms"), std::string::npos)
+      << trace;
   r.trace.reset();
   r.timeline_trace_path.reset();
   r.batches = 0;  // unknown: no cap figure
@@ -179,10 +197,12 @@ TEST(LessonDoubleBuffer, PresentsOneRowPerRatioWithDerivedColumns) {
   const auto& t = tables[0];
   std::vector<std::string> keys;
   for (const auto& c : t.columns) keys.push_back(c.key);
-  EXPECT_EQ(keys, (std::vector<std::string>{"compute_to_copy", "copy_s", "compute_s", "serial_step_s",
-                                            "double_step_s", "triple_step_s", "ideal_step_s", "speedup",
-                                            "double_efficiency", "triple_efficiency", "bound"}));
-  EXPECT_EQ(t.title, "Double-buffering: 7 batches of 48 MiB (pinned), copy stream + compute stream");
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{"compute_to_copy", "copy_s", "compute_s", "serial_step_s",
+                                      "double_step_s", "triple_step_s", "ideal_step_s", "speedup",
+                                      "double_efficiency", "triple_efficiency", "bound"}));
+  EXPECT_EQ(t.title,
+            "Double-buffering: 7 batches of 48 MiB (pinned), copy stream + compute stream");
   ASSERT_EQ(t.rows.size(), 3u);
   const auto& x = r.ratios[2];
   const auto& row = t.rows[2];
@@ -249,13 +269,15 @@ TEST(LessonDoubleBuffer, FromV1TableAloneKeepsTheTotals) {
   ASSERT_EQ(again.rows.size(), want.rows.size());
   for (std::size_t c = 0; c < want.columns.size(); ++c)
     if (std::holds_alternative<double>(want.rows[1][c])) {
-      EXPECT_NEAR(number(again.rows[1][c]), number(want.rows[1][c]), 1e-12 * std::abs(number(want.rows[1][c])))
+      EXPECT_NEAR(number(again.rows[1][c]), number(want.rows[1][c]),
+                  1e-12 * std::abs(number(want.rows[1][c])))
           << want.columns[c].key;
     }
 }
 
 TEST(LessonDoubleBuffer, FromV1WithoutItsTableIsNothing) {
-  const nlohmann::json block = {{"tables", {{"h2d_pinned", nlohmann::json::object()}}}, {"extra", nlohmann::json::object()}};
+  const nlohmann::json block = {{"tables", {{"h2d_pinned", nlohmann::json::object()}}},
+                                {"extra", nlohmann::json::object()}};
   EXPECT_FALSE(double_buffer_from_v1(block));
 }
 
@@ -268,10 +290,12 @@ TEST(LessonDoubleBuffer, FromV1ThrowsOnMalformedBlocks) {
   bad_cell["tables"]["double_buffer"]["rows"][0]["compute_to_copy"] = "fast";
   EXPECT_THROW((void)double_buffer_from_v1(bad_cell), nlohmann::json::exception);
   auto bad_mode = v1_block(r, true);
-  bad_mode["extra"]["double_buffer"]["timelines"][0]["quadruple"] = {{"total_s", 1.0}, {"batches", nlohmann::json::array()}};
+  bad_mode["extra"]["double_buffer"]["timelines"][0]["quadruple"] = {
+      {"total_s", 1.0}, {"batches", nlohmann::json::array()}};
   EXPECT_THROW((void)double_buffer_from_v1(bad_mode), format_error);
   auto bad_timeline = v1_block(r, true);
-  bad_timeline["extra"]["double_buffer"]["timelines"][1]["double"]["batches"][0]["copy_end_s"] = "late";
+  bad_timeline["extra"]["double_buffer"]["timelines"][1]["double"]["batches"][0]["copy_end_s"] =
+      "late";
   EXPECT_THROW((void)double_buffer_from_v1(bad_timeline), nlohmann::json::exception);
   EXPECT_THROW((void)double_buffer_from_v1(nlohmann::json::array()), nlohmann::json::exception);
 }

@@ -13,7 +13,9 @@ using namespace gpu_basics::lessons;
 
 namespace {
 
-summary spread(double median, std::size_t count) { return gpu_basics::testing::spread_around(median, count); }
+summary spread(double median, std::size_t count) {
+  return gpu_basics::testing::spread_around(median, count);
+}
 
 /// Two GPUs: 0 -> 1 has peer access, 1 -> 0 does not; the diagonal holds the in-GPU copies.
 peer_result two_gpus() {
@@ -55,7 +57,8 @@ nccl_result collectives(int ranks) {
       f.op = n.ops[k];
       f.bytes = bytes == 8 && k > 0 ? 0 : bytes;
       f.ranks = ranks;
-      f.time_s = spread(1.1e-5 * static_cast<double>(k + 1) + static_cast<double>(bytes) * 1e-12, 17);
+      f.time_s =
+          spread(1.1e-5 * static_cast<double>(k + 1) + static_cast<double>(bytes) * 1e-12, 17);
       f.alg_bytes_per_s = static_cast<double>(bytes) / f.time_s.median;
       f.bus_bytes_per_s = ranks == 1 ? 0.0 : f.alg_bytes_per_s * 0.5 * static_cast<double>(k + 1);
       f.verified_elements = bytes / 4 + k;
@@ -79,7 +82,8 @@ device_facts h200_facts() {
   f.device.name = "NVIDIA H200";
   f.device.l2_cache_bytes = 60ull << 20;
   f.link_bytes_per_s = 63.015e9;
-  f.datasheet = gpu_datasheet{"H200", 4.8e12, 989e12, 989e12, 494e12, 67e12, "NVIDIA H200 datasheet"};
+  f.datasheet =
+      gpu_datasheet{"H200", 4.8e12, 989e12, 989e12, 494e12, 67e12, "NVIDIA H200 datasheet"};
   return f;
 }
 
@@ -90,9 +94,12 @@ std::string all_text(const std::vector<note>& notes, const std::string& table_id
   return s;
 }
 
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
-const presentation::table& table_named(const std::vector<presentation::table>& ts, const std::string& id) {
+const presentation::table& table_named(const std::vector<presentation::table>& ts,
+                                       const std::string& id) {
   for (const auto& t : ts)
     if (t.id == id) return t;
   throw std::out_of_range("no table " + id);
@@ -104,12 +111,15 @@ std::size_t column_of(const presentation::table& t, const std::string& key) {
   throw std::out_of_range("no column " + key);
 }
 
-nlohmann::json opt_json(const std::optional<summary>& s) { return s ? nlohmann::json(*s) : nlohmann::json(nullptr); }
+nlohmann::json opt_json(const std::optional<summary>& s) {
+  return s ? nlohmann::json(*s) : nlohmann::json(nullptr);
+}
 
 /// A schema-1 block as `gpu-basics transfer` wrote it: tables through presentation::to_json,
 /// extra.peer and extra.nccl as add_multi_gpu built them.
 nlohmann::json v1_block(const multi_gpu_result& r, bool with_extra) {
-  nlohmann::json block = {{"tables", nlohmann::json::object()}, {"extra", nlohmann::json::object()}};
+  nlohmann::json block = {{"tables", nlohmann::json::object()},
+                          {"extra", nlohmann::json::object()}};
   for (const auto& t : present_multi_gpu(r)) block["tables"][t.id] = presentation::to_json(t);
   if (!with_extra) return block;
   const auto& p = r.peer;
@@ -122,7 +132,8 @@ nlohmann::json v1_block(const multi_gpu_result& r, bool with_extra) {
   for (std::size_t i = 0; i < p.devices.size(); ++i)
     for (std::size_t j = 0; j < p.devices.size(); ++j) {
       const auto& c = p.cells[i][j];
-      pj["cells"].push_back({{"from", p.devices[i]}, {"to", p.devices[j]},
+      pj["cells"].push_back({{"from", p.devices[i]},
+                             {"to", p.devices[j]},
                              {"uni_peer_on_bytes_per_s", opt_json(c.uni_peer_on_bytes_per_s)},
                              {"uni_peer_off_bytes_per_s", opt_json(c.uni_peer_off_bytes_per_s)},
                              {"bidir_peer_on_bytes_per_s", opt_json(c.bidir_peer_on_bytes_per_s)},
@@ -136,10 +147,15 @@ nlohmann::json v1_block(const multi_gpu_result& r, bool with_extra) {
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& s : r.nccl->sizes)
       for (const auto& f : s.ops)
-        rows.push_back({{"op", f.op}, {"bytes", f.bytes}, {"ranks", f.ranks}, {"time_s", f.time_s},
-                        {"alg_bytes_per_s", f.alg_bytes_per_s}, {"bus_bytes_per_s", f.bus_bytes_per_s},
+        rows.push_back({{"op", f.op},
+                        {"bytes", f.bytes},
+                        {"ranks", f.ranks},
+                        {"time_s", f.time_s},
+                        {"alg_bytes_per_s", f.alg_bytes_per_s},
+                        {"bus_bytes_per_s", f.bus_bytes_per_s},
                         {"verified_elements", *f.verified_elements}});
-    block["extra"]["nccl"] = {{"version", r.nccl->version}, {"ranks", r.nccl->ranks}, {"results", rows}};
+    block["extra"]["nccl"] = {
+        {"version", r.nccl->version}, {"ranks", r.nccl->ranks}, {"results", rows}};
   }
   return block;
 }
@@ -165,9 +181,10 @@ TEST(LessonMultiGpu, DiagonalNoteComputesHbmShareFromTheDatasheet) {
   const auto f = h200_facts();
   const std::string text = all_text(explain_multi_gpu(r, f), "p2p_bandwidth");
   const double d = r.peer.cells[0][0].uni_peer_on_bytes_per_s->median;
-  EXPECT_TRUE(has(text, fmt::format("{:.0f} GB/s counted once ({:.0f} GB/s of HBM traffic, read + write, "
-                                    "{:.0f}% of the 4.80 TB/s datasheet)",
-                                    d * 1e-9, 2 * d * 1e-9, 100.0 * 2 * d / 4.8e12)))
+  EXPECT_TRUE(
+      has(text, fmt::format("{:.0f} GB/s counted once ({:.0f} GB/s of HBM traffic, read + write, "
+                            "{:.0f}% of the 4.80 TB/s datasheet)",
+                            d * 1e-9, 2 * d * 1e-9, 100.0 * 2 * d / 4.8e12)))
       << text;
   EXPECT_TRUE(has(text, "67% of the 4.80 TB/s"));  // 3.2 / 4.8
   EXPECT_TRUE(has(text, fmt::format("this GPU's link: {:.1f} GB/s", 63.015)));
@@ -224,15 +241,17 @@ TEST(LessonMultiGpu, PresentsTheMatricesAndTheCollectives) {
   const auto tables = present_multi_gpu(r);
   std::vector<std::string> ids;
   for (const auto& t : tables) ids.push_back(t.id);
-  EXPECT_EQ(ids, (std::vector<std::string>{"p2p_access", "p2p_bandwidth", "p2p_bandwidth_peer_off", "p2p_bidirectional",
-                                           "p2p_bidirectional_peer_off", "p2p_latency", "nccl"}));
+  EXPECT_EQ(ids, (std::vector<std::string>{"p2p_access", "p2p_bandwidth", "p2p_bandwidth_peer_off",
+                                           "p2p_bidirectional", "p2p_bidirectional_peer_off",
+                                           "p2p_latency", "nccl"}));
   const auto& access = table_named(tables, "p2p_access");
   ASSERT_EQ(access.rows.size(), 2u);
   EXPECT_EQ(std::get<std::string>(access.rows[0][column_of(access, "to_gpu_0")]), "self");
   EXPECT_EQ(std::get<std::string>(access.rows[0][column_of(access, "to_gpu_1")]), "yes");
   EXPECT_EQ(std::get<std::string>(access.rows[1][column_of(access, "to_gpu_0")]), "no");
   const auto& bw = table_named(tables, "p2p_bandwidth");
-  EXPECT_EQ(bw.title, "Peer copy bandwidth, one direction, peer access on (256 MiB per copy, median)");
+  EXPECT_EQ(bw.title,
+            "Peer copy bandwidth, one direction, peer access on (256 MiB per copy, median)");
   EXPECT_EQ(bw.columns[2].header, "GPU 1 (GB/s)");
   EXPECT_DOUBLE_EQ(std::get<double>(bw.rows[1][column_of(bw, "to_gpu_0")]),
                    r.peer.cells[1][0].uni_peer_on_bytes_per_s->median);
@@ -242,7 +261,9 @@ TEST(LessonMultiGpu, PresentsTheMatricesAndTheCollectives) {
   EXPECT_EQ(lat.title, "Peer copy latency (4 KiB copies, back to back, median)");
   EXPECT_DOUBLE_EQ(std::get<double>(lat.rows[0][2]), r.peer.cells[0][1].latency_s->median);
   const auto& n = table_named(tables, "nccl");
-  EXPECT_EQ(n.title, "NCCL 2.27.3 collectives on 2 rank(s), float32 (median of 17; algbw = bytes / time, busbw as nccl-tests)");
+  EXPECT_EQ(n.title,
+            "NCCL 2.27.3 collectives on 2 rank(s), float32 (median of 17; algbw = bytes / time, "
+            "busbw as nccl-tests)");
   EXPECT_EQ(n.columns.size(), 10u);
   EXPECT_EQ(n.columns[4].key, "all_gather_time_s");
   ASSERT_EQ(n.rows.size(), 3u);
@@ -274,7 +295,8 @@ TEST(LessonMultiGpu, FromV1RebuildsTheMatricesFromTheirTables) {
   EXPECT_FALSE(p.verified_bytes);
   ASSERT_EQ(p.cells.size(), 2u);
   ASSERT_TRUE(p.cells[1][0].bidir_peer_on_bytes_per_s);
-  EXPECT_DOUBLE_EQ(p.cells[1][0].bidir_peer_on_bytes_per_s->median, r.peer.cells[1][0].bidir_peer_on_bytes_per_s->median);
+  EXPECT_DOUBLE_EQ(p.cells[1][0].bidir_peer_on_bytes_per_s->median,
+                   r.peer.cells[1][0].bidir_peer_on_bytes_per_s->median);
   EXPECT_EQ(p.cells[1][0].bidir_peer_on_bytes_per_s->count, 0u);  // only the median was kept
   EXPECT_FALSE(p.cells[1][1].uni_peer_off_bytes_per_s);
   EXPECT_DOUBLE_EQ(p.cells[0][1].latency_s->median, r.peer.cells[0][1].latency_s->median);
@@ -285,7 +307,8 @@ TEST(LessonMultiGpu, FromV1RebuildsTheMatricesFromTheirTables) {
   EXPECT_EQ(back->nccl->ops, r.nccl->ops);
   ASSERT_EQ(back->nccl->sizes.size(), 3u);
   EXPECT_EQ(back->nccl->sizes[2].bytes, 64ull << 20);
-  EXPECT_DOUBLE_EQ(back->nccl->sizes[1].ops[0].time_s.median, r.nccl->sizes[1].ops[0].time_s.median);
+  EXPECT_DOUBLE_EQ(back->nccl->sizes[1].ops[0].time_s.median,
+                   r.nccl->sizes[1].ops[0].time_s.median);
   EXPECT_FALSE(back->nccl->sizes[1].ops[0].verified_elements);
   // The tables render again as schema 1 held them.
   const auto again = present_multi_gpu(*back), want = present_multi_gpu(r);

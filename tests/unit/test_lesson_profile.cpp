@@ -17,7 +17,9 @@ using namespace gpu_basics::lessons;
 
 namespace {
 
-summary spread(double median, std::size_t count) { return gpu_basics::testing::spread_around(median, count); }
+summary spread(double median, std::size_t count) {
+  return gpu_basics::testing::spread_around(median, count);
+}
 
 matmul_run run(const char* precision, double median, std::optional<double> peak, double start) {
   matmul_run x;
@@ -65,11 +67,11 @@ profile_result sample_result() {
   s.samples = 123;
   s.dropped = 2;
   s.metrics = {{"gpu_util_percent", "ok", 123, 79.6, 2.0, 100.0, 99.0, 100.0},
-               {"memory_used_bytes", "ok", 123, 2.3 * (1ull << 30), 1.6 * (1ull << 30), 2.4 * (1ull << 30),
-                2.4 * (1ull << 30), 2.4 * (1ull << 30)},
+               {"memory_used_bytes", "ok", 123, 2.3 * (1ull << 30), 1.6 * (1ull << 30),
+                2.4 * (1ull << 30), 2.4 * (1ull << 30), 2.4 * (1ull << 30)},
                {"power_w", "ok", 121, 425.7, 119.4, 699.0, 430.9, 699.0},
-               {"temperature_c", "not_supported", 0, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
-                std::nullopt}};
+               {"temperature_c", "not_supported", 0, std::nullopt, std::nullopt, std::nullopt,
+                std::nullopt, std::nullopt}};
   s.energy_status = "ok";
   s.energy_j = 815.4;
   s.energy_s = 1.22;
@@ -113,10 +115,12 @@ std::vector<std::string> notes_for(const std::vector<note>& notes, const std::st
 }
 
 bool any_contains(const std::vector<std::string>& texts, const std::string& what) {
-  return std::any_of(texts.begin(), texts.end(), [&](const std::string& t) { return t.find(what) != std::string::npos; });
+  return std::any_of(texts.begin(), texts.end(),
+                     [&](const std::string& t) { return t.find(what) != std::string::npos; });
 }
 
-const presentation::table& table_named(const std::vector<presentation::table>& ts, const std::string& id) {
+const presentation::table& table_named(const std::vector<presentation::table>& ts,
+                                       const std::string& id) {
   for (const auto& t : ts)
     if (t.id == id) return t;
   throw std::out_of_range("no table " + id);
@@ -128,7 +132,9 @@ std::vector<std::string> keys_of(const presentation::table& t) {
   return k;
 }
 
-double num(const presentation::value& v) { return std::get<double>(v); }
+double num(const presentation::value& v) {
+  return std::get<double>(v);
+}
 
 }  // namespace
 
@@ -158,14 +164,19 @@ TEST(LessonProfile, MatmulNotesComputePercentOfPeakAndTf32RateAndCiteTheDatashee
   ASSERT_EQ(notes.size(), 3u);
   // fp16/bf16 against their peaks: the lowest and highest share.
   const double lo = 100.0 * 769.9e12 / 989e12, hi = 100.0 * 781.3e12 / 989e12;
-  EXPECT_TRUE(any_contains(notes, fmt::format("Real GEMMs reach {:.1f}-{:.1f}% of the tensor-core peak here", lo, hi)))
+  EXPECT_TRUE(any_contains(
+      notes, fmt::format("Real GEMMs reach {:.1f}-{:.1f}% of the tensor-core peak here", lo, hi)))
       << notes[0];
   EXPECT_TRUE(any_contains(notes, std::string(facts.datasheet->source))) << notes[0];
-  EXPECT_TRUE(any_contains(notes, fmt::format("{:.0f} TFLOP/s fp16/bf16", facts.datasheet->bf16_flops / 1e12)));
+  EXPECT_TRUE(any_contains(
+      notes, fmt::format("{:.0f} TFLOP/s fp16/bf16", facts.datasheet->bf16_flops / 1e12)));
   EXPECT_FALSE(any_contains(notes, "75-80%"));
   // tf32 over fp32: the datasheet's ratio and the one measured at the same shape.
-  const double sheet = facts.datasheet->tf32_flops / facts.datasheet->fp32_flops, meas = 348.7e12 / 48.7e12;
-  EXPECT_TRUE(any_contains(notes, fmt::format("{:.1f}x fp32's rate by the datasheet ({:.1f}x measured here)", sheet, meas)))
+  const double sheet = facts.datasheet->tf32_flops / facts.datasheet->fp32_flops,
+               meas = 348.7e12 / 48.7e12;
+  EXPECT_TRUE(any_contains(
+      notes,
+      fmt::format("{:.1f}x fp32's rate by the datasheet ({:.1f}x measured here)", sheet, meas)))
       << notes[2];
   EXPECT_TRUE(any_contains(notes, "proposes up to 6 algorithms"));
 }
@@ -188,17 +199,20 @@ TEST(LessonProfile, NvmlNotesComputeEnergyAndSamplerCostFromTheResult) {
   const profile_result r = sample_result();
   const auto notes = notes_for(explain_profile(r, h200()), "nvml");
   ASSERT_EQ(notes.size(), 4u);
-  EXPECT_TRUE(any_contains(notes, fmt::format("Energy counter: {:.0f} J over {:.2f} s, a mean of {:.0f} W",
-                                              815.4, 1.22, 815.4 / 1.22)));
+  EXPECT_TRUE(
+      any_contains(notes, fmt::format("Energy counter: {:.0f} J over {:.2f} s, a mean of {:.0f} W",
+                                      815.4, 1.22, 815.4 / 1.22)));
   const sampler_cost& c = *r.nvml->cost;
   const double fast_each = (c.cpu_s - c.slow_cpu_s) / 123.0, slow_each = c.slow_cpu_s / 2.0;
   const double steady = 100.0 * (fast_each / 0.010 + slow_each / 5.0);
-  EXPECT_TRUE(any_contains(notes, fmt::format("used {:.2f}% of one CPU core over {:.2f} s", 100.0 * c.cpu_s / c.wall_s,
-                                              c.wall_s)));
+  EXPECT_TRUE(any_contains(notes, fmt::format("used {:.2f}% of one CPU core over {:.2f} s",
+                                              100.0 * c.cpu_s / c.wall_s, c.wall_s)));
   EXPECT_TRUE(any_contains(notes, fmt::format("({:.1f} ms of CPU each", 1e3 * slow_each)));
-  EXPECT_TRUE(any_contains(notes, fmt::format("{:.2f}% in 123 plain samples ({:.0f} us each",
-                                              100.0 * (c.cpu_s - c.slow_cpu_s) / c.wall_s, 1e6 * fast_each)));
-  EXPECT_TRUE(any_contains(notes, fmt::format("its steady cost is about {:.2f}% of a core", steady)));
+  EXPECT_TRUE(any_contains(
+      notes, fmt::format("{:.2f}% in 123 plain samples ({:.0f} us each",
+                         100.0 * (c.cpu_s - c.slow_cpu_s) / c.wall_s, 1e6 * fast_each)));
+  EXPECT_TRUE(
+      any_contains(notes, fmt::format("its steady cost is about {:.2f}% of a core", steady)));
   EXPECT_TRUE(any_contains(notes, "- All samples: results/profile_samples.csv"));
 
   profile_result other = r;
@@ -214,7 +228,8 @@ TEST(LessonProfile, PresentKeepsTheTablesOfTheOldOutput) {
   const auto ts = present_profile(r);
   std::vector<std::string> ids;
   for (const auto& t : ts) ids.push_back(t.id);
-  EXPECT_EQ(ids, (std::vector<std::string>{"timing_methods", "key_averages", "matmul", "nvml", "trace"}));
+  EXPECT_EQ(
+      ids, (std::vector<std::string>{"timing_methods", "key_averages", "matmul", "nvml", "trace"}));
 
   const auto& tm = table_named(ts, "timing_methods");
   EXPECT_EQ(keys_of(tm), (std::vector<std::string>{"method", "median_s", "measures"}));
@@ -223,17 +238,18 @@ TEST(LessonProfile, PresentKeepsTheTablesOfTheOldOutput) {
   EXPECT_EQ(num(tm.rows[2][1]), r.timing.events_s.median);
 
   const auto& ka = table_named(ts, "key_averages");
-  EXPECT_EQ(keys_of(ka), (std::vector<std::string>{"name", "calls", "gpu_total_s", "gpu_mean_s", "gpu_min_s",
-                                                    "gpu_max_s", "host_mean_s"}));
+  EXPECT_EQ(keys_of(ka), (std::vector<std::string>{"name", "calls", "gpu_total_s", "gpu_mean_s",
+                                                   "gpu_min_s", "gpu_max_s", "host_mean_s"}));
   ASSERT_EQ(ka.rows.size(), 3u);
   EXPECT_EQ(std::get<std::string>(ka.rows[1][0]), "H2D copy 64 MiB (pinned)");
   EXPECT_DOUBLE_EQ(num(ka.rows[1][3]), 0.0201 / 17);
   EXPECT_DOUBLE_EQ(num(ka.rows[1][6]), 1.5e-4 / 17);
 
   const auto& mm = table_named(ts, "matmul");
-  EXPECT_EQ(keys_of(mm), (std::vector<std::string>{"precision", "shape", "candidates", "chosen", "median_flops_per_s",
-                                                    "min_flops_per_s", "max_flops_per_s", "peak_flops_per_s",
-                                                    "peak_percent", "check_error"}));
+  EXPECT_EQ(keys_of(mm),
+            (std::vector<std::string>{"precision", "shape", "candidates", "chosen",
+                                      "median_flops_per_s", "min_flops_per_s", "max_flops_per_s",
+                                      "peak_flops_per_s", "peak_percent", "check_error"}));
   ASSERT_EQ(mm.rows.size(), 4u);
   EXPECT_EQ(std::get<std::string>(mm.rows[0][1]), "8192 x 4096 x 2048");
   EXPECT_EQ(std::get<std::int64_t>(mm.rows[0][2]), 7);
@@ -242,7 +258,8 @@ TEST(LessonProfile, PresentKeepsTheTablesOfTheOldOutput) {
 
   const auto& nv = table_named(ts, "nvml");
   EXPECT_EQ(nv.title, "NVML during the matmuls (123 samples every 10 ms)");
-  EXPECT_EQ(keys_of(nv), (std::vector<std::string>{"metric", "status", "mean", "min", "max", "p50", "p95"}));
+  EXPECT_EQ(keys_of(nv),
+            (std::vector<std::string>{"metric", "status", "mean", "min", "max", "p50", "p95"}));
   ASSERT_EQ(nv.rows.size(), 4u);
   EXPECT_EQ(std::get<std::string>(nv.rows[1][0]), "memory_used_bytes (GiB)");
   EXPECT_NEAR(num(nv.rows[1][2]), 2.3, 1e-12);
@@ -269,8 +286,8 @@ TEST(LessonProfile, WithoutNvmlTheTableSaysWhyAndUnknownPeaksAreEmpty) {
   EXPECT_TRUE(std::holds_alternative<std::monostate>(mm.rows[0][7]));
   EXPECT_TRUE(std::holds_alternative<std::monostate>(mm.rows[0][8]));
   const auto notes = notes_for(explain_profile(r, h200()), "nvml");
-  EXPECT_EQ(notes, std::vector<std::string>{
-                       "- Without NVML there is no utilization, power or clock data; the rest of the lesson ran."});
+  EXPECT_EQ(notes, std::vector<std::string>{"- Without NVML there is no utilization, power or "
+                                            "clock data; the rest of the lesson ran."});
 }
 
 TEST(LessonProfile, RegistryEntryRendersTablesWithTheirNotes) {
@@ -330,55 +347,80 @@ nlohmann::json v1_block(bool with_nvml) {
   table tm;
   tm.id = "timing_methods";
   tm.title = "Timing one kernel three ways (an integer kernel over 64 MiB, median)";
-  tm.columns = {{"method", "method"}, {"median_s", "measured (us)", 1e6, 1}, {"measures", "what it measures"}};
+  tm.columns = {{"method", "method"},
+                {"median_s", "measured (us)", 1e6, 1},
+                {"measures", "what it measures"}};
   tm.add_row({std::string("host clock around the launch"), 4.5e-6, std::string("only the launch")});
-  tm.add_row({std::string("host clock + cudaStreamSynchronize"), 2.4e-4, std::string("launch + kernel")});
+  tm.add_row(
+      {std::string("host clock + cudaStreamSynchronize"), 2.4e-4, std::string("launch + kernel")});
   tm.add_row({std::string("CUDA events around the kernel"), 2.2e-4, std::string("the kernel")});
   tables["timing_methods"] = presentation::to_json(tm);
 
   table ka;
   ka.id = "key_averages";
   ka.title = "Key averages (GPU time from CUDA events, host time from the host clock)";
-  ka.columns = {{"name", "region"}, {"calls", "calls"}, {"gpu_total_s", "GPU total (ms)", 1e3, 3},
-                {"gpu_mean_s", "GPU mean (us)", 1e6, 1}, {"gpu_min_s", "GPU min (us)", 1e6, 1},
-                {"gpu_max_s", "GPU max (us)", 1e6, 1}, {"host_mean_s", "host mean (us)", 1e6, 1}};
-  ka.add_row({std::string("H2D copy 64 MiB (pinned)"), std::int64_t{20}, 0.024, 0.0012, 0.00118, 0.00125, 9e-6});
+  ka.columns = {{"name", "region"},
+                {"calls", "calls"},
+                {"gpu_total_s", "GPU total (ms)", 1e3, 3},
+                {"gpu_mean_s", "GPU mean (us)", 1e6, 1},
+                {"gpu_min_s", "GPU min (us)", 1e6, 1},
+                {"gpu_max_s", "GPU max (us)", 1e6, 1},
+                {"host_mean_s", "host mean (us)", 1e6, 1}};
+  ka.add_row({std::string("H2D copy 64 MiB (pinned)"), std::int64_t{20}, 0.024, 0.0012, 0.00118,
+              0.00125, 9e-6});
   tables["key_averages"] = presentation::to_json(ka);
 
   table mm;
   mm.id = "matmul";
   mm.title = "cuBLASLt matmul (fastest of the heuristic's candidates, random normal inputs)";
-  mm.columns = {{"precision", "precision"}, {"shape", "m x n x k"}, {"candidates", "candidates"},
-                {"chosen", "chosen"}, {"median_flops_per_s", "TFLOP/s", 1e-12, 1}, {"min_flops_per_s", "min", 1e-12, 1},
-                {"max_flops_per_s", "max", 1e-12, 1}, {"peak_flops_per_s", "peak", 1e-12, 0},
-                {"peak_percent", "% of peak", 1.0, 1}, {"check_error", "check rel. error", 1.0, 6}};
-  mm.add_row({std::string("bf16"), std::string("8192 x 8192 x 8192"), std::int64_t{8}, std::int64_t{6}, 774.1e12,
-              769.9e12, 810.3e12, 989e12, 78.3, 0.001903});
-  mm.add_row({std::string("fp32"), std::string("8192 x 8192 x 8192"), std::int64_t{4}, std::int64_t{1}, 48.7e12,
-              44.9e12, 50.5e12, value(std::monostate{}), value(std::monostate{}), 0.000001});
+  mm.columns = {{"precision", "precision"},
+                {"shape", "m x n x k"},
+                {"candidates", "candidates"},
+                {"chosen", "chosen"},
+                {"median_flops_per_s", "TFLOP/s", 1e-12, 1},
+                {"min_flops_per_s", "min", 1e-12, 1},
+                {"max_flops_per_s", "max", 1e-12, 1},
+                {"peak_flops_per_s", "peak", 1e-12, 0},
+                {"peak_percent", "% of peak", 1.0, 1},
+                {"check_error", "check rel. error", 1.0, 6}};
+  mm.add_row({std::string("bf16"), std::string("8192 x 8192 x 8192"), std::int64_t{8},
+              std::int64_t{6}, 774.1e12, 769.9e12, 810.3e12, 989e12, 78.3, 0.001903});
+  mm.add_row({std::string("fp32"), std::string("8192 x 8192 x 8192"), std::int64_t{4},
+              std::int64_t{1}, 48.7e12, 44.9e12, 50.5e12, value(std::monostate{}),
+              value(std::monostate{}), 0.000001});
   mm.notes = {"- Peaks are the X figures (dense): ...",
-              "- The heuristic proposes up to 8 algorithms (tile sizes, split-K, swizzles); each is timed ..."};
+              "- The heuristic proposes up to 8 algorithms (tile sizes, split-K, swizzles); each "
+              "is timed ..."};
   tables["matmul"] = presentation::to_json(mm);
 
   table nv;
   nv.id = "nvml";
   if (with_nvml) {
     nv.title = "NVML during the matmuls (123 samples every 10 ms)";
-    nv.columns = {{"metric", "metric"}, {"status", "status"}, {"mean", "mean", 1.0, 1}, {"min", "min", 1.0, 1},
-                  {"max", "max", 1.0, 1}, {"p50", "p50", 1.0, 1}, {"p95", "p95", 1.0, 1}};
+    nv.columns = {{"metric", "metric"},   {"status", "status"},   {"mean", "mean", 1.0, 1},
+                  {"min", "min", 1.0, 1}, {"max", "max", 1.0, 1}, {"p50", "p50", 1.0, 1},
+                  {"p95", "p95", 1.0, 1}};
     nv.add_row({std::string("gpu_util_percent"), std::string("ok"), 79.6, 2.0, 100.0, 99.0, 100.0});
-    nv.add_row({std::string("memory_used_bytes (GiB)"), std::string("ok"), 2.25, 1.5, 2.5, 2.25, 2.5});
+    nv.add_row(
+        {std::string("memory_used_bytes (GiB)"), std::string("ok"), 2.25, 1.5, 2.5, 2.25, 2.5});
     nv.add_row({std::string("temperature_c"), std::string("no_permission"), value(std::monostate{}),
-                value(std::monostate{}), value(std::monostate{}), value(std::monostate{}), value(std::monostate{})});
+                value(std::monostate{}), value(std::monostate{}), value(std::monostate{}),
+                value(std::monostate{})});
     nv.notes = {
-        "- Utilization is the share of time a kernel was running over NVML's last sample period, not how busy "
+        "- Utilization is the share of time a kernel was running over NVML's last sample period, "
+        "not how busy "
         "the SMs were: a GEMM and a one-thread kernel can both show 100%.",
-        "- Energy counter: 815 J over 1.22 s, a mean of 668 W (the power column is NVML's recent average at each "
+        "- Energy counter: 815 J over 1.22 s, a mean of 668 W (the power column is NVML's recent "
+        "average at each "
         "sample; the counter integrates all of it).",
-        "- The sampler thread used 1.50% of one CPU core over 1.22 s: 0.75% in 2 reads that include the energy "
-        "counter (4.6 ms of CPU each: NVML reads it from the board, while the other metrics come from the "
-        "driver's cache) and 0.75% in 121 plain samples (76 us each, waking up included). So at 10 ms with the "
-        "counter read every 5 s, its steady cost is about 0.85% of a core; over a short run the counter's reads "
+        "- The sampler thread used 1.50% of one CPU core over 1.22 s: 0.75% in 2 reads that "
+        "include the energy "
+        "counter (4.6 ms of CPU each: NVML reads it from the board, while the other metrics come "
+        "from the "
+        "driver's cache) and 0.75% in 121 plain samples (76 us each, waking up included). So at 10 "
+        "ms with the "
+        "counter read every 5 s, its steady cost is about 0.85% of a core; over a short run the "
+        "counter's reads "
         "at both ends dominate.",
         "- All samples: results/profile_samples.csv"};
   } else {
@@ -394,29 +436,40 @@ nlohmann::json v1_block(bool with_nvml) {
   tr.columns = {{"what", "what"}, {"count", "count", 1.0, 0}};
   tr.add_row({std::string("kernels"), std::int64_t{380}});
   tr.add_row({std::string("trace events written"), std::int64_t{5673}});
-  tr.notes = {"- Source: cupti. 5673 events written in 10.4 ms. Open the file in https://ui.perfetto.dev (or "
-              "chrome://tracing): GPU 2 holds a track per stream and the counters; ...",
-              "- Schedule: the first 1 step(s) untraced (start-up), the next 1 traced and discarded ..."};
+  tr.notes = {
+      "- Source: cupti. 5673 events written in 10.4 ms. Open the file in https://ui.perfetto.dev "
+      "(or "
+      "chrome://tracing): GPU 2 holds a track per stream and the counters; ...",
+      "- Schedule: the first 1 step(s) untraced (start-up), the next 1 traced and discarded ..."};
   tables["trace"] = presentation::to_json(tr);
 
   nlohmann::json extra = nlohmann::json::object();
   summary f = spread(774.1e12, 20);
   nlohmann::json fj;
   to_json(fj, f);
-  extra["matmul"] = nlohmann::json::array({{{"precision", "bf16"}, {"m", 8192}, {"n", 8192}, {"k", 8192},
-                                            {"candidate_median_s", {1.5e-3, 1.42e-3}}, {"chosen", 6},
-                                            {"seconds", {1.42e-3, 1.43e-3}}, {"flops_per_s", fj},
+  extra["matmul"] = nlohmann::json::array({{{"precision", "bf16"},
+                                            {"m", 8192},
+                                            {"n", 8192},
+                                            {"k", 8192},
+                                            {"candidate_median_s", {1.5e-3, 1.42e-3}},
+                                            {"chosen", 6},
+                                            {"seconds", {1.42e-3, 1.43e-3}},
+                                            {"flops_per_s", fj},
                                             {"check_max_relative_error", 0.00190312}}});
   if (with_nvml) {
     nlohmann::json rows = nlohmann::json::array();
     for (int i = 0; i < 3; ++i)
-      rows.push_back({{"time_s", 0.01 * i}, {"power_w", 120.0 + i}, {"gpu_util_percent", i == 1 ? nlohmann::json() : nlohmann::json(99.0)},
-                      {"sm_clock_mhz", nullptr}, {"temperature_c", nullptr}});
+      rows.push_back({{"time_s", 0.01 * i},
+                      {"power_w", 120.0 + i},
+                      {"gpu_util_percent", i == 1 ? nlohmann::json() : nlohmann::json(99.0)},
+                      {"sm_clock_mhz", nullptr},
+                      {"temperature_c", nullptr}});
     extra["nvml_samples"] = {{"metrics", {"power_w"}}, {"samples", rows}};
     extra["sampler_cpu_percent"] = 1.5037;
     extra["sampler_steady_cpu_percent"] = 0.85;
   }
-  extra["trace"] = {{"path", "results/p.json.gz"}, {"source", "cupti"}, {"events", 5673}, {"write_s", 0.0104}};
+  extra["trace"] = {
+      {"path", "results/p.json.gz"}, {"source", "cupti"}, {"events", 5673}, {"write_s", 0.0104}};
   return {{"tables", tables}, {"extra", extra}};
 }
 
@@ -479,7 +532,8 @@ TEST(LessonProfile, FromV1RebuildsWhatSchemaOneKept) {
 
   // The upgraded result renders: the sampler note's steady cost comes back near the old figure.
   const auto notes = notes_for(explain_profile(r, h200()), "nvml");
-  EXPECT_TRUE(any_contains(notes, "its steady cost is about 0.8")) << (notes.size() > 2 ? notes[2] : "");
+  EXPECT_TRUE(any_contains(notes, "its steady cost is about 0.8"))
+      << (notes.size() > 2 ? notes[2] : "");
   EXPECT_EQ(present_profile(r).size(), 5u);
 }
 
@@ -506,6 +560,7 @@ TEST(LessonProfile, FromV1MalformedThrows) {
   bad_method["tables"]["timing_methods"]["rows"][0]["method"] = "sundial";
   EXPECT_THROW((void)profile_from_v1(bad_method), format_error);
   auto huge = v1_block(true);
-  huge["tables"]["nvml"]["title"] = "NVML during the matmuls (99999999999999999999999 samples every 10 ms)";
+  huge["tables"]["nvml"]["title"] =
+      "NVML during the matmuls (99999999999999999999999 samples every 10 ms)";
   EXPECT_THROW((void)profile_from_v1(huge), format_error);
 }

@@ -10,8 +10,8 @@
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/hardware.hpp"
 #include "gpu_basics/lessons/transfer.hpp"
-#include "lesson_test_util.hpp"
 #include "gpu_basics/transfer/plan.hpp"
+#include "lesson_test_util.hpp"
 
 using namespace gpu_basics;
 using namespace gpu_basics::lessons;
@@ -20,7 +20,9 @@ namespace {
 
 constexpr std::uint64_t KiB = 1024, MiB = KiB * 1024, GiB = MiB * 1024;
 
-summary around(double median, std::size_t count = 20) { return gpu_basics::testing::spread_around(median, count); }
+summary around(double median, std::size_t count = 20) {
+  return gpu_basics::testing::spread_around(median, count);
+}
 
 copy_figure fig(const std::string& dir, const std::string& mem, std::uint64_t bytes, double rate,
                 unsigned streams = 1) {
@@ -598,7 +600,8 @@ TEST(LessonTransfer, FromV1ReadsTablesAlone) {
   const auto& sw = table_named(ts, "sweep");
   EXPECT_EQ(std::get<std::string>(sw.rows[1][0]), "1.5 KiB");
   EXPECT_DOUBLE_EQ(cell(sw, 1, 3), 0.2e9);
-  EXPECT_EQ(table_named(ts, "pageable_upload").title, tables["pageable_upload"]["title"].get<std::string>());
+  EXPECT_EQ(table_named(ts, "pageable_upload").title,
+            tables["pageable_upload"]["title"].get<std::string>());
   EXPECT_EQ(table_named(ts, "streams").title, tables["streams"]["title"].get<std::string>());
   EXPECT_DOUBLE_EQ(cell(table_named(ts, "bandwidth"), 1, 8), 16.0);
   EXPECT_DOUBLE_EQ(cell(table_named(ts, "host_register"), 2, 1), 0.26);

@@ -194,7 +194,8 @@ TEST(Record, BadFilesGetOneClearError) {
     }
     return "(no error)";
   };
-  EXPECT_NE(message(nlohmann::json::array()).find("not a gpu-basics results file"), std::string::npos);
+  EXPECT_NE(message(nlohmann::json::array()).find("not a gpu-basics results file"),
+            std::string::npos);
   EXPECT_NE(message({{"foo", 1}}).find("not a gpu-basics results file"), std::string::npos);
   EXPECT_NE(message({{"schema_version", "2"}, {"command", "info"}}).find("must be an integer"),
             std::string::npos);

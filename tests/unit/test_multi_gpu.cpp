@@ -20,9 +20,10 @@ TEST(Collectives, BusBandwidthFollowsNcclTests) {
 
 TEST(Collectives, SendCountsSplitTheBufferAsNcclTestsCountsIt) {
   EXPECT_EQ(collective_send_count(collective::all_reduce, 1024, 4, 4), 256u);
-  EXPECT_EQ(collective_send_count(collective::all_gather, 1024, 4, 4), 64u);      // each rank sends 1/4
-  EXPECT_EQ(collective_send_count(collective::reduce_scatter, 1024, 4, 4), 256u); // each sends all
-  EXPECT_EQ(collective_send_count(collective::all_gather, 8, 4, 4), 0u);          // 8 B over 4 ranks of floats
+  EXPECT_EQ(collective_send_count(collective::all_gather, 1024, 4, 4), 64u);  // each rank sends 1/4
+  EXPECT_EQ(collective_send_count(collective::reduce_scatter, 1024, 4, 4), 256u);  // each sends all
+  EXPECT_EQ(collective_send_count(collective::all_gather, 8, 4, 4),
+            0u);  // 8 B over 4 ranks of floats
   EXPECT_EQ(collective_send_count(collective::all_reduce, 6, 1, 4), 0u);
 }
 
@@ -34,7 +35,8 @@ TEST(Collectives, ExpectedValuesAreExactSumsAndGathers) {
     for (int r = 0; r < n; ++r) sum += collective_input(r, i);
     EXPECT_EQ(collective_expected(collective::all_reduce, n, 0, i, count), sum);
   }
-  EXPECT_EQ(collective_expected(collective::all_gather, n, 2, 2 * count + 3, count), collective_input(2, 3));
+  EXPECT_EQ(collective_expected(collective::all_gather, n, 2, 2 * count + 3, count),
+            collective_input(2, 3));
   float rs = 0;
   for (int r = 0; r < n; ++r) rs += collective_input(r, 1 * count + 4);
   EXPECT_EQ(collective_expected(collective::reduce_scatter, n, 1, 4, count), rs);

@@ -29,7 +29,8 @@ TEST(PipelineSchedule, EveryBatchIsCopiedThenComputedInOrder) {
       const auto steps = prefetch_schedule(batches, depth);
       std::vector<int> copied(batches, 0), computed(batches, 0);
       for (const auto& s : steps) {
-        EXPECT_EQ(s.buffer, s.op == pipeline_op::copy_wait_compute ? (s.batch + depth) % depth : s.batch % depth);
+        EXPECT_EQ(s.buffer, s.op == pipeline_op::copy_wait_compute ? (s.batch + depth) % depth
+                                                                   : s.batch % depth);
         if (s.op == pipeline_op::copy) ++copied[s.batch];
         if (s.op == pipeline_op::compute) {
           EXPECT_EQ(copied[s.batch], 1) << "computed before copied";
@@ -46,10 +47,14 @@ TEST(PipelineSchedule, EveryBatchIsCopiedThenComputedInOrder) {
 TEST(PipelineSchedule, BufferReuseWaitsForThePreviousCompute) {
   const auto steps = prefetch_schedule(5, 2);
   // Batch 2 reuses buffer 0: the copy stream first waits for compute(0).
-  const std::vector<pipeline_step> head = {
-      {pipeline_op::copy, 0, 0}, {pipeline_op::compute_wait_copy, 0, 0}, {pipeline_op::compute, 0, 0},
-      {pipeline_op::copy, 1, 1}, {pipeline_op::compute_wait_copy, 1, 1}, {pipeline_op::compute, 1, 1},
-      {pipeline_op::copy_wait_compute, 0, 0}, {pipeline_op::copy, 2, 0}};
+  const std::vector<pipeline_step> head = {{pipeline_op::copy, 0, 0},
+                                           {pipeline_op::compute_wait_copy, 0, 0},
+                                           {pipeline_op::compute, 0, 0},
+                                           {pipeline_op::copy, 1, 1},
+                                           {pipeline_op::compute_wait_copy, 1, 1},
+                                           {pipeline_op::compute, 1, 1},
+                                           {pipeline_op::copy_wait_compute, 0, 0},
+                                           {pipeline_op::copy, 2, 0}};
   ASSERT_GE(steps.size(), head.size());
   EXPECT_TRUE(std::equal(head.begin(), head.end(), steps.begin()));
   // Fewer batches than buffers: nothing waits for a release.
@@ -66,7 +71,8 @@ TEST(PipelineSchedule, SimulatedTimelinesRespectDependenciesAtEveryDepth) {
 
 TEST(PipelineSchedule, WithoutTheReleaseWaitACopyOverwritesABufferInUse) {
   // Compute-bound, depth 2: the copy stream runs ahead and refills buffer 0 during compute(0).
-  const auto t = simulate_schedule(prefetch_schedule(8, 2, /*wait_for_release=*/false), 8, 1.0, 3.0, false);
+  const auto t =
+      simulate_schedule(prefetch_schedule(8, 2, /*wait_for_release=*/false), 8, 1.0, 3.0, false);
   EXPECT_GT(violations(t, 2), 0);
 }
 

@@ -81,7 +81,8 @@ TEST(Results, AtomicWriteCreatesParentsAndLeavesNoTemporary) {
   EXPECT_EQ(back, j);
   // No temporary file is left beside it.
   std::size_t files = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(d.path / "sub")) ++files;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(d.path / "sub"))
+    ++files;
   EXPECT_EQ(files, 1u);
 }
 

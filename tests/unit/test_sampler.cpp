@@ -37,8 +37,10 @@ TEST(Sampler, SummariesCarryValuesAndStatuses) {
   EXPECT_DOUBLE_EQ(util.max, 100.0);
   EXPECT_DOUBLE_EQ(util.p50, 50.0);
   EXPECT_DOUBLE_EQ(util.p95, 95.0);
-  EXPECT_EQ(sums[static_cast<std::size_t>(gpu_metric::power_w)].status, metric_status::not_supported);
-  EXPECT_EQ(sums[static_cast<std::size_t>(gpu_metric::temperature_c)].status, metric_status::no_permission);
+  EXPECT_EQ(sums[static_cast<std::size_t>(gpu_metric::power_w)].status,
+            metric_status::not_supported);
+  EXPECT_EQ(sums[static_cast<std::size_t>(gpu_metric::temperature_c)].status,
+            metric_status::no_permission);
   const nlohmann::json j = sums[static_cast<std::size_t>(gpu_metric::power_w)];
   EXPECT_TRUE(j["mean"].is_null());
   EXPECT_EQ(j["status"], "not supported");
@@ -77,7 +79,8 @@ TEST(Sampler, SamplesAtItsIntervalKeepsABoundedRingAndMeasuresItself) {
   EXPECT_GE(src->reads(), 30u);    // ~60 at 5 ms; a loaded CI machine still gets half
   EXPECT_LE(src->reads(), 70u);
   EXPECT_EQ(s.dropped(), src->reads() - 20);
-  EXPECT_EQ(samples.back()[gpu_metric::gpu_util_percent].value, static_cast<double>((src->reads() - 1) % 101));
+  EXPECT_EQ(samples.back()[gpu_metric::gpu_util_percent].value,
+            static_cast<double>((src->reads() - 1) % 101));
   EXPECT_GT(s.wall_seconds(), 0.25);
   EXPECT_LT(s.cpu_seconds(), 0.5 * s.wall_seconds());  // sleeping, not spinning
 }

@@ -72,7 +72,8 @@ TEST(Stats, RejectsEmptyAndNonFinite) {
 
 TEST(Stats, MappedSummaryOfBandwidth) {
   const std::vector<double> seconds = {0.002, 0.001, 0.004};
-  const summary s = summarize_mapped(seconds, [](double t) { return bandwidth_bytes_per_s(1000000, t); });
+  const summary s =
+      summarize_mapped(seconds, [](double t) { return bandwidth_bytes_per_s(1000000, t); });
   EXPECT_DOUBLE_EQ(s.median, 5e8);
   EXPECT_DOUBLE_EQ(s.max, 1e9);
   EXPECT_DOUBLE_EQ(s.min, 2.5e8);
@@ -89,7 +90,8 @@ TEST(Stats, MeasurementMaths) {
 TEST(Stats, JsonHasEveryField) {
   const std::vector<double> v = {1, 2, 3};
   const nlohmann::json j = summarize(v);
-  for (const char* k : {"count", "median", "mean", "min", "max", "stdev", "p25", "p75", "iqr", "rel_spread"})
+  for (const char* k :
+       {"count", "median", "mean", "min", "max", "stdev", "p25", "p75", "iqr", "rel_spread"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_EQ(j["median"].get<double>(), 2.0);
 }

@@ -69,7 +69,8 @@ TEST(TraceSession, KeepsOnlyTheActiveStepsAndStartsTheTracerOnce) {
     s.step();
     tick();
     scoped_range r("step " + std::to_string(i));
-    if (s.phase() != trace_phase::waiting && s.phase() != trace_phase::done) raw->kernel("k" + std::to_string(i));
+    if (s.phase() != trace_phase::waiting && s.phase() != trace_phase::done)
+      raw->kernel("k" + std::to_string(i));
     tick();
   }
   const activity_log log = s.finish();
@@ -120,7 +121,8 @@ TEST(TraceCounters, SamplesBecomeOneSeriesPerMetricWithEnergyFromZero) {
     v[i][gpu_metric::gpu_util_percent] = {metric_status::ok, 50.0 + static_cast<double>(i)};
     v[i][gpu_metric::power_w] = {metric_status::not_supported, 0};
     v[i][gpu_metric::memory_total_bytes] = {metric_status::ok, 1e11};
-    if (i != 1) v[i][gpu_metric::energy_j] = {metric_status::ok, 1000.0 + 7.0 * static_cast<double>(i)};
+    if (i != 1)
+      v[i][gpu_metric::energy_j] = {metric_status::ok, 1000.0 + 7.0 * static_cast<double>(i)};
   }
   trace_writer w;
   EXPECT_EQ(add_sample_counters(w, v, 2'000'000'000ull, 0), 5u);
@@ -140,17 +142,20 @@ TEST(TraceCounters, SamplesBecomeOneSeriesPerMetricWithEnergyFromZero) {
 }
 
 TEST(TraceCounters, AllocatorHistoryBecomesAllocatedAndReservedBytes) {
-  const std::vector<history_event> h = {
-      {history_kind::segment_alloc, 1000, 0x1000, 2 << 20, 0}, {history_kind::alloc, 1100, 0x1000, 512, 0},
-      {history_kind::alloc, 1200, 0x1200, 1024, 0},             {history_kind::oom, 1250, 0, 1ull << 40, 0},
-      {history_kind::free, 1300, 0x1000, 512, 0},               {history_kind::segment_free, 1400, 0x1000, 2 << 20, 0}};
+  const std::vector<history_event> h = {{history_kind::segment_alloc, 1000, 0x1000, 2 << 20, 0},
+                                        {history_kind::alloc, 1100, 0x1000, 512, 0},
+                                        {history_kind::alloc, 1200, 0x1200, 1024, 0},
+                                        {history_kind::oom, 1250, 0, 1ull << 40, 0},
+                                        {history_kind::free, 1300, 0x1000, 512, 0},
+                                        {history_kind::segment_free, 1400, 0x1000, 2 << 20, 0}};
   // memory/ turns the history into plain points (the oom changes nothing: no point)...
   const auto points = memory_usage(h, 4096, 8 << 20);
-  const std::vector<memory_usage_point> want_points = {{1000, 4096, (8 << 20) + (2 << 20)},
-                                                       {1100, 4096 + 512, (8 << 20) + (2 << 20)},
-                                                       {1200, 4096 + 512 + 1024, (8 << 20) + (2 << 20)},
-                                                       {1300, 4096 + 1024, (8 << 20) + (2 << 20)},
-                                                       {1400, 4096 + 1024, 8 << 20}};
+  const std::vector<memory_usage_point> want_points = {
+      {1000, 4096, (8 << 20) + (2 << 20)},
+      {1100, 4096 + 512, (8 << 20) + (2 << 20)},
+      {1200, 4096 + 512 + 1024, (8 << 20) + (2 << 20)},
+      {1300, 4096 + 1024, (8 << 20) + (2 << 20)},
+      {1400, 4096 + 1024, 8 << 20}};
   EXPECT_EQ(points, want_points);
   // ...and the profiler plots them: both series at the first point, then whichever changed.
   trace_writer w;
@@ -162,12 +167,10 @@ TEST(TraceCounters, AllocatorHistoryBecomesAllocatedAndReservedBytes) {
     got.push_back({name, e["args"][name].get<double>()});
     EXPECT_EQ(e["pid"], 3);
   }
-  const std::vector<std::pair<std::string, double>> want = {{"allocated_bytes", 4096},
-                                                            {"reserved_bytes", (8 << 20) + (2 << 20)},
-                                                            {"allocated_bytes", 4096 + 512},
-                                                            {"allocated_bytes", 4096 + 512 + 1024},
-                                                            {"allocated_bytes", 4096 + 1024},
-                                                            {"reserved_bytes", 8 << 20}};
+  const std::vector<std::pair<std::string, double>> want = {
+      {"allocated_bytes", 4096},        {"reserved_bytes", (8 << 20) + (2 << 20)},
+      {"allocated_bytes", 4096 + 512},  {"allocated_bytes", 4096 + 512 + 1024},
+      {"allocated_bytes", 4096 + 1024}, {"reserved_bytes", 8 << 20}};
   EXPECT_EQ(got, want);
   EXPECT_EQ(add_memory_counters(w, {}, 0, 3), 0u);
 }

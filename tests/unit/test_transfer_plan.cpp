@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <thread>
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "gpu_basics/core/config.hpp"
@@ -60,7 +60,8 @@ TEST(Plan, SplitFixedLastChunkShorter) {
 }
 
 TEST(Plan, PowerOfTwoSweep) {
-  EXPECT_EQ(power_of_two_sweep(4096, 65536), (std::vector<std::uint64_t>{4096, 8192, 16384, 32768, 65536}));
+  EXPECT_EQ(power_of_two_sweep(4096, 65536),
+            (std::vector<std::uint64_t>{4096, 8192, 16384, 32768, 65536}));
   EXPECT_EQ(power_of_two_sweep(3000, 9000), (std::vector<std::uint64_t>{4096, 8192}));
   EXPECT_EQ(power_of_two_sweep(5000, 6000), (std::vector<std::uint64_t>{5000}));
   EXPECT_EQ(power_of_two_sweep(1ull << 30, 1ull << 30).size(), 1u);
@@ -126,7 +127,10 @@ TEST(ThreadPool, RangesCoverTheBufferAndCopyIt) {
 
 TEST(ThreadPool, ExceptionsReachTheCaller) {
   thread_pool pool(4);
-  EXPECT_THROW(pool.parallel_for(100, [](std::size_t i) { if (i == 57) throw std::runtime_error("x"); }),
+  EXPECT_THROW(pool.parallel_for(100,
+                                 [](std::size_t i) {
+                                   if (i == 57) throw std::runtime_error("x");
+                                 }),
                std::runtime_error);
   std::atomic<int> n{0};
   pool.parallel_for(10, [&](std::size_t) { ++n; });  // still usable
@@ -152,8 +156,11 @@ TEST(ByteSize, ParsesUnits) {
 }
 
 TEST(TransferConfig, KeysParseAndValidate) {
-  config c = parse_config("transfer:\n  large_copy_bytes: 256 MiB\n  sweep: {enabled: true, min_bytes: 4 KiB, max_bytes: 1 MiB}\n"
-                          "  staging: {chunk_bytes: 4 MiB, buffers: 2, threads: 8}\n", "t.yaml");
+  config c = parse_config(
+      "transfer:\n  large_copy_bytes: 256 MiB\n  sweep: {enabled: true, min_bytes: 4 KiB, "
+      "max_bytes: 1 MiB}\n"
+      "  staging: {chunk_bytes: 4 MiB, buffers: 2, threads: 8}\n",
+      "t.yaml");
   validate(c);
   EXPECT_EQ(c.transfer.large_copy_bytes, 256u << 20);
   EXPECT_TRUE(c.transfer.sweep.enabled);
@@ -164,11 +171,16 @@ TEST(TransferConfig, KeysParseAndValidate) {
 
 TEST(TransferConfig, BadValuesNameKeyAndLine) {
   const std::pair<const char*, const char*> cases[] = {
-      {"transfer:\n  sweep:\n    min_bytes: 1 MiB\n    max_bytes: 4 KiB\n", "t.yaml:4:16: transfer.sweep.max_bytes: must be at least"},
-      {"transfer:\n  staging:\n    buffers: 1\n", "t.yaml:3:14: transfer.staging.buffers: expected an integer in 2..16, got 1"},
-      {"transfer:\n  staging:\n    chunk_bytes: 1 KiB\n", "t.yaml:3:18: transfer.staging.chunk_bytes: expected a size in 64 KiB..1 GiB"},
-      {"transfer:\n  large_copy_bytes: huge\n", "t.yaml:2:21: transfer.large_copy_bytes: expected a size in 1 MiB..64 GiB"},
-      {"transfer:\n  large_copy_bytes: 65 GiB\n", "t.yaml:2:21: transfer.large_copy_bytes: expected a size"},
+      {"transfer:\n  sweep:\n    min_bytes: 1 MiB\n    max_bytes: 4 KiB\n",
+       "t.yaml:4:16: transfer.sweep.max_bytes: must be at least"},
+      {"transfer:\n  staging:\n    buffers: 1\n",
+       "t.yaml:3:14: transfer.staging.buffers: expected an integer in 2..16, got 1"},
+      {"transfer:\n  staging:\n    chunk_bytes: 1 KiB\n",
+       "t.yaml:3:18: transfer.staging.chunk_bytes: expected a size in 64 KiB..1 GiB"},
+      {"transfer:\n  large_copy_bytes: huge\n",
+       "t.yaml:2:21: transfer.large_copy_bytes: expected a size in 1 MiB..64 GiB"},
+      {"transfer:\n  large_copy_bytes: 65 GiB\n",
+       "t.yaml:2:21: transfer.large_copy_bytes: expected a size"},
   };
   for (const auto& [yaml, msg] : cases) {
     try {

@@ -26,18 +26,18 @@ void log_cuda_error_nothrow(cudaError_t err, const char* call, const char* file,
 
 }  // namespace gpu_basics
 
-#define GPU_BASICS_CUDA_TRY(call)                                                  \
-  do {                                                                             \
-    const cudaError_t gpu_basics_err_ = (call);                                    \
-    if (gpu_basics_err_ != cudaSuccess)                                            \
-      ::gpu_basics::throw_cuda_error(gpu_basics_err_, #call, __FILE__, __LINE__);  \
+#define GPU_BASICS_CUDA_TRY(call)                                                 \
+  do {                                                                            \
+    const cudaError_t gpu_basics_err_ = (call);                                   \
+    if (gpu_basics_err_ != cudaSuccess)                                           \
+      ::gpu_basics::throw_cuda_error(gpu_basics_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define GPU_BASICS_CUDA_TRY_NOTHROW(call)                                                \
-  do {                                                                                   \
-    const cudaError_t gpu_basics_err_ = (call);                                          \
-    if (gpu_basics_err_ != cudaSuccess)                                                  \
-      ::gpu_basics::log_cuda_error_nothrow(gpu_basics_err_, #call, __FILE__, __LINE__);  \
+#define GPU_BASICS_CUDA_TRY_NOTHROW(call)                                               \
+  do {                                                                                  \
+    const cudaError_t gpu_basics_err_ = (call);                                         \
+    if (gpu_basics_err_ != cudaSuccess)                                                 \
+      ::gpu_basics::log_cuda_error_nothrow(gpu_basics_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
 namespace gpu_basics {

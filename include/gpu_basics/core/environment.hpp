@@ -15,7 +15,7 @@ namespace gpu_basics {
 
 struct host_info {
   std::string hostname;
-  std::string os;      // "Linux 6.1.0 x86_64"
+  std::string os;  // "Linux 6.1.0 x86_64"
   std::string cpu_model;
   unsigned logical_cores = 0;
   std::uint64_t memory_bytes = 0;

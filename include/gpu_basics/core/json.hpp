@@ -33,4 +33,5 @@ struct adl_serializer<std::optional<T>> {
 
 /// to_json/from_json for a struct's listed members; from_json keeps a member's default when its
 /// key is absent, so files written before a member existed still load.
-#define GPU_BASICS_JSON(Type, ...) NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Type, __VA_ARGS__)
+#define GPU_BASICS_JSON(Type, ...) \
+  NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(Type, __VA_ARGS__)

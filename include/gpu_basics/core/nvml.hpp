@@ -70,7 +70,7 @@ class nvml {
   [[nodiscard]] reading<std::string> name(nvml_device d) const;
 
   /// The PCIe generation the link runs at now (it can drop while the GPU idles).
-  [[nodiscard]] reading<unsigned> pcie_link_generation(nvml_device d) const;      // current
+  [[nodiscard]] reading<unsigned> pcie_link_generation(nvml_device d) const;  // current
   /// The highest PCIe generation the link supports.
   [[nodiscard]] reading<unsigned> pcie_link_generation_max(nvml_device d) const;  // of the link
   /// The PCIe lanes in use now.

@@ -22,7 +22,9 @@ class thread_pool {
   thread_pool& operator=(const thread_pool&) = delete;
 
   /// Threads a loop runs on, the caller included.
-  [[nodiscard]] unsigned size() const noexcept { return static_cast<unsigned>(workers_.size()) + 1; }
+  [[nodiscard]] unsigned size() const noexcept {
+    return static_cast<unsigned>(workers_.size()) + 1;
+  }
 
   /// Runs fn(0) … fn(tasks − 1) on the pool and the caller; returns when all are done. The first
   /// exception thrown by a task is rethrown here (the other tasks still finish).

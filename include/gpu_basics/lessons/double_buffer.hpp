@@ -30,8 +30,9 @@ GPU_BASICS_JSON(pipeline_batch, copy_start_s, copy_end_s, compute_start_s, compu
 struct pipeline_mode_run {
   std::string name;
   int depth = 0;
-  double total_s = 0;                    // median over the repetitions
-  std::vector<pipeline_batch> batches;  // the repetition closest to the median; empty from schema 1 tables alone
+  double total_s = 0;  // median over the repetitions
+  std::vector<pipeline_batch>
+      batches;  // the repetition closest to the median; empty from schema 1 tables alone
 
   bool operator==(const pipeline_mode_run&) const = default;
 };
@@ -39,10 +40,10 @@ GPU_BASICS_JSON(pipeline_mode_run, name, depth, total_s, batches)
 
 /// One compute/copy ratio: the compute made to last `compute_to_copy` x one batch's copy.
 struct double_buffer_ratio {
-  double compute_to_copy = 0;                    // the configured target ratio
+  double compute_to_copy = 0;                   // the configured target ratio
   std::optional<std::uint64_t> lcg_iterations;  // LCG steps per 32-bit word in the compute kernel
-  double compute_s = 0;                          // one batch's compute (median)
-  std::vector<pipeline_mode_run> modes;          // serial, double, triple[, depth N]
+  double compute_s = 0;                         // one batch's compute (median)
+  std::vector<pipeline_mode_run> modes;         // serial, double, triple[, depth N]
 
   bool operator==(const double_buffer_ratio&) const = default;
 };
@@ -53,7 +54,7 @@ struct double_buffer_result {
   std::uint64_t batches = 0;
   std::optional<int> depth;        // transfer.double_buffer.depth; nullopt when not kept
   std::optional<int> repetitions;  // runs per mode and ratio (the median is kept)
-  double copy_s = 0;    // one batch's H2D copy, pinned (median)
+  double copy_s = 0;               // one batch's H2D copy, pinned (median)
   std::vector<double_buffer_ratio> ratios;
   std::optional<std::string> timeline_trace_path;  // double_buffer_trace.json
   std::optional<double> timeline_trace_ratio;      // the ratio traced there (closest to 1)
@@ -77,6 +78,7 @@ GPU_BASICS_JSON(double_buffer_result, batch_bytes, batches, depth, repetitions, 
 /// From a schema-1 block: the "double_buffer" table and extra.double_buffer (timelines).
 /// nullopt when the block has no "double_buffer" table.
 /// @throws nlohmann::json::exception, format_error when they cannot be read.
-[[nodiscard]] std::optional<double_buffer_result> double_buffer_from_v1(const nlohmann::json& block);
+[[nodiscard]] std::optional<double_buffer_result> double_buffer_from_v1(
+    const nlohmann::json& block);
 
 }  // namespace gpu_basics::lessons

@@ -30,11 +30,11 @@ GPU_BASICS_JSON(peer_pair, uni_peer_on_bytes_per_s, uni_peer_off_bytes_per_s,
                 bidir_peer_on_bytes_per_s, bidir_peer_off_bytes_per_s, latency_s, verified_bytes)
 
 struct peer_result {
-  std::vector<int> devices;                   // CUDA indices, in matrix order
-  std::vector<std::vector<int>> can_access;   // [from][to], 1 on the diagonal
-  std::vector<std::vector<peer_pair>> cells;  // [from][to]
-  std::uint64_t bytes = 0;                    // per bandwidth copy
-  std::uint64_t latency_bytes = 0;            // per latency copy
+  std::vector<int> devices;                     // CUDA indices, in matrix order
+  std::vector<std::vector<int>> can_access;     // [from][to], 1 on the diagonal
+  std::vector<std::vector<peer_pair>> cells;    // [from][to]
+  std::uint64_t bytes = 0;                      // per bandwidth copy
+  std::uint64_t latency_bytes = 0;              // per latency copy
   std::optional<std::uint64_t> verified_bytes;  // over every cell; nullopt when not kept
 
   bool operator==(const peer_result&) const = default;
@@ -91,7 +91,8 @@ GPU_BASICS_JSON(multi_gpu_result, peer, nccl)
 /// fails; cuda_error, out_of_memory.
 [[nodiscard]] std::optional<multi_gpu_result> measure_multi_gpu(context& ctx);
 /// Notes of "p2p_access", "p2p_bandwidth", "p2p_bidirectional", "p2p_latency" and "nccl".
-[[nodiscard]] std::vector<note> explain_multi_gpu(const multi_gpu_result& r, const device_facts& facts);
+[[nodiscard]] std::vector<note> explain_multi_gpu(const multi_gpu_result& r,
+                                                  const device_facts& facts);
 /// "p2p_access", "p2p_bandwidth", "p2p_bandwidth_peer_off", "p2p_bidirectional",
 /// "p2p_bidirectional_peer_off", "p2p_latency", "nccl".
 [[nodiscard]] std::vector<presentation::table> present_multi_gpu(const multi_gpu_result& r);

@@ -19,13 +19,13 @@ namespace gpu_basics::lessons {
 /// One kernel (LCG steps over a buffer) timed three ways. From a schema-1 table alone only the
 /// medians are known (count 0).
 struct timing_methods_result {
-  std::optional<std::uint64_t> bytes;         // the buffer the kernel reads
-  std::optional<unsigned> lcg_iterations;     // LCG steps per 32-bit word; nullopt from schema 1
-  std::optional<int> warmup;                  // untimed launches first
-  std::optional<int> iterations;              // timed launches per method
-  summary host_no_sync_s;        // host clock around the launch only
-  summary host_sync_s;           // host clock around launch + cudaStreamSynchronize
-  summary events_s;              // CUDA events around the kernel
+  std::optional<std::uint64_t> bytes;      // the buffer the kernel reads
+  std::optional<unsigned> lcg_iterations;  // LCG steps per 32-bit word; nullopt from schema 1
+  std::optional<int> warmup;               // untimed launches first
+  std::optional<int> iterations;           // timed launches per method
+  summary host_no_sync_s;                  // host clock around the launch only
+  summary host_sync_s;                     // host clock around launch + cudaStreamSynchronize
+  summary events_s;                        // CUDA events around the kernel
 
   bool operator==(const timing_methods_result&) const = default;
 };
@@ -45,7 +45,8 @@ struct region_timing {
 };
 GPU_BASICS_JSON(region_timing, name, calls, gpu_total_s, gpu_min_s, gpu_max_s, host_total_s)
 
-/// Steps of H2D copy, kernel, D2H copy over pinned memory; regions by total GPU time, largest first.
+/// Steps of H2D copy, kernel, D2H copy over pinned memory; regions by total GPU time, largest
+/// first.
 struct key_averages_result {
   std::optional<std::uint64_t> bytes;      // per copy and per kernel; nullopt from schema 1
   std::optional<unsigned> lcg_iterations;  // of the kernel
@@ -60,15 +61,15 @@ GPU_BASICS_JSON(key_averages_result, bytes, lcg_iterations, steps, regions)
 struct matmul_run {
   std::string precision;  // "fp16", "bf16", "tf32", "fp32"
   std::uint64_t m = 0, n = 0, k = 0;
-  int candidates = 0;                       // algorithms the heuristic offered
-  int chosen = -1;                          // index of the fastest
-  std::vector<double> candidate_median_s;   // empty from a schema-1 table alone
-  std::vector<double> seconds;              // timed runs of the chosen algorithm
-  summary flops_per_s;                      // from a table alone: median, min, max (count 0)
-  std::optional<double> peak_flops_per_s;   // datasheet, dense; nullopt for an unknown GPU
-  double check_error = 0;                   // max relative error of the small check
-  std::optional<double> start_s;            // the run (autotune, warm-up, timed runs) began
-  std::optional<double> end_s;              // and ended; nullopt from schema 1
+  int candidates = 0;                      // algorithms the heuristic offered
+  int chosen = -1;                         // index of the fastest
+  std::vector<double> candidate_median_s;  // empty from a schema-1 table alone
+  std::vector<double> seconds;             // timed runs of the chosen algorithm
+  summary flops_per_s;                     // from a table alone: median, min, max (count 0)
+  std::optional<double> peak_flops_per_s;  // datasheet, dense; nullopt for an unknown GPU
+  double check_error = 0;                  // max relative error of the small check
+  std::optional<double> start_s;           // the run (autotune, warm-up, timed runs) began
+  std::optional<double> end_s;             // and ended; nullopt from schema 1
 
   bool operator==(const matmul_run&) const = default;
 };
@@ -76,7 +77,7 @@ GPU_BASICS_JSON(matmul_run, precision, m, n, k, candidates, chosen, candidate_me
                 flops_per_s, peak_flops_per_s, check_error, start_s, end_s)
 
 struct matmul_result {
-  std::optional<int> max_candidates;   // how many algorithms the heuristic is asked for
+  std::optional<int> max_candidates;             // how many algorithms the heuristic is asked for
   std::optional<std::uint64_t> check_size;       // n of the n^3 check against the CPU
   std::optional<std::uint64_t> workspace_bytes;  // cuBLASLt workspace
   std::optional<int> warmup;
@@ -91,8 +92,8 @@ GPU_BASICS_JSON(matmul_result, max_candidates, check_size, workspace_bytes, warm
 /// One metric's summary over the samples (a row of the "nvml" table). Values in the metric's
 /// unit (memory in bytes); nullopt when no sample had a value.
 struct nvml_metric_row {
-  std::string metric;  // metric_name(): "power_w"
-  std::string status;  // "ok", "not_supported", ...
+  std::string metric;         // metric_name(): "power_w"
+  std::string status;         // "ok", "not_supported", ...
   std::uint64_t samples = 0;  // samples with a value (0 from schema 1)
   std::optional<double> mean, min, max, p50, p95;
 

@@ -67,7 +67,7 @@ struct allocator_stats {
   std::int64_t device_frees = 0;
   std::int64_t alloc_retries = 0;  // allocations that needed the cache freed first
   std::int64_t ooms = 0;
-  std::size_t cached_free_bytes = 0;     // free bytes in the cache
+  std::size_t cached_free_bytes = 0;  // free bytes in the cache
   std::size_t largest_free_block = 0;
   double fragmentation = 0;  // 1 - largest free block / total free (0 with nothing free)
 };
@@ -88,8 +88,8 @@ struct alloc_trace {
 struct empty_cache_report {
   std::size_t released_bytes = 0;
   std::size_t released_segments = 0;
-  std::size_t kept_bytes = 0;             // reserved bytes still held
-  std::size_t kept_in_use_segments = 0;   // segments with a block still allocated (split and in use)
+  std::size_t kept_bytes = 0;            // reserved bytes still held
+  std::size_t kept_in_use_segments = 0;  // segments with a block still allocated (split and in use)
   std::size_t kept_pending_segments = 0;  // segments with a block awaiting stream events
 };
 
@@ -183,8 +183,8 @@ void to_json(nlohmann::json& j, const history_event& e);
 /// Allocated and reserved bytes after each event of `history` (alloc/free move the first,
 /// segment_alloc/segment_free the second; oom changes nothing and gives no point), starting from
 /// the given values: the input of a trace's memory counters (profiler/trace_counters.hpp).
-[[nodiscard]] std::vector<memory_usage_point> memory_usage(const std::vector<history_event>& history,
-                                                           std::int64_t allocated_before = 0,
-                                                           std::int64_t reserved_before = 0);
+[[nodiscard]] std::vector<memory_usage_point> memory_usage(
+    const std::vector<history_event>& history, std::int64_t allocated_before = 0,
+    std::int64_t reserved_before = 0);
 
 }  // namespace gpu_basics

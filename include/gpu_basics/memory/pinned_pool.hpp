@@ -26,7 +26,7 @@ namespace gpu_basics {
 struct pinned_pool_stats {
   memory_stat allocated_bytes;  // size classes handed out
   memory_stat requested_bytes;
-  memory_stat reserved_bytes;   // pinned in all (in use + cached)
+  memory_stat reserved_bytes;  // pinned in all (in use + cached)
   memory_stat allocation_count;
   std::int64_t backend_allocations = 0;
   std::int64_t backend_frees = 0;

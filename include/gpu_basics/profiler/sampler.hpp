@@ -18,8 +18,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "gpu_basics/core/stats.hpp"
 #include "gpu_basics/core/nvml.hpp"
+#include "gpu_basics/core/stats.hpp"
 
 namespace gpu_basics {
 
@@ -89,7 +89,8 @@ class nvml_metric_source final : public metric_source {
 class fake_metric_source final : public metric_source {
  public:
   /// `script(n)` gives the sample of read n (0-based).
-  explicit fake_metric_source(std::function<gpu_sample(std::size_t)> script) : script_(std::move(script)) {}
+  explicit fake_metric_source(std::function<gpu_sample(std::size_t)> script)
+      : script_(std::move(script)) {}
   /// The script's next sample; what the script throws passes through.
   gpu_sample read(bool include_slow) override;
   /// Reads so far.
@@ -105,7 +106,7 @@ class fake_metric_source final : public metric_source {
 struct metric_summary {
   gpu_metric metric;
   metric_status status = metric_status::unavailable;  // ok if any sample had a value
-  std::size_t samples = 0;                             // samples with a value
+  std::size_t samples = 0;                            // samples with a value
   double mean = 0, min = 0, max = 0, p50 = 0, p95 = 0;
 };
 

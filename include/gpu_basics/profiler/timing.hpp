@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-
 namespace gpu_basics {
 
 struct region_stats {
@@ -18,9 +17,13 @@ struct region_stats {
   double gpu_total_s = 0, gpu_min_s = 0, gpu_max_s = 0;
   double host_total_s = 0;
   /// GPU seconds per call (0 before any call).
-  [[nodiscard]] double gpu_mean_s() const noexcept { return calls ? gpu_total_s / static_cast<double>(calls) : 0; }
+  [[nodiscard]] double gpu_mean_s() const noexcept {
+    return calls ? gpu_total_s / static_cast<double>(calls) : 0;
+  }
   /// Host seconds per call (0 before any call).
-  [[nodiscard]] double host_mean_s() const noexcept { return calls ? host_total_s / static_cast<double>(calls) : 0; }
+  [[nodiscard]] double host_mean_s() const noexcept {
+    return calls ? host_total_s / static_cast<double>(calls) : 0;
+  }
 };
 
 class timing_registry {

@@ -15,8 +15,8 @@ namespace gpu_basics {
 /// One counter series per metric with values (utilization, memory used, power, temperature,
 /// clocks; energy as joules used since the first reading), on process `pid`. Returns the number
 /// of counter events.
-std::size_t add_sample_counters(trace_writer& out, const std::vector<gpu_sample>& samples, std::uint64_t origin_ns,
-                                std::int64_t pid);
+std::size_t add_sample_counters(trace_writer& out, const std::vector<gpu_sample>& samples,
+                                std::uint64_t origin_ns, std::int64_t pid);
 
 /// The "allocated_bytes" and "reserved_bytes" series on process `pid`: both at the first point,
 /// then each series where its value changed. Returns the number of counter events.

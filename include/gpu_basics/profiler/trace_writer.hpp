@@ -27,12 +27,12 @@ class trace_writer {
   void slice(std::string name, std::string category, double ts_us, double dur_us, std::int64_t pid,
              std::int64_t tid, const nlohmann::json& args = nlohmann::json::object());
   /// As slice(), with `args` serialized already (no JSON object built per event).
-  void slice_raw(std::string name, std::string category, double ts_us, double dur_us, std::int64_t pid,
-                 std::int64_t tid, json_text args);
+  void slice_raw(std::string name, std::string category, double ts_us, double dur_us,
+                 std::int64_t pid, std::int64_t tid, json_text args);
   /// A flow arrow from the slice enclosing (ts_from, pid_from, tid_from) to the one enclosing
   /// (ts_to, pid_to, tid_to), e.g. a kernel launch to its kernel. `id` must be unique per flow.
-  void flow(std::uint64_t id, std::string name, double ts_from_us, std::int64_t pid_from, std::int64_t tid_from,
-            double ts_to_us, std::int64_t pid_to, std::int64_t tid_to);
+  void flow(std::uint64_t id, std::string name, double ts_from_us, std::int64_t pid_from,
+            std::int64_t tid_from, double ts_to_us, std::int64_t pid_to, std::int64_t tid_to);
   /// A counter sample: one series per (pid, name). A non-finite sample is written as null.
   void counter(std::string name, double ts_us, std::int64_t pid, double sample);
   /// Names process `pid` in the viewer; a sort_index >= 0 orders it among the processes.
@@ -56,7 +56,8 @@ class trace_writer {
   [[nodiscard]] static bool gzip_supported() noexcept;
 
  private:
-  void name_track(const char* what, std::int64_t pid, std::optional<std::int64_t> tid, std::string name, int sort_index);
+  void name_track(const char* what, std::int64_t pid, std::optional<std::int64_t> tid,
+                  std::string name, int sort_index);
   struct event {
     char ph = 'X';
     char flow_end = 0;  // 'e' on a flow's end ("bp": "e")

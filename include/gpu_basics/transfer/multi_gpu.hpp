@@ -8,7 +8,6 @@
 #include <string_view>
 #include <vector>
 
-
 namespace gpu_basics {
 
 enum class collective { all_reduce, all_gather, reduce_scatter };
@@ -29,12 +28,14 @@ struct collective_rate {
 };
 /// The rates of a collective of `bytes` that took `seconds` (zeros when seconds <= 0).
 /// @throws logic_error when ranks < 1 (and seconds > 0).
-[[nodiscard]] collective_rate collective_bandwidth(collective c, std::uint64_t bytes, double seconds, int ranks);
+[[nodiscard]] collective_rate collective_bandwidth(collective c, std::uint64_t bytes,
+                                                   double seconds, int ranks);
 
 /// Elements of `elem_bytes` each rank sends for a collective of `bytes` (as counted above), or
 /// 0 where `bytes` does not split evenly into ranks x elem_bytes.
 /// @throws logic_error when ranks < 1 or elem_bytes < 1.
-[[nodiscard]] std::uint64_t collective_send_count(collective c, std::uint64_t bytes, int ranks, std::uint64_t elem_bytes);
+[[nodiscard]] std::uint64_t collective_send_count(collective c, std::uint64_t bytes, int ranks,
+                                                  std::uint64_t elem_bytes);
 
 /// The input value rank r puts at element i: small integers stored in float, so sums over up to
 /// thousands of ranks are exact and a result can be checked with ==.

@@ -46,7 +46,8 @@ class nccl_collectives {
   /// down to one that does.
   /// @throws verification_error on a mismatch; nccl_error when an NCCL call fails; cuda_error,
   /// out_of_memory; logic_error for iterations < 1 or warmup < 0.
-  [[nodiscard]] collective_measurement run(collective op, std::uint64_t bytes, int warmup, int iterations);
+  [[nodiscard]] collective_measurement run(collective op, std::uint64_t bytes, int warmup,
+                                           int iterations);
 
   struct impl;
 

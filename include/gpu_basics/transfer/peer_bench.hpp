@@ -23,7 +23,7 @@ struct peer_cell {
 
 struct peer_matrices {
   std::vector<int> devices;
-  std::vector<std::vector<int>> can_access;  // cudaDeviceCanAccessPeer (1 on the diagonal)
+  std::vector<std::vector<int>> can_access;   // cudaDeviceCanAccessPeer (1 on the diagonal)
   std::vector<std::vector<peer_cell>> cells;  // [from][to]
   std::uint64_t bytes = 0, latency_bytes = 0;
 };
@@ -32,7 +32,8 @@ struct peer_matrices {
 /// @throws verification_error when a copy did not deliver the pattern; cuda_error,
 /// out_of_memory; logic_error for no devices, bytes < 16, latency_bytes outside 1..bytes, or
 /// iterations < 1.
-[[nodiscard]] peer_matrices measure_peer_matrices(const std::vector<int>& devices, std::uint64_t bytes,
-                                                  std::uint64_t latency_bytes, int warmup, int iterations);
+[[nodiscard]] peer_matrices measure_peer_matrices(const std::vector<int>& devices,
+                                                  std::uint64_t bytes, std::uint64_t latency_bytes,
+                                                  int warmup, int iterations);
 
 }  // namespace gpu_basics

@@ -15,7 +15,8 @@
 namespace gpu_basics {
 
 struct batch_timeline {
-  double copy_start_s = 0, copy_end_s = 0, compute_start_s = 0, compute_end_s = 0;  // from run start
+  double copy_start_s = 0, copy_end_s = 0, compute_start_s = 0,
+         compute_end_s = 0;  // from run start
 };
 
 struct pipeline_run {
@@ -25,7 +26,8 @@ struct pipeline_run {
 
 class prefetch_pipeline {
  public:
-  using compute_fn = std::function<void(stream_view s, const void* device_batch, std::size_t batch)>;
+  using compute_fn =
+      std::function<void(stream_view s, const void* device_batch, std::size_t batch)>;
 
   /// depth device buffers of batch_bytes each; depth 1 still overlaps nothing but is legal.
   /// @throws logic_error for depth 0 or 0 bytes; out_of_memory, cuda_error.
@@ -47,7 +49,8 @@ class prefetch_pipeline {
   void set_wait_for_release_for_testing(bool wait) noexcept { wait_for_release_ = wait; }
 
  private:
-  pipeline_run execute(const std::vector<const void*>& host_batches, const compute_fn& compute, bool serial);
+  pipeline_run execute(const std::vector<const void*>& host_batches, const compute_fn& compute,
+                       bool serial);
 
   std::size_t batch_bytes_;
   std::vector<device_buffer> buffers_;

@@ -16,7 +16,7 @@ enum class pipeline_op {
   copy_wait_compute,  // the copy stream waits until compute(batch) is done (buffer released)
   copy,               // copy batch into buffer on the copy stream, then mark copy(batch) done
   compute_wait_copy,  // the compute stream waits until copy(batch) is done
-  compute,            // compute batch from buffer on the compute stream, then mark compute(batch) done
+  compute,  // compute batch from buffer on the compute stream, then mark compute(batch) done
 };
 
 struct pipeline_step {
@@ -48,8 +48,8 @@ struct simulated_batch {
 /// per batch {copy start, copy end, compute start, compute end}. For serial schedules both ops
 /// run on one stream.
 /// @throws std::out_of_range when a step names a batch >= `batches`.
-[[nodiscard]] std::vector<simulated_batch> simulate_schedule(const std::vector<pipeline_step>& steps,
-                                                             std::size_t batches, double copy_s,
-                                                             double compute_s, bool one_stream);
+[[nodiscard]] std::vector<simulated_batch> simulate_schedule(
+    const std::vector<pipeline_step>& steps, std::size_t batches, double copy_s, double compute_s,
+    bool one_stream);
 
 }  // namespace gpu_basics
