@@ -75,7 +75,13 @@ void write_outputs(const options& o, const lessons::run_record& rec,
 
 /// `show`: a saved run rendered again; no GPU, no configuration.
 int run_show(const options& o, std::ostream& out, std::ostream& err) {
-  const lessons::run_record rec = lessons::load_record(o.input_path);
+  lessons::run_record rec;
+  try {
+    rec = lessons::load_record(o.input_path);
+  } catch (const io_error& e) {  // an input that cannot be read is a usage error, not exit 7
+    err << "gpu-basics: " << e.what() << "\n";
+    return exit_usage;
+  }
   const auto reports = lessons::render(rec);
   const bool json_to_stdout = o.json_path && *o.json_path == "-";
   if (!json_to_stdout) print(rec, reports, out);

@@ -92,6 +92,10 @@ TEST(Cli, ShowNeedsAFileAndRejectsABadOne) {
   EXPECT_NE(message.find("CMakeLists.txt: not JSON"), std::string::npos) << message;
   EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 1) << message;
   EXPECT_TRUE(out.str().empty());
+  o.input_path = "/nonexistent/run.json";  // unreadable input: usage error too, not "cannot write"
+  std::ostringstream out2, e2;
+  EXPECT_EQ(cli::run(o, out2, e2), cli::exit_usage);
+  EXPECT_NE(e2.str().find("/nonexistent/run.json"), std::string::npos) << e2.str();
 }
 
 TEST(Cli, BadConfigIsRejectedBeforeTheGpu) {
