@@ -17,6 +17,7 @@ const std::vector<std::string>& commands() {
     for (const auto& l : lessons::registry()) v.emplace_back(l.name);
     v.emplace_back("all");
     v.emplace_back("show");
+    v.emplace_back("report");
     return v;
   }();
   return c;
@@ -26,7 +27,8 @@ namespace {
 /// Checks the values CLI11 cannot (log level, output paths) and moves them into `o`. Writes one
 /// line to `err` and returns false on the first bad one.
 bool finish_options(options& o, const std::string& level, const std::string& json,
-                    const std::string& csv, const std::string& trace, std::ostream& err) {
+                    const std::string& csv, const std::string& trace, const std::string& html,
+                    std::ostream& err) {
   if (!level.empty()) {
     if (!parse_log_level(level)) {
       err << "gpu-basics: --log-level: expected one of trace, debug, info, warn, error, got \""
@@ -58,6 +60,14 @@ bool finish_options(options& o, const std::string& level, const std::string& jso
     err << "gpu-basics: --csv needs a file path (tables go to stdout already)\n";
     return false;
   }
+  if (!html.empty()) {
+    if (html == "-") {
+      err << "gpu-basics: " << (o.command == "report" ? "-o" : "--html")
+          << " needs a file path (the report is one HTML file)\n";
+      return false;
+    }
+    o.html_path = html;
+  }
   return true;
 }
 }  // namespace
@@ -69,7 +79,7 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
   app.set_version_flag("--version", "gpu-basics 0.1.0");
   options o;
   std::string level;
-  std::string json, csv, trace;
+  std::string json, csv, trace, html;
   const auto add_output_options = [&](CLI::App* sub) {
     sub->add_option("--json", json, "Write results as JSON to this file ('-' for stdout)");
     sub->add_option("--csv", csv,
@@ -85,6 +95,8 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
     sub->add_option("--log-level", level,
                     "trace, debug, info, warn or error (overrides logging.level)");
     add_output_options(sub);
+    sub->add_option("--html", html,
+                    "Write a one-file HTML report with charts of this run to PATH (opens offline)");
     if (traces)
       sub->add_option(
           "--trace", trace,
@@ -99,6 +111,13 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
       "show", "Render a saved run (--json output, any schema version) again, without a GPU");
   show->add_option("results", o.input_path, "A results file written by --json")->required();
   add_output_options(show);
+  CLI::App* rep = app.add_subcommand(
+      "report",
+      "Draw saved runs (--json output) as one self-contained HTML file with charts; several "
+      "runs overlay in the same charts. No GPU needed");
+  rep->add_option("results", o.input_paths, "Results files written by --json (one or more)")
+      ->required();
+  rep->add_option("-o,--output", html, "The HTML file to write")->required();
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   if (!reversed.empty()) reversed.pop_back();  // argv[0]
   try {
@@ -112,7 +131,7 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
     return {std::nullopt, exit_usage};
   }
   for (const auto* sub : app.get_subcommands()) o.command = sub->get_name();
-  if (!finish_options(o, level, json, csv, trace, err)) return {std::nullopt, exit_usage};
+  if (!finish_options(o, level, json, csv, trace, html, err)) return {std::nullopt, exit_usage};
   return {o, exit_ok};
 }
 

@@ -9,14 +9,16 @@
 namespace gpu_basics::cli {
 
 struct options {
-  std::string command;                 // a lesson's name, "all" or "show"
+  std::string command;                 // a lesson's name, "all", "show" or "report"
   std::string config_path;             // empty: the built-in default
   std::vector<std::string> overrides;  // --set key=value, in order
   std::optional<std::string> log_level;
   std::optional<std::string> json_path;  // "-" = stdout
   std::optional<std::string> csv_path;
   std::optional<std::string> trace_path;  // lessons that trace
+  std::optional<std::string> html_path;   // --html (lessons, all), -o (report)
   std::string input_path;                 // show: the results file to render
+  std::vector<std::string> input_paths;   // report: the results files, in order
 };
 
 struct parse_result {
@@ -28,7 +30,7 @@ struct parse_result {
 [[nodiscard]] parse_result parse(const std::vector<std::string>& args, std::ostream& out,
                                  std::ostream& err);
 
-/// The subcommands: every lesson (registry order), then "all" and "show".
+/// The subcommands: every lesson (registry order), then "all", "show" and "report".
 [[nodiscard]] const std::vector<std::string>& commands();
 
 }  // namespace gpu_basics::cli

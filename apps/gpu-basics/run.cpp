@@ -14,6 +14,7 @@
 #include "gpu_basics/lessons/record.hpp"
 #include "gpu_basics/lessons/registry.hpp"
 #include "gpu_basics/lessons/setup.hpp"
+#include "gpu_basics/report/report.hpp"
 
 namespace gpu_basics::cli {
 
@@ -71,6 +72,28 @@ void write_outputs(const options& o, const lessons::run_record& rec,
       }
     for (const auto& f : presentation::write_csv(tables, *o.csv_path)) spdlog::info("wrote {}", f);
   }
+  if (o.html_path) {
+    write_file_atomically(*o.html_path, report::render_html({{report::live_label(rec), rec}}));
+    spdlog::info("wrote {}", *o.html_path);
+  }
+}
+
+/// `report`: saved runs drawn as one HTML file. Every failure is the input's or the output
+/// path's, so every failure is a usage error (exit 2); nothing is left half-written.
+int run_report(const options& o, std::ostream& out, std::ostream& err) {
+  try {
+    const auto runs = report::load_runs(o.input_paths);
+    const std::string html = report::render_html(runs);
+    write_file_atomically(*o.html_path, html);
+    out << "wrote " << *o.html_path << " (" << (html.size() + 1023) / 1024 << " KiB, "
+        << runs.size() << (runs.size() == 1 ? " run" : " runs") << ")\n";
+    return exit_ok;
+  } catch (const io_error& e) {
+    err << "gpu-basics: " << e.what() << "\n";
+  } catch (const format_error& e) {
+    err << "gpu-basics: " << e.what() << "\n";
+  }
+  return exit_usage;
 }
 
 /// `show`: a saved run rendered again; no GPU, no configuration.
@@ -130,9 +153,9 @@ int run(const options& o, std::ostream& out, std::ostream& err) {
     err << "gpu-basics: " << message << "\n";
     return code;
   };
-  if (o.command == "show") {
+  if (o.command == "show" || o.command == "report") {
     try {
-      return run_show(o, out, err);
+      return o.command == "show" ? run_show(o, out, err) : run_report(o, out, err);
     } catch (const std::exception& e) {
       const auto [code, message] = classify(e);
       return fail(code, message);
@@ -150,6 +173,7 @@ int run(const options& o, std::ostream& out, std::ostream& err) {
     setup_logging(cfg.logging.level);
     lessons::context ctx = lessons::open_context(cfg);
     ctx.trace_path = o.trace_path;
+    ctx.charts = o.html_path.has_value();
     lessons::run_record rec;
     rec.command = o.command;
     std::vector<presentation::report> reports;

@@ -215,6 +215,15 @@ bool read_bool(const YAML::Node& node, const parse_context& ctx) {
   return b;
 }
 
+/// true, false, or "auto" (nullopt).
+std::optional<bool> read_bool_or_auto(const YAML::Node& node, const parse_context& ctx) {
+  if (node.IsScalar() && node.Scalar() == "auto") return std::nullopt;
+  bool b = false;
+  if (!node.IsScalar() || !YAML::convert<bool>::decode(node, b))
+    fail(ctx, "expected true, false or auto, got " + describe(node));
+  return b;
+}
+
 std::string read_string(const YAML::Node& node, const parse_context& ctx,
                         std::string_view expectation) {
   if (!node.IsScalar())
@@ -337,7 +346,7 @@ const std::vector<key_spec>& schema() {
        }},
       {"transfer.sweep.enabled",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
-         c.transfer.sweep.enabled = read_bool(n, ctx);
+         c.transfer.sweep.enabled = read_bool_or_auto(n, ctx);
        }},
       {"transfer.sweep.min_bytes",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
@@ -741,7 +750,8 @@ void to_json(nlohmann::json& j, const config& cfg) {
         {"dtype", to_string(cfg.transfer.element_type)},
         {"large_copy_bytes", cfg.transfer.large_copy_bytes},
         {"sweep",
-         {{"enabled", cfg.transfer.sweep.enabled},
+         {{"enabled", cfg.transfer.sweep.enabled ? nlohmann::json(*cfg.transfer.sweep.enabled)
+                                                 : nlohmann::json("auto")},
           {"min_bytes", cfg.transfer.sweep.min_bytes},
           {"max_bytes", cfg.transfer.sweep.max_bytes}}},
         {"double_buffer",

@@ -227,13 +227,17 @@ table pinned_table(const pinned_result& p) {
 
 std::string pinning_cost_note(const pinned_result& p) {
   std::string s =
-      "- Pinning is expensive: the OS must fault in and lock every page and the driver must map "
-      "them for the GPU";
-  if (p.pinned_allocate_s)
+      "- Pinning costs what the first touch of fresh memory costs, and more: the OS must fault in "
+      "and lock every page and the driver must map them for the GPU";
+  if (p.pinned_allocate_s) {
+    const double ratio =
+        p.pageable_allocate_s > 0 ? *p.pinned_allocate_s / p.pageable_allocate_s : 0;
     s += fmt::format(
-        " (cudaHostAlloc + cudaFreeHost of {} took {} here; malloc + first touch + free {})",
+        " (cudaHostAlloc + cudaFreeHost of {} took {} here; malloc + first touch + free {}, "
+        "{:.2f}x of it)",
         format_bytes(p.bytes), duration_text(*p.pinned_allocate_s),
-        duration_text(p.pageable_allocate_s));
+        duration_text(p.pageable_allocate_s), ratio);
+  }
   s += ". A pinned pool (gpu_basics::pinned_host_pool) pays that once and reuses the block";
   if (p.pinned_reuse_s)
     s += fmt::format(": a reuse took {} here", duration_text(*p.pinned_reuse_s));

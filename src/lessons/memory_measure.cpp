@@ -205,9 +205,9 @@ std::uint64_t forward_backward(caching_allocator& alloc, stream_handle sh, peak_
 
 peak_result measure_peak(const context& ctx, stream_handle sh,
                          std::optional<trace_summary>& traced) {
-  // --trace: this pass, with the allocator's allocated/reserved bytes as counter tracks.
+  // The history gives the result's timeline, and with --trace the counter tracks of the trace.
   allocator_options o;
-  if (ctx.trace_path) o.history_capacity = 4096;
+  o.history_capacity = 4096;
   auto alloc = make_allocator(o);
   auto trace = start_trace(ctx, trace_schedule{0, 0, 0});
   if (trace) trace->step();
@@ -221,10 +221,12 @@ peak_result measure_peak(const context& ctx, stream_handle sh,
   p.peak_allocated_bytes = s.allocated_bytes.peak;
   p.peak_reserved_bytes = s.reserved_bytes.peak;
   alloc->deallocate(weights);
-  if (trace) {
-    const auto h = alloc->history();
-    traced = write_trace(ctx, *trace, nullptr, &h);
-  }
+  const auto h = alloc->history();
+  const auto usage = memory_usage(h);
+  for (const auto& u : usage)
+    p.timeline.push_back({static_cast<double>(u.time_ns - usage.front().time_ns) * 1e-9,
+                          u.allocated_bytes, u.reserved_bytes});
+  if (trace) traced = write_trace(ctx, *trace, nullptr, &h);
   return p;
 }
 

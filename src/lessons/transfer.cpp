@@ -215,11 +215,15 @@ table sweep_table(const std::vector<sweep_point>& points) {
                {"h2d_pinned_bytes_per_s", "H2D pinned GB/s", 1 / GB, 2},
                {"d2h_pinned_bytes_per_s", "D2H pinned GB/s", 1 / GB, 2},
                {"h2d_pageable_bytes_per_s", "H2D pageable GB/s", 1 / GB, 2},
+               {"d2h_pageable_bytes_per_s", "D2H pageable GB/s", 1 / GB, 2},
+               {"h2d_staged_bytes_per_s", "H2D staged GB/s", 1 / GB, 2},
+               {"d2h_staged_bytes_per_s", "D2H staged GB/s", 1 / GB, 2},
                {"h2d_pinned_time_s", "H2D pinned us", 1e6, 1}};
   for (const auto& p : points)
     t.add_row({format_bytes(p.bytes), median_or_null(p.h2d_pinned, false),
                median_or_null(p.d2h_pinned, false), bw(p.h2d_pageable),
-               median_or_null(p.h2d_pinned, true)});
+               median_or_null(p.d2h_pageable, false), median_or_null(p.h2d_staged, false),
+               median_or_null(p.d2h_staged, false), median_or_null(p.h2d_pinned, true)});
   return t;
 }
 
@@ -430,6 +434,23 @@ void explain_sweep(const std::vector<sweep_point>& points, std::vector<note>& n)
            "request (a few microseconds{}), so bandwidth grows with size. From a few MiB on, the "
            "link is the limit and bandwidth flattens at its ceiling.",
            here)});
+  // The smallest size from which the staged upload beats cudaMemcpy from pageable memory at every
+  // larger size: below it, the staging threads' start-up costs more than they save.
+  std::optional<std::uint64_t> from;
+  for (auto it = points.rbegin(); it != points.rend() && it->h2d_staged; ++it) {
+    if (bw(*it->h2d_staged) <= bw(it->h2d_pageable)) break;
+    from = it->bytes;
+  }
+  if (from)
+    n.push_back(
+        {"sweep", fmt::format("- The staged upload beats cudaMemcpy from pageable memory "
+                              "from {} on; below that its threads cost more than they save.",
+                              format_bytes(*from))});
+  else if (!points.empty() && points.back().h2d_staged)
+    n.push_back(
+        {"sweep",
+         "- The staged upload never beats cudaMemcpy from pageable memory here, not even at "
+         "the largest size."});
 }
 
 // ---- schema 1 -----------------------------------------------------------------------------

@@ -67,12 +67,12 @@ std::vector<configured_shape> configured_shapes(const config& cfg) {
 
 /// Throws out_of_memory, naming the key that asks for the largest copy, before anything is
 /// allocated when that copy cannot fit on the device or on the host.
-void check_fits(const config& cfg, const std::vector<configured_shape>& shapes) {
+void check_fits(const config& cfg, const std::vector<configured_shape>& shapes, bool sweep) {
   std::uint64_t largest = cfg.transfer.large_copy_bytes;
   std::string largest_key = "transfer.large_copy_bytes";
   for (const auto& s : shapes)
     if (s.bytes > largest) largest = s.bytes, largest_key = s.key;
-  if (cfg.transfer.sweep.enabled && cfg.transfer.sweep.max_bytes > largest)
+  if (sweep && cfg.transfer.sweep.max_bytes > largest)
     largest = cfg.transfer.sweep.max_bytes, largest_key = "transfer.sweep.max_bytes";
   std::size_t free_b = 0, total_b = 0;
   GPU_BASICS_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
@@ -220,6 +220,7 @@ std::vector<sweep_point> measure_sweep(context& ctx, copy_bench& bench) {
   const auto& sw = ctx.cfg.transfer.sweep;
   const auto sizes = power_of_two_sweep(sw.min_bytes, sw.max_bytes);
   const bool pinned = ctx.cfg.memory.use_pinned_memory;
+  const staging_options so = staging_of(ctx.cfg);
   std::vector<sweep_point> out;
   const int total = static_cast<int>(sizes.size());
   for (int i = 0; i < total; ++i) {
@@ -232,6 +233,9 @@ std::vector<sweep_point> measure_sweep(context& ctx, copy_bench& bench) {
       p.d2h_pinned = figure_of(bench.copy(copy_direction::d2h, host_memory::pinned, b));
     }
     p.h2d_pageable = figure_of(bench.copy(copy_direction::h2d, host_memory::pageable, b));
+    p.d2h_pageable = figure_of(bench.copy(copy_direction::d2h, host_memory::pageable, b));
+    p.h2d_staged = figure_of(bench.staged(copy_direction::h2d, b, so));
+    p.d2h_staged = figure_of(bench.staged(copy_direction::d2h, b, so));
     out.push_back(std::move(p));
   }
   ctx.report_progress("sweep", total, total);
@@ -245,7 +249,8 @@ transfer_result measure_transfer(context& ctx) {
   const device_info& dev = ctx.device();
   const auto shapes = configured_shapes(cfg);
   GPU_BASICS_EXPECTS(!shapes.empty(), "transfer.tensor_shapes is empty");
-  check_fits(cfg, shapes);
+  const bool sweep = cfg.transfer.sweep.enabled.value_or(ctx.charts);
+  check_fits(cfg, shapes, sweep);
 
   transfer_result r;
   r.iterations = cfg.benchmark.iterations;
@@ -264,7 +269,7 @@ transfer_result measure_transfer(context& ctx) {
     r.pageable_upload = measure_staging(ctx, bench);
     if (r.use_pinned_memory)
       r.host_register = measure_host_register(ctx, bench, cfg.transfer.large_copy_bytes);
-    if (cfg.transfer.sweep.enabled) r.sweep = measure_sweep(ctx, bench);
+    if (sweep) r.sweep = measure_sweep(ctx, bench);
   }
   spdlog::debug("transfer: host<->device copies measured");
 

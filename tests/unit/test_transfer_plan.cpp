@@ -163,10 +163,24 @@ TEST(TransferConfig, KeysParseAndValidate) {
       "t.yaml");
   validate(c);
   EXPECT_EQ(c.transfer.large_copy_bytes, 256u << 20);
-  EXPECT_TRUE(c.transfer.sweep.enabled);
+  EXPECT_EQ(c.transfer.sweep.enabled, std::optional<bool>(true));
   EXPECT_EQ(c.transfer.sweep.max_bytes, 1u << 20);
   EXPECT_EQ(c.transfer.staging.chunk_bytes, 4u << 20);
   EXPECT_EQ(c.transfer.staging.threads, 8);
+}
+
+TEST(TransferConfig, SweepIsAutoByDefaultAndTakesTrueFalseOrAuto) {
+  EXPECT_EQ(config{}.transfer.sweep.enabled, std::nullopt);
+  EXPECT_EQ(parse_config("transfer:\n  sweep: {enabled: false}\n", "t.yaml").transfer.sweep.enabled,
+            std::optional<bool>(false));
+  EXPECT_EQ(parse_config("transfer:\n  sweep: {enabled: auto}\n", "t.yaml").transfer.sweep.enabled,
+            std::nullopt);
+  try {
+    (void)parse_config("transfer:\n  sweep: {enabled: sometimes}\n", "t.yaml");
+    FAIL() << "accepted 'sometimes'";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected true, false or auto"), std::string::npos);
+  }
 }
 
 TEST(TransferConfig, BadValuesNameKeyAndLine) {

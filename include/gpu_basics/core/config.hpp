@@ -81,9 +81,10 @@ struct config {
     /// Size for the sync-vs-async, staged-upload and cudaHostRegister comparisons.
     std::uint64_t large_copy_bytes = 1ull << 30;
     struct sweep_section {
-      bool enabled = false;
+      /// true, false, or nullopt for "auto": on when the run writes an HTML report (--html).
+      std::optional<bool> enabled;
       std::uint64_t min_bytes = 4096;
-      std::uint64_t max_bytes = 1ull << 30;
+      std::uint64_t max_bytes = 256ull << 20;
     } sweep;
     struct double_buffer_section {
       bool enabled = true;

@@ -38,7 +38,8 @@ struct context {
   std::string nvml_status = "ok";         // "ok" or why NVML is unavailable
   std::vector<device_info> devices;       // every visible GPU
   std::optional<std::string> trace_path;  // --trace: the lesson writes a trace there
-  progress_fn progress;                   // may be empty
+  bool charts = false;   // an HTML report will be drawn: parts set to "auto" (the sweep) run
+  progress_fn progress;  // may be empty
 
   /// The device the configuration selects.
   /// @throws std::out_of_range when cfg.device is not in `devices`.

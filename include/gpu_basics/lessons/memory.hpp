@@ -76,6 +76,16 @@ struct caching_result {
 };
 GPU_BASICS_JSON(caching_result, blocks, block_bytes, steps, empty_cache)
 
+/// Allocated and reserved bytes after one event of the allocator's history.
+struct usage_sample {
+  double t_s = 0;  // host clock, from the first event of the pass
+  std::int64_t allocated_bytes = 0;
+  std::int64_t reserved_bytes = 0;
+
+  bool operator==(const usage_sample&) const = default;
+};
+GPU_BASICS_JSON(usage_sample, t_s, allocated_bytes, reserved_bytes)
+
 /// "peak": weights allocated, peak stats reset, then a forward pass that keeps one activation per
 /// layer and a backward pass that frees them in reverse with a gradient alive per layer.
 struct peak_result {
@@ -85,11 +95,14 @@ struct peak_result {
   std::uint64_t requested_bytes = 0;            // the sum of every allocation of the pass
   std::vector<std::uint64_t> activation_bytes;  // per layer, forward order; empty from schema 1
   std::optional<std::uint64_t> gradient_bytes;  // per backward layer
+  /// From the allocator's history: the weights' allocation, the pass, the weights' free. Empty in
+  /// files written before it was kept.
+  std::vector<usage_sample> timeline;
 
   bool operator==(const peak_result&) const = default;
 };
 GPU_BASICS_JSON(peak_result, weights_bytes, peak_allocated_bytes, peak_reserved_bytes,
-                requested_bytes, activation_bytes, gradient_bytes)
+                requested_bytes, activation_bytes, gradient_bytes, timeline)
 
 /// The pinned pool's counters after the reuse loop.
 struct pinned_pool_outcome {

@@ -118,10 +118,14 @@ struct sweep_point {
   std::optional<copy_figure> h2d_pinned;  // nullopt when pinned memory is not used
   std::optional<copy_figure> d2h_pinned;
   copy_figure h2d_pageable;
+  std::optional<copy_figure> d2h_pageable;  // nullopt in files written before it was measured
+  std::optional<copy_figure> h2d_staged;    // the staged copier (transfer.staging), both ways
+  std::optional<copy_figure> d2h_staged;
 
   bool operator==(const sweep_point&) const = default;
 };
-GPU_BASICS_JSON(sweep_point, bytes, h2d_pinned, d2h_pinned, h2d_pageable)
+GPU_BASICS_JSON(sweep_point, bytes, h2d_pinned, d2h_pinned, h2d_pageable, d2h_pageable, h2d_staged,
+                d2h_staged)
 
 struct transfer_result {
   std::optional<int> iterations;              // benchmark.iterations (timed samples per copy)
@@ -136,7 +140,7 @@ struct transfer_result {
   std::optional<streams_figures> streams;     // only with pinned memory
   std::optional<staging_figures> pageable_upload;
   std::optional<host_register_figures> host_register;  // only with pinned memory
-  std::optional<std::vector<sweep_point>> sweep;       // nullopt when transfer.sweep is off
+  std::optional<std::vector<sweep_point>> sweep;       // nullopt when the sweep is off
   std::optional<double_buffer_result> double_buffer;   // nullopt when disabled
   std::optional<multi_gpu_result> multi_gpu;           // nullopt when disabled
 

@@ -1,0 +1,168 @@
+// gpu-basics report: creates the Chart.js charts whose configurations the report embeds
+// (#gb-charts), adding what JSON cannot carry: tick and tooltip formatters for each axis unit,
+// the theme's colours (light, dark, print) and heatmap cell colours. No chart is drawn here.
+(function () {
+  'use strict';
+  const specs = JSON.parse(document.getElementById('gb-charts').textContent);
+
+  const trim = (v) => Number(v.toPrecision(3)).toString();
+  function bytes(v) {
+    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+    let i = 0;
+    let x = Math.abs(v);
+    while (x >= 1024 && i < units.length - 1) { x /= 1024; i += 1; }
+    return (v < 0 ? '-' : '') + trim(x) + ' ' + units[i];
+  }
+  function seconds(v) {
+    const a = Math.abs(v);
+    if (a === 0) return '0 s';
+    if (a < 1e-6) return trim(v * 1e9) + ' ns';
+    if (a < 1e-3) return trim(v * 1e6) + ' \u00b5s';
+    if (a < 1) return trim(v * 1e3) + ' ms';
+    return trim(v) + ' s';
+  }
+  function formatter(unit) {
+    if (unit === 'bytes') return bytes;
+    if (unit === 'seconds') return seconds;
+    return (v) => Number(v).toLocaleString('en-US', { maximumSignificantDigits: 4 }) +
+      (unit ? ' ' + unit : '');
+  }
+
+  function configureScale(scale) {
+    const unit = scale.gbUnit;
+    if (unit === undefined || scale.type === 'category') return;
+    const format = formatter(unit);
+    if (scale.type === 'logarithmic') {
+      if (unit === 'bytes') {
+        // Powers of two, every second one when the range is wide.
+        scale.afterBuildTicks = (axis) => {
+          const lo = Math.ceil(Math.log2(Math.max(axis.min, 1)));
+          const hi = Math.floor(Math.log2(axis.max));
+          const step = hi - lo > 12 ? 4 : (hi - lo > 6 ? 2 : 1);
+          const ticks = [];
+          for (let e = lo; e <= hi; e += 1) if ((e - lo) % step === 0) ticks.push({ value: 2 ** e });
+          axis.ticks = ticks;
+        };
+        scale.ticks = Object.assign({}, scale.ticks, { callback: (v) => format(v) });
+      } else {
+        // Label 1, 2 and 5 times a power of ten only, as Chart.js does, in the axis' unit.
+        scale.ticks = Object.assign({}, scale.ticks, {
+          callback: function (v, i, ticks) {
+            const plain = Chart.Ticks.formatters.logarithmic.call(this, v, i, ticks);
+            return plain === '' ? '' : format(v);
+          },
+        });
+      }
+    } else {
+      scale.ticks = Object.assign({}, scale.ticks, { callback: (v) => format(v) });
+    }
+  }
+
+  function valueUnit(config, axisId) {
+    const s = config.options.scales[axisId];
+    return s && s.gbUnit !== undefined ? s.gbUnit : '';
+  }
+
+  function configureTooltip(spec, config) {
+    const callbacks = {};
+    if (spec.tooltip === 'matrix') {
+      callbacks.title = () => '';
+      callbacks.label = (ctx) => {
+        const d = ctx.raw;
+        return d.y + ' \u2192 ' + d.x + ': ' + formatter(ctx.dataset.gbUnit)(d.v);
+      };
+    } else if (spec.tooltip === 'range') {
+      const format = formatter(valueUnit(config, 'x'));
+      callbacks.label = (ctx) => {
+        const [a, b] = ctx.raw.x;
+        return ctx.dataset.label + ': ' + format(a) + ' to ' + format(b) + ' (' + format(b - a) + ')';
+      };
+    } else {
+      const horizontal = spec.tooltip === 'x';
+      callbacks.label = (ctx) => {
+        const axisId = horizontal ? 'x' : (ctx.dataset.yAxisID || 'y');
+        const v = horizontal ? ctx.parsed.x : ctx.parsed.y;
+        let text = ctx.dataset.label + ': ' + formatter(valueUnit(config, axisId))(v);
+        if (!horizontal && config.options.scales.x.type !== 'category') {
+          text += ' at ' + formatter(valueUnit(config, 'x'))(ctx.parsed.x);
+        }
+        return text;
+      };
+    }
+    config.options.plugins.tooltip = Object.assign({}, config.options.plugins.tooltip, { callbacks });
+  }
+
+  function cellColours(config, theme) {
+    for (const ds of config.data.datasets) {
+      if (config.type !== 'matrix') continue;
+      const max = ds.gbMax > 0 ? ds.gbMax : 1;
+      ds.backgroundColor = (ctx) => {
+        const v = ctx.raw ? ctx.raw.v : 0;
+        const a = 0.15 + 0.85 * Math.min(1, v / max);
+        return 'rgba(0,114,178,' + a.toFixed(3) + ')';
+      };
+      ds.borderColor = theme.bg;
+      ds.width = (ctx) => (ctx.chart.chartArea || {}).width / ctx.chart.scales.x.ticks.length - 2;
+      ds.height = (ctx) => (ctx.chart.chartArea || {}).height / ctx.chart.scales.y.ticks.length - 2;
+    }
+    if (config.type === 'matrix') {
+      config.plugins = [{
+        id: 'gbCellValues',
+        afterDatasetsDraw(chart) {
+          const c = chart.ctx;
+          c.save();
+          c.fillStyle = '#ffffff';
+          c.font = '600 13px system-ui, sans-serif';
+          c.textAlign = 'center';
+          c.textBaseline = 'middle';
+          chart.data.datasets.forEach((ds, i) => {
+            chart.getDatasetMeta(i).data.forEach((el, j) => {
+              const p = el.getCenterPoint();
+              c.fillText(formatter(ds.gbUnit)(ds.data[j].v), p.x, p.y);
+            });
+          });
+          c.restore();
+        },
+      }];
+    }
+  }
+
+  function theme() {
+    const css = getComputedStyle(document.documentElement);
+    return { fg: css.getPropertyValue('--fg').trim(), muted: css.getPropertyValue('--muted').trim(),
+      grid: css.getPropertyValue('--grid').trim(), bg: css.getPropertyValue('--bg').trim() };
+  }
+
+  const charts = [];
+  function draw() {
+    while (charts.length) charts.pop().destroy();
+    const t = theme();
+    Chart.defaults.color = t.muted;
+    Chart.defaults.borderColor = t.grid;
+    Chart.defaults.font.family = 'system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif';
+    Chart.defaults.plugins.title.color = t.fg;
+    for (const spec of specs) {
+      const canvas = document.querySelector('canvas[data-chart="' + spec.id + '"]');
+      if (!canvas) continue;
+      const config = structuredClone(spec.config);
+      for (const id of Object.keys(config.options.scales)) configureScale(config.options.scales[id]);
+      configureTooltip(spec, config);
+      cellColours(config, t);
+      const many = config.data.datasets.length > 1;
+      config.options.plugins.legend.display = config.options.plugins.legend.display && many;
+      charts.push(new Chart(canvas, config));
+    }
+  }
+
+  draw();
+  window.matchMedia('(prefers-color-scheme: dark)').addEventListener('change', draw);
+  // Printing: light colours, and charts sized for the page.
+  window.addEventListener('beforeprint', () => {
+    document.documentElement.setAttribute('data-print', '');
+    draw();
+  });
+  window.addEventListener('afterprint', () => {
+    document.documentElement.removeAttribute('data-print');
+    draw();
+  });
+})();

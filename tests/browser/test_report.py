@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""The HTML report in a real browser (headless Chromium, driven over the DevTools protocol).
+
+Makes a report from committed results with `gpu-basics report`, opens it and fails on:
+  - a console error, an uncaught exception, a failed resource, or any resource at all beyond the
+    file itself (the report must open offline);
+  - a chart missing, extra, or drawn with another number of series than the expectation file
+    says (written from the fixtures, not from the report);
+  - a chart whose series drew no element, whose canvas stayed blank, or whose title or axis
+    titles are missing;
+  - a chart whose tooltip shows no value when the mouse is over a point;
+  - a failure after switching to the dark colour scheme, or a PDF print without the charts.
+It writes screenshots (light and dark, the whole page and each figure) to --out.
+
+Exit codes: 0 pass, 1 fail, 77 skipped (no Chromium, outside CI).
+"""
+import argparse
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cdp import Browser, BrowserError  # noqa: E402
+
+INVENTORY = r"""
+(() => {
+  const out = [];
+  for (const canvas of document.querySelectorAll('canvas[data-chart]')) {
+    const chart = Chart.getChart(canvas);
+    const r = {id: canvas.dataset.chart, drawn: !!chart};
+    if (chart) {
+      const area = chart.chartArea;
+      r.title = chart.options.plugins.title.text || '';
+      r.axes = Object.values(chart.scales).filter(s => s.options.display !== false)
+          .map(s => ({id: s.id, title: s.options.title && s.options.title.display ? s.options.title.text : ''}));
+      r.series = chart.data.datasets.map((d, i) => {
+        const meta = chart.getDatasetMeta(i);
+        const inside = meta.data.filter(el => {
+          const p = el.getCenterPoint();
+          return Number.isFinite(p.x) && Number.isFinite(p.y) &&
+                 p.x >= area.left - 1 && p.x <= area.right + 1 && p.y >= area.top - 1 && p.y <= area.bottom + 1;
+        }).length;
+        return {label: d.label, elements: meta.data.length, inside};
+      });
+      // Read the pixels through a copy: reading the chart's own canvas back would make the page
+      // log a performance warning of the test's making.
+      const copy = document.createElement('canvas');
+      copy.width = canvas.width;
+      copy.height = canvas.height;
+      const ctx = copy.getContext('2d', {willReadFrequently: true});
+      ctx.drawImage(canvas, 0, 0);
+      const img = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
+      let inked = 0;
+      for (let i = 3; i < img.length; i += 4) if (img[i] > 0) inked++;
+      r.inked = inked / (canvas.width * canvas.height);
+    }
+    out.push(r);
+  }
+  return out;
+})()
+"""
+
+HOVER_TARGET = r"""
+((id) => {
+  const canvas = document.querySelector('canvas[data-chart="' + id + '"]');
+  canvas.scrollIntoView({block: 'center'});
+  const chart = Chart.getChart(canvas);
+  for (let i = 0; i < chart.data.datasets.length; i++) {
+    const els = chart.getDatasetMeta(i).data;
+    if (!els.length) continue;
+    const el = els[Math.floor(els.length / 2)];
+    const p = el.getCenterPoint();
+    const rect = canvas.getBoundingClientRect();
+    const sx = rect.width / canvas.width * (window.devicePixelRatio || 1);
+    const sy = rect.height / canvas.height * (window.devicePixelRatio || 1);
+    return {x: rect.left + p.x * sx, y: rect.top + p.y * sy};
+  }
+  return null;
+})
+"""
+
+TOOLTIP = r"""
+((id) => {
+  const chart = Chart.getChart(document.querySelector('canvas[data-chart="' + id + '"]'));
+  const t = chart.tooltip;
+  if (!t || !t.getActiveElements().length) return null;
+  return (t.body || []).flatMap(b => b.lines).join(' | ');
+})
+"""
+
+
+def find_chromium():
+    for name in (os.environ.get("CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def check_inventory(inventory, expected, failures):
+    ids = [c["id"] for c in inventory]
+    if ids != list(expected):
+        failures.append(f"charts: expected {list(expected)}, the page has {ids}")
+    for c in inventory:
+        if not c["drawn"]:
+            failures.append(f"{c['id']}: no chart on its canvas")
+            continue
+        want = expected.get(c["id"])
+        if want is not None and len(c["series"]) != want:
+            failures.append(f"{c['id']}: {len(c['series'])} series, expected {want}")
+        for s in c["series"]:
+            if s["inside"] == 0:
+                failures.append(f"{c['id']}: series '{s['label']}' drew nothing inside the chart")
+        if c["inked"] < 0.01:
+            failures.append(f"{c['id']}: canvas blank ({c['inked']:.4f} of pixels drawn)")
+        if not c["title"]:
+            failures.append(f"{c['id']}: no title")
+        for a in c["axes"]:
+            if not a["title"]:
+                failures.append(f"{c['id']}: axis {a['id']} has no title")
+
+
+def problems_in(events, page_url):
+    found = []
+    for e in events:
+        m, p = e["method"], e.get("params", {})
+        if m == "Runtime.exceptionThrown":
+            found.append("exception: " + json.dumps(p.get("exceptionDetails", {}))[:400])
+        elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert", "warning"):
+            text = " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", []))
+            found.append(f"console.{p['type']}: {text[:400]}")
+        elif m == "Log.entryAdded" and p.get("entry", {}).get("level") in ("error", "warning"):
+            found.append("log: " + p["entry"].get("text", "")[:400])
+        elif m == "Network.loadingFailed":
+            found.append("failed resource: " + json.dumps(p)[:400])
+        elif m == "Network.requestWillBeSent":
+            url = p.get("request", {}).get("url", "")
+            if url != page_url and not url.startswith("data:"):
+                found.append("resource other than the report itself: " + url[:200])
+    return found
+
+
+def screenshot(browser, path, clip=None):
+    params = {"format": "png", "captureBeyondViewport": True}
+    if clip:
+        params["clip"] = dict(clip, scale=1)
+    data = browser.send("Page.captureScreenshot", params, timeout=60)["data"]
+    with open(path, "wb") as f:
+        f.write(base64.b64decode(data))
+
+
+def full_page(browser, width, path):
+    height = browser.evaluate("document.documentElement.scrollHeight")
+    browser.send("Emulation.setDeviceMetricsOverride",
+                 {"width": width, "height": int(height), "deviceScaleFactor": 1, "mobile": False})
+    browser.pump(0.8)  # charts resize to the new viewport
+    screenshot(browser, path)
+    browser.send("Emulation.setDeviceMetricsOverride",
+                 {"width": width, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
+    browser.pump(0.5)
+
+
+def figure_shots(browser, out, prefix):
+    rects = browser.evaluate("""[...document.querySelectorAll('figure.figure, .cards')].map(f => {
+        const r = f.getBoundingClientRect();
+        return {id: f.id || 'info', x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height};
+      })""")
+    for r in rects:
+        clip = {"x": r["x"], "y": r["y"], "width": r["width"], "height": min(r["height"], 1600)}
+        screenshot(browser, os.path.join(out, f"{prefix}-{r['id']}.png"), clip)
+
+
+def print_pdf(browser, path):
+    """Prints the page; returns the number of path segments (l, c, re) in its content streams."""
+    pdf = base64.b64decode(browser.send("Page.printToPDF", {"printBackground": True},
+                                        timeout=120)["data"])
+    if path:
+        with open(path, "wb") as f:
+            f.write(pdf)
+    segments = 0
+    for m in re.finditer(rb"stream\r?\n(.*?)endstream", pdf, re.S):
+        try:
+            content = zlib.decompress(m.group(1))
+        except zlib.error:
+            continue  # fonts and images
+        segments += len(re.findall(rb"(?:^|\s)(?:l|c|re)\s", content))
+    return segments
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpu-basics", required=True)
+    ap.add_argument("--fixture", action="append", required=True)
+    ap.add_argument("--expect", required=True, help="JSON: {chart id: series, ...} in page order")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--name", default="report")
+    ap.add_argument("--width", type=int, default=1400)
+    args = ap.parse_args()
+
+    chromium = find_chromium()
+    if not chromium:
+        if os.environ.get("CI") == "true":
+            print("FAIL: no Chromium (scripts/install_deps.sh installs it when tests are built)")
+            return 1
+        print("SKIP: no Chromium (apt-get install chromium)")
+        return 77
+    os.makedirs(args.out, exist_ok=True)
+    html = os.path.abspath(os.path.join(args.out, args.name + ".html"))
+    t0 = time.monotonic()
+    made = subprocess.run([args.gpu_basics, "report", *args.fixture, "-o", html],
+                          capture_output=True, text=True)
+    took = time.monotonic() - t0
+    if made.returncode != 0:
+        print(f"FAIL: gpu-basics report exited {made.returncode}: {made.stderr.strip()}")
+        return 1
+    size = os.path.getsize(html)
+    print(f"report: {html} ({size / 1024:.0f} KiB, made in {took * 1000:.0f} ms)")
+    with open(args.expect) as f:
+        expected = json.load(f)
+
+    failures = []
+    inventory = []
+    hovered = 0
+    browser = Browser(chromium, args.width, 1000)
+    try:
+        browser.open_page()
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            browser.send(domain + ".enable")
+        browser.send("Emulation.setEmulatedMedia",
+                     {"features": [{"name": "prefers-color-scheme", "value": "light"}]})
+        url = "file://" + html
+        browser.send("Page.navigate", {"url": url})
+        browser.wait_for("Page.loadEventFired", timeout=60)
+        browser.pump(0.5)
+
+        inventory = browser.evaluate(INVENTORY)
+        check_inventory(inventory, expected, failures)
+        hovered = 0
+        for c in inventory:
+            if not c["drawn"]:
+                continue
+            target = browser.evaluate(HOVER_TARGET + f"({json.dumps(c['id'])})")
+            if target is None:
+                failures.append(f"{c['id']}: nothing to hover")
+                continue
+            browser.pump(0.1)
+            target = browser.evaluate(HOVER_TARGET + f"({json.dumps(c['id'])})")
+            browser.send("Input.dispatchMouseEvent",
+                         {"type": "mouseMoved", "x": target["x"], "y": target["y"]})
+            browser.pump(0.1)
+            text = browser.evaluate(TOOLTIP + f"({json.dumps(c['id'])})")
+            if not text or not any(ch.isdigit() for ch in text):
+                failures.append(f"{c['id']}: hovering a point shows no value (tooltip: {text!r})")
+            else:
+                hovered += 1
+                if c is inventory[0]:
+                    print(f"hover on {c['id']}: {text}")
+        browser.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": 0, "y": 0})
+        browser.evaluate("window.scrollTo(0, 0)")
+        full_page(browser, args.width, os.path.join(args.out, args.name + "-light.png"))
+        figure_shots(browser, args.out, args.name + "-light")
+
+        # Dark: the page follows prefers-color-scheme and redraws every chart.
+        browser.send("Emulation.setEmulatedMedia",
+                     {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        browser.pump(0.5)
+        dark = browser.evaluate(INVENTORY)
+        check_inventory(dark, expected, failures)
+        background = browser.evaluate("getComputedStyle(document.body).backgroundColor")
+        if background in ("rgb(255, 255, 255)", "rgba(0, 0, 0, 0)"):
+            failures.append(f"dark scheme: the page background stayed {background}")
+        full_page(browser, args.width, os.path.join(args.out, args.name + "-dark.png"))
+        figure_shots(browser, args.out, args.name + "-dark")
+
+        # Print to PDF: Chromium prints a canvas as vector drawing, so the charts' lines are
+        # counted in the PDF's content and compared with a print of the same page with no chart
+        # drawn (the canvases unbound from their configurations).
+        browser.evaluate("window.gbPrints = 0; addEventListener('beforeprint', () => gbPrints++)")
+        with_charts = print_pdf(browser, os.path.join(args.out, args.name + ".pdf"))
+        if browser.evaluate("gbPrints") < 1:
+            failures.append("PDF: printing did not fire beforeprint (charts not redrawn for paper)")
+        after_print = browser.evaluate(INVENTORY)
+        check_inventory(after_print, expected, failures)
+        browser.evaluate("""document.querySelectorAll('canvas[data-chart]').forEach(c => {
+            Chart.getChart(c).destroy(); c.removeAttribute('data-chart'); })""")
+        without = print_pdf(browser, None)
+        print(f"PDF: {with_charts} path segments with the charts, {without} without")
+        if with_charts - without < 50 * len(expected):
+            failures.append(f"PDF: the charts add only {with_charts - without} path segments "
+                            f"for {len(expected)} charts: they did not reach the paper")
+
+        failures += problems_in(browser.events, url)
+    except BrowserError as e:
+        failures.append(f"browser: {e}")
+    finally:
+        browser.close()
+
+    series = sum(len(c.get("series", [])) for c in inventory)
+    print(f"{len(inventory)} charts, {series} series, {hovered} tooltips checked, "
+          f"screenshots in {args.out}")
+    for f in failures:
+        print("FAIL: " + f)
+    print(f"{0 if failures else 1} passed, {1 if failures else 0} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
