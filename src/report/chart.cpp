@@ -29,9 +29,7 @@ std::string series_name(const std::string& label, const std::string& name) {
 json axis(const std::string& title, const std::string& unit, bool log) {
   // No unit: the axis names categories (bars' labels, heatmap rows, Gantt lanes).
   const char* type = unit.empty() ? "category" : (log ? "logarithmic" : "linear");
-  json a = {{"type", type},
-            {"title", {{"display", true}, {"text", title}}},
-            {"gbUnit", unit}};
+  json a = {{"type", type}, {"title", {{"display", true}, {"text", title}}}, {"gbUnit", unit}};
   return a;
 }
 
@@ -39,16 +37,15 @@ json base_config(const std::string& type, const std::string& title, json x, json
   json c;
   c["type"] = type;
   c["data"] = {{"datasets", json::array()}};
-  c["options"] = {
-      {"responsive", true},
-      {"maintainAspectRatio", false},
-      {"animation", false},
-      {"interaction", {{"mode", "nearest"}, {"intersect", false}}},
-      {"plugins",
-       {{"title", {{"display", true}, {"text", title}, {"font", {{"size", 14}}}}},
-        {"legend", {{"display", true}, {"position", "bottom"}}},
-        {"annotation", {{"annotations", json::object()}}}}},
-      {"scales", {{"x", std::move(x)}, {"y", std::move(y)}}}};
+  c["options"] = {{"responsive", true},
+                  {"maintainAspectRatio", false},
+                  {"animation", false},
+                  {"interaction", {{"mode", "nearest"}, {"intersect", false}}},
+                  {"plugins",
+                   {{"title", {{"display", true}, {"text", title}, {"font", {{"size", 14}}}}},
+                    {"legend", {{"display", true}, {"position", "bottom"}}},
+                    {"annotation", {{"annotations", json::object()}}}}},
+                  {"scales", {{"x", std::move(x)}, {"y", std::move(y)}}}};
   return c;
 }
 

@@ -59,8 +59,8 @@ std::vector<run_result<Result>> results_of(const std::vector<run_input>& runs,
       try {
         out.push_back({i, runs.size() > 1 ? runs[i].label : "", j.template get<Result>()});
       } catch (const nlohmann::json::exception& e) {
-        throw format_error(runs[i].label + ": the " + lesson + " result cannot be read: " +
-                           e.what());
+        throw format_error(runs[i].label + ": the " + lesson +
+                           " result cannot be read: " + e.what());
       }
     }
   return out;
@@ -85,8 +85,8 @@ std::vector<run_result<Result>> results_of(const std::vector<run_input>& runs,
 [[nodiscard]] json line_dataset(const std::string& label, const std::string& colour,
                                 std::size_t run, const std::vector<std::pair<double, double>>& xy);
 /// Bars; runs after the first are lighter and outlined.
-[[nodiscard]] json bar_dataset(const std::string& label, const std::string& colour,
-                               std::size_t run, const std::vector<std::optional<double>>& values);
+[[nodiscard]] json bar_dataset(const std::string& label, const std::string& colour, std::size_t run,
+                               const std::vector<std::optional<double>>& values);
 /// A labelled horizontal (or vertical, with `vertical`) reference line for the annotation plugin.
 [[nodiscard]] json reference_line(double value, const std::string& label, const std::string& colour,
                                   bool vertical = false);

@@ -35,7 +35,10 @@ figure allocation_cost_figure(const runs_t& runs) {
           line_dataset(series_name(rr.label, kinds[k].first), color(k), rr.index, xy));
     }
   }
-  return {"memory-allocation-cost", "memory", "Allocation cost", {std::move(c)},
+  return {"memory-allocation-cost",
+          "memory",
+          "Allocation cost",
+          {std::move(c)},
           {"allocation_cost", "caching"}};
 }
 
@@ -60,13 +63,13 @@ figure timeline_figure(const runs_t& runs) {
       c.config["data"]["datasets"].push_back(std::move(ds));
     }
   }
-  return {"memory-timeline", "memory", "Allocated vs reserved over time", {std::move(c)},
-          {"peak"}};
+  return {"memory-timeline", "memory", "Allocated vs reserved over time", {std::move(c)}, {"peak"}};
 }
 
 figure fragmentation_figure(const runs_t& runs) {
   chart c{"memory-fragmentation", "Fragmentation before a second large request", {}};
-  c.config = base_config("bar", c.title, axis("allocator setting", ""), axis("fragmentation (%)", "%"));
+  c.config =
+      base_config("bar", c.title, axis("allocator setting", ""), axis("fragmentation (%)", "%"));
   c.config["options"]["scales"]["y2"] = axis("reserved after the request (MiB)", "MiB");
   c.config["options"]["scales"]["y2"]["position"] = "right";
   c.config["options"]["scales"]["y2"]["grid"] = {{"drawOnChartArea", false}};

@@ -30,13 +30,13 @@ figure matmul_figure(const runs_t& runs) {
     std::vector<std::optional<double>> measured(labels.size());
     for (const auto& m : rr.result.matmul.runs) {
       const auto l = fmt::format("{} {}x{}x{}", m.precision, m.m, m.n, m.k);
-      const auto i = static_cast<std::size_t>(std::find(labels.begin(), labels.end(), l) -
-                                              labels.begin());
+      const auto i =
+          static_cast<std::size_t>(std::find(labels.begin(), labels.end(), l) - labels.begin());
       measured[i] = m.flops_per_s.median / 1e12;
       if (m.peak_flops_per_s && !peak[l]) peak[l] = *m.peak_flops_per_s / 1e12;
     }
-    c.config["data"]["datasets"].push_back(bar_dataset(
-        series_name(rr.label, "measured (median)"), color(0), rr.index, measured));
+    c.config["data"]["datasets"].push_back(
+        bar_dataset(series_name(rr.label, "measured (median)"), color(0), rr.index, measured));
   }
   std::vector<std::optional<double>> peaks;
   for (const auto& l : labels) peaks.push_back(peak[l]);
@@ -55,8 +55,8 @@ figure matmul_figure(const runs_t& runs) {
 chart nvml_chart(const runs_t& runs, const std::string& metric, const std::string& title,
                  const std::string& unit) {
   chart c{"profile-nvml-" + metric, title, {}};
-  c.config = base_config("line", title, axis("time since sampling began", "seconds"),
-                         axis(title, unit));
+  c.config =
+      base_config("line", title, axis("time since sampling began", "seconds"), axis(title, unit));
   c.height = "short";
   for (const auto& rr : runs) {
     if (!rr.result.nvml) continue;
@@ -146,8 +146,11 @@ figure key_averages_figure(const runs_t& runs) {
         bar_dataset(series_name(rr.label, "median"), color(rr.index), rr.index,
                     {m.host_no_sync_s.median, m.host_sync_s.median, m.events_s.median}));
   }
-  return {"profile-key-averages", "profile", "Timing: key averages and three clocks",
-          {std::move(c), std::move(t)}, {"key_averages", "timing_methods"}};
+  return {"profile-key-averages",
+          "profile",
+          "Timing: key averages and three clocks",
+          {std::move(c), std::move(t)},
+          {"key_averages", "timing_methods"}};
 }
 
 }  // namespace

@@ -20,7 +20,9 @@ using runs_t = std::vector<run_result<transfer_result>>;
 
 constexpr double kGB = 1e9;
 
-double gbps(const copy_figure& f) { return f.bandwidth_bytes_per_s.median / kGB; }
+double gbps(const copy_figure& f) {
+  return f.bandwidth_bytes_per_s.median / kGB;
+}
 
 /// A reference line per distinct value (several runs of one GPU share one line).
 void reference_lines(json& config, const std::string& key, const std::vector<double>& values,
@@ -66,15 +68,23 @@ figure sweep_figure(const runs_t& runs) {
     std::map<std::string, std::vector<std::pair<double, double>>> curves;
     if (r.sweep && !r.sweep->empty()) {
       static const std::pair<const char*, getter> kinds[] = {
-          {"H2D pinned", [](const lessons::sweep_point& p) { return p.h2d_pinned ? &*p.h2d_pinned : nullptr; }},
-          {"D2H pinned", [](const lessons::sweep_point& p) { return p.d2h_pinned ? &*p.d2h_pinned : nullptr; }},
+          {"H2D pinned",
+           [](const lessons::sweep_point& p) { return p.h2d_pinned ? &*p.h2d_pinned : nullptr; }},
+          {"D2H pinned",
+           [](const lessons::sweep_point& p) { return p.d2h_pinned ? &*p.d2h_pinned : nullptr; }},
           {"H2D pageable", [](const lessons::sweep_point& p) { return &p.h2d_pageable; }},
-          {"D2H pageable", [](const lessons::sweep_point& p) { return p.d2h_pageable ? &*p.d2h_pageable : nullptr; }},
-          {"H2D staged", [](const lessons::sweep_point& p) { return p.h2d_staged ? &*p.h2d_staged : nullptr; }},
-          {"D2H staged", [](const lessons::sweep_point& p) { return p.d2h_staged ? &*p.d2h_staged : nullptr; }}};
+          {"D2H pageable",
+           [](const lessons::sweep_point& p) {
+             return p.d2h_pageable ? &*p.d2h_pageable : nullptr;
+           }},
+          {"H2D staged",
+           [](const lessons::sweep_point& p) { return p.h2d_staged ? &*p.h2d_staged : nullptr; }},
+          {"D2H staged",
+           [](const lessons::sweep_point& p) { return p.d2h_staged ? &*p.d2h_staged : nullptr; }}};
       for (const auto& [name, get] : kinds)
         for (const auto& p : *r.sweep)
-          if (const auto* f = get(p)) curves[name].emplace_back(static_cast<double>(p.bytes), gbps(*f));
+          if (const auto* f = get(p))
+            curves[name].emplace_back(static_cast<double>(p.bytes), gbps(*f));
     } else {
       for (const auto& s : r.shapes)
         for (const auto& f : s.copies)
@@ -94,7 +104,10 @@ figure sweep_figure(const runs_t& runs) {
   reference_lines(c.config, "link", links, "link, theoretical:", "#7f7f7f");
   reference_lines(c.config, "ceiling", ceilings, "measured pinned ceiling:", "#0072b2", "start");
   c.height = "tall";
-  return {"transfer-bandwidth", "transfer", "Bandwidth against copy size", {std::move(c)},
+  return {"transfer-bandwidth",
+          "transfer",
+          "Bandwidth against copy size",
+          {std::move(c)},
           {"sweep", "bandwidth", "pageable_upload"}};
 }
 
@@ -112,8 +125,8 @@ figure d2d_figure(const runs_t& runs) {
   for (const auto& rr : runs) {
     std::vector<std::optional<double>> v(sizes.size());
     for (const auto& f : rr.result.d2d) {
-      const auto i = static_cast<std::size_t>(
-          std::find(sizes.begin(), sizes.end(), f.bytes) - sizes.begin());
+      const auto i =
+          static_cast<std::size_t>(std::find(sizes.begin(), sizes.end(), f.bytes) - sizes.begin());
       v[i] = 2 * gbps(f);  // a D2D copy reads and writes HBM
     }
     c.config["data"]["datasets"].push_back(
@@ -126,7 +139,8 @@ figure d2d_figure(const runs_t& runs) {
 
 figure streams_figure(const runs_t& runs) {
   chart c{"transfer-streams", "One copy split over streams", {}};
-  c.config = base_config("bar", c.title, axis("direction", ""), axis("bandwidth (GB/s, median)", "GB/s"));
+  c.config =
+      base_config("bar", c.title, axis("direction", ""), axis("bandwidth (GB/s, median)", "GB/s"));
   std::vector<std::string> labels;
   std::vector<double> links;
   for (const auto& rr : runs) {
@@ -147,9 +161,9 @@ figure streams_figure(const runs_t& runs) {
     if (labels.empty()) labels = l;
     c.config["data"]["datasets"].push_back(
         bar_dataset(series_name(rr.label, "1 stream"), color(0), rr.index, one));
-    c.config["data"]["datasets"].push_back(bar_dataset(
-        series_name(rr.label, fmt::format("{} streams", s.requested_streams)), color(1), rr.index,
-        many));
+    c.config["data"]["datasets"].push_back(
+        bar_dataset(series_name(rr.label, fmt::format("{} streams", s.requested_streams)), color(1),
+                    rr.index, many));
     if (rr.result.link_bytes_per_s) links.push_back(*rr.result.link_bytes_per_s / kGB);
   }
   c.config["data"]["labels"] = labels;
@@ -182,7 +196,10 @@ figure sync_async_figure(const runs_t& runs) {
         bar_dataset(series_name(rr.label, "the copy on the GPU"), color(0), rr.index, copy));
   }
   c.config["data"]["labels"] = labels;
-  return {"transfer-sync-async", "transfer", "Synchronous vs asynchronous copies", {std::move(c)},
+  return {"transfer-sync-async",
+          "transfer",
+          "Synchronous vs asynchronous copies",
+          {std::move(c)},
           {"sync_async"}};
 }
 
@@ -192,8 +209,8 @@ figure double_buffer_figure(const runs_t& runs) {
   chart steps{"transfer-double-buffer", "Time per batch: serial, double, triple, ideal", {}};
   steps.config = base_config("bar", steps.title, axis("compute time / copy time", ""),
                              axis("time per batch", "seconds"));
-  chart gantt{"transfer-double-buffer-batches", "Measured batches on the copy and compute streams",
-              {}};
+  chart gantt{
+      "transfer-double-buffer-batches", "Measured batches on the copy and compute streams", {}};
   gantt.config = base_config("bar", gantt.title, axis("time since the first copy", "seconds"),
                              axis("stream", ""));
   gantt.config["options"]["indexAxis"] = "y";
@@ -211,8 +228,8 @@ figure double_buffer_figure(const runs_t& runs) {
       labels.push_back(fmt::format("{:g}x", ratio.compute_to_copy));
       for (const auto& m : ratio.modes) modes[m.name].emplace_back(m.total_s / n);
       // The first copy and the last compute overlap nothing (as the table's "ideal").
-      ideal.emplace_back((db.copy_s + ratio.compute_s +
-                          (n - 1) * std::max(db.copy_s, ratio.compute_s)) / n);
+      ideal.emplace_back(
+          (db.copy_s + ratio.compute_s + (n - 1) * std::max(db.copy_s, ratio.compute_s)) / n);
     }
     if (ratio_labels.empty()) ratio_labels = labels;
     std::size_t k = 0;
@@ -220,14 +237,14 @@ figure double_buffer_figure(const runs_t& runs) {
       if (modes.count(name))
         steps.config["data"]["datasets"].push_back(
             bar_dataset(series_name(rr.label, name), color(k++), rr.index, modes[name]));
-    steps.config["data"]["datasets"].push_back(bar_dataset(
-        series_name(rr.label, "ideal"), color(3), rr.index, ideal));
+    steps.config["data"]["datasets"].push_back(
+        bar_dataset(series_name(rr.label, "ideal"), color(3), rr.index, ideal));
 
     // The Gantt: the ratio closest to 1, its "double" mode.
     const lessons::double_buffer_ratio* best = nullptr;
     for (const auto& ratio : db.ratios)
-      if (!best || std::abs(std::log(ratio.compute_to_copy)) <
-                       std::abs(std::log(best->compute_to_copy)))
+      if (!best ||
+          std::abs(std::log(ratio.compute_to_copy)) < std::abs(std::log(best->compute_to_copy)))
         best = &ratio;
     const lessons::pipeline_mode_run* mode = nullptr;
     if (best)
@@ -243,9 +260,9 @@ figure double_buffer_figure(const runs_t& runs) {
       copies.push_back({{"x", {b.copy_start_s, b.copy_end_s}}, {"y", copy_lane}});
       computes.push_back({{"x", {b.compute_start_s, b.compute_end_s}}, {"y", compute_lane}});
     }
-    auto copy_ds = bar_dataset(series_name(rr.label, fmt::format("copy (H2D, {})",
-                                                                  format_bytes(db.batch_bytes))),
-                               color(0), rr.index, {});
+    auto copy_ds = bar_dataset(
+        series_name(rr.label, fmt::format("copy (H2D, {})", format_bytes(db.batch_bytes))),
+        color(0), rr.index, {});
     copy_ds["data"] = std::move(copies);
     auto compute_ds = bar_dataset(
         series_name(rr.label, fmt::format("compute ({:g}x the copy)", best->compute_to_copy)),
@@ -264,7 +281,10 @@ figure double_buffer_figure(const runs_t& runs) {
   steps.config["data"]["labels"] = ratio_labels;
   gantt.config["data"]["labels"] = lanes;
   gantt.height = lanes.size() > 2 ? "normal" : "short";
-  figure f{"transfer-double-buffer", "transfer", "Double-buffering", {std::move(steps)},
+  figure f{"transfer-double-buffer",
+           "transfer",
+           "Double-buffering",
+           {std::move(steps)},
            {"double_buffer"}};
   if (!lanes.empty()) f.charts.push_back(std::move(gantt));
   return f;
@@ -323,7 +343,10 @@ chart peer_heatmap(const runs_t& runs, const std::string& id, const std::string&
 }
 
 figure peer_figure(const runs_t& runs) {
-  figure f{"transfer-peer", "transfer", "Between GPUs: peer copies", {},
+  figure f{"transfer-peer",
+           "transfer",
+           "Between GPUs: peer copies",
+           {},
            {"p2p_access", "p2p_bandwidth", "p2p_bandwidth_peer_off", "p2p_bidirectional",
             "p2p_bidirectional_peer_off", "p2p_latency"}};
   f.charts.push_back(peer_heatmap(runs, "transfer-peer-bandwidth",
@@ -348,8 +371,8 @@ figure nccl_figure(const runs_t& runs) {
           if (o.op == n.ops[k] && o.alg_bytes_per_s > 0)
             xy.emplace_back(static_cast<double>(o.bytes), o.alg_bytes_per_s / kGB);
       c.config["data"]["datasets"].push_back(line_dataset(
-          series_name(rr.label, fmt::format("{} ({} rank{})", n.ops[k], n.ranks,
-                                            n.ranks == 1 ? "" : "s")),
+          series_name(rr.label,
+                      fmt::format("{} ({} rank{})", n.ops[k], n.ranks, n.ranks == 1 ? "" : "s")),
           color(k), rr.index, xy));
     }
   }
@@ -375,9 +398,8 @@ std::vector<figure> transfer_figures(const std::vector<run_input>& inputs) {
     out.push_back(sync_async_figure(runs));
   if (any(runs, [](const transfer_result& r) { return r.double_buffer.has_value(); }))
     out.push_back(double_buffer_figure(runs));
-  if (any(runs, [](const transfer_result& r) {
-        return r.multi_gpu && !r.multi_gpu->peer.cells.empty();
-      }))
+  if (any(runs,
+          [](const transfer_result& r) { return r.multi_gpu && !r.multi_gpu->peer.cells.empty(); }))
     out.push_back(peer_figure(runs));
   if (any(runs, [](const transfer_result& r) {
         return r.multi_gpu && r.multi_gpu->nccl && !r.multi_gpu->nccl->sizes.empty();

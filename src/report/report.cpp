@@ -57,12 +57,23 @@ std::string escape(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   for (const char c : s) switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   return out;
 }
@@ -94,8 +105,8 @@ std::string table_html(const presentation::table& t, const std::string& run_labe
   for (const auto& row : t.rows) {
     h += "<tr>";
     for (std::size_t i = 0; i < row.size() && i < t.columns.size(); ++i) {
-      const bool number = std::holds_alternative<std::int64_t>(row[i]) ||
-                          std::holds_alternative<double>(row[i]);
+      const bool number =
+          std::holds_alternative<std::int64_t>(row[i]) || std::holds_alternative<double>(row[i]);
       h += number ? "<td class=\"num\">" : "<td>";
       h += escape(presentation::render_cell(row[i], t.columns[i])) + "</td>";
     }
@@ -146,8 +157,7 @@ std::pair<std::string, std::string> notes_and_tables(const std::vector<rendered_
   return {notes, tables};
 }
 
-std::string figure_html(const figure& f, const std::vector<rendered_run>& runs,
-                        json& chart_specs) {
+std::string figure_html(const figure& f, const std::vector<rendered_run>& runs, json& chart_specs) {
   auto [notes, tables] = notes_and_tables(runs, f.lesson, f.tables);
   std::string h = "<figure class=\"figure\" id=\"" + escape(f.id) + "\">\n<h3>" + escape(f.title) +
                   "</h3>\n<div class=\"figure-body\">\n<div class=\"charts charts-" +
@@ -191,15 +201,15 @@ std::string info_cards(const std::vector<rendered_run>& runs) {
     if (runs.size() > 1) h += "<p class=\"run\">" + escape(r.run->label) + "</p>";
     h += "<table class=\"kv\">";
     h += row("GPU", fmt::format("{} (index {}, {})", d.name, d.index, d.pci_bus_id));
-    h += row("compute capability",
-             fmt::format("{}.{}, {} SMs", d.compute_capability_major, d.compute_capability_minor,
-                         d.sm_count));
+    h += row("compute capability", fmt::format("{}.{}, {} SMs", d.compute_capability_major,
+                                               d.compute_capability_minor, d.sm_count));
     h += row("memory", fmt::format("{} ({}-bit bus, ECC {})", format_bytes(d.total_memory_bytes),
                                    d.memory_bus_width_bits, d.ecc_enabled ? "on" : "off"));
-    h += row("HBM, datasheet",
-             facts.datasheet ? fmt::format("{:.2f} TB/s ({})", facts.datasheet->hbm_bytes_per_s / 1e12,
-                                           facts.datasheet->source)
-                             : std::string("unknown GPU"));
+    h +=
+        row("HBM, datasheet", facts.datasheet ? fmt::format("{:.2f} TB/s ({})",
+                                                            facts.datasheet->hbm_bytes_per_s / 1e12,
+                                                            facts.datasheet->source)
+                                              : std::string("unknown GPU"));
     h += row("host link", link);
     h += row("copy engines", std::to_string(d.copy_engines));
     h += row("driver", d.driver_version.value_or("n/a") + ", CUDA runtime " +
@@ -224,7 +234,7 @@ std::string script_json(const json& j) {
   std::string out;
   out.reserve(s.size());
   for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '<' && (s.compare(i, 2, "</") == 0 || s.compare(i, 4, "<!--") == 0)) {
+    if (s[i] == '<') {  // no "</script>" or "<!--" can end or bend the element
       out += "\\u003c";
       continue;
     }
@@ -287,14 +297,13 @@ std::string render_html(const std::vector<run_input>& runs) {
     for (const auto& r : rendered)
       if (const auto it = r.lessons.find(name); it != r.lessons.end())
         for (const auto& t : it->second.tables)
-          if (!shown.count(t.id) &&
-              std::find(rest.begin(), rest.end(), t.id) == rest.end())
+          if (!shown.count(t.id) && std::find(rest.begin(), rest.end(), t.id) == rest.end())
             rest.push_back(t.id);
     if (!rest.empty()) {
       const auto [notes, tables] = notes_and_tables(rendered, name, rest);
       body += "<div class=\"more\"><h3>" + std::string(name == "info" ? "Details" : "More tables") +
-              "</h3>\n" + tables + (notes.empty() ? "" : "<div class=\"notes\">" + notes + "</div>") +
-              "</div>\n";
+              "</h3>\n" + tables +
+              (notes.empty() ? "" : "<div class=\"notes\">" + notes + "</div>") + "</div>\n";
     }
     body += "</section>\n";
   }
@@ -313,8 +322,8 @@ std::string render_html(const std::vector<run_input>& runs) {
   html += "<title>" + escape(title) + "</title>\n<style>\n" + assets::report_css + "</style>\n";
   html += "</head>\n<body>\n" + header_html(runs) + "<nav>" + nav + "</nav>\n<main>\n" + body +
           "</main>\n";
-  html += "<script type=\"application/json\" id=\"gb-charts\">" + script_json(specs) +
-          "</script>\n";
+  html +=
+      "<script type=\"application/json\" id=\"gb-charts\">" + script_json(specs) + "</script>\n";
   html += std::string("<script>") + assets::chart_js + "</script>\n";
   html += std::string("<script>") + assets::annotation_js + "</script>\n";
   html += std::string("<script>") + assets::matrix_js + "</script>\n";

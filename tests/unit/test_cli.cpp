@@ -23,7 +23,9 @@ cli::parse_result parse(std::vector<std::string> args, std::string* out = nullpt
 
 TEST(Cli, EverySubcommandParses) {
   for (const auto& c : cli::commands()) {
-    const auto r = c == "show" ? parse({c, "run.json"}) : parse({c});
+    const auto r = c == "show"     ? parse({c, "run.json"})
+                   : c == "report" ? parse({c, "run.json", "-o", "r.html"})
+                                   : parse({c});
     ASSERT_TRUE(r.opts) << c;
     EXPECT_EQ(r.opts->command, c);
     EXPECT_TRUE(r.opts->config_path.empty());
@@ -68,8 +70,8 @@ TEST(Cli, ErrorsExitTwoWithOneMessage) {
 }
 
 TEST(Cli, CommandsComeFromTheRegistry) {
-  EXPECT_EQ(cli::commands(),
-            (std::vector<std::string>{"info", "memory", "transfer", "profile", "all", "show"}));
+  EXPECT_EQ(cli::commands(), (std::vector<std::string>{"info", "memory", "transfer", "profile",
+                                                       "all", "show", "report"}));
   std::string out;
   (void)parse({"--help"}, &out);
   for (const auto& c : cli::commands()) EXPECT_NE(out.find(c), std::string::npos) << c;

@@ -88,13 +88,17 @@ transfer_result sample(std::uint64_t large = GiB) {
   r.pageable_upload = st;
   r.host_register = host_register_figures{large, around(0.212), around(0.087),
                                           fig("H2D", "pinned", large, 55.1e9)};
+  // The staged upload loses at 4 KiB and wins from 8 KiB on.
   r.sweep = std::vector<sweep_point>{
       {4 * KiB, fig("H2D", "pinned", 4 * KiB, 1.1e9), fig("D2H", "pinned", 4 * KiB, 1.3e9),
-       fig("H2D", "pageable", 4 * KiB, 0.6e9)},
+       fig("H2D", "pageable", 4 * KiB, 0.6e9), fig("D2H", "pageable", 4 * KiB, 0.5e9),
+       fig("H2D", "pinned", 4 * KiB, 0.3e9), fig("D2H", "pinned", 4 * KiB, 0.2e9)},
       {8 * KiB, fig("H2D", "pinned", 8 * KiB, 2.0e9), fig("D2H", "pinned", 8 * KiB, 2.4e9),
-       fig("H2D", "pageable", 8 * KiB, 1.1e9)},
+       fig("H2D", "pageable", 8 * KiB, 1.1e9), fig("D2H", "pageable", 8 * KiB, 0.9e9),
+       fig("H2D", "pinned", 8 * KiB, 1.5e9), fig("D2H", "pinned", 8 * KiB, 1.2e9)},
       {16 * KiB, fig("H2D", "pinned", 16 * KiB, 3.7e9), fig("D2H", "pinned", 16 * KiB, 4.1e9),
-       fig("H2D", "pageable", 16 * KiB, 1.9e9)}};
+       fig("H2D", "pageable", 16 * KiB, 1.9e9), fig("D2H", "pageable", 16 * KiB, 1.6e9),
+       fig("H2D", "pinned", 16 * KiB, 3.0e9), fig("D2H", "pinned", 16 * KiB, 2.6e9)}};
   return r;
 }
 
@@ -308,6 +312,12 @@ TEST(LessonTransfer, ExplainComputesItsFiguresFromTheResult) {
   EXPECT_NE(note_with(notes, "sweep",
                       fmt::format("{:.1f} us for 4 KiB here", p0.h2d_pinned->time_s.median * 1e6)),
             "");
+  // Where the staged upload starts to beat cudaMemcpy from pageable memory (8 KiB in the sample),
+  // and the note changes when it never does.
+  EXPECT_NE(note_with(notes, "sweep", "beats cudaMemcpy from pageable memory from 8 KiB on"), "");
+  transfer_result slow = sample();
+  for (auto& p : *slow.sweep) p.h2d_staged->bandwidth_bytes_per_s.median = 1e6;
+  EXPECT_NE(note_with(explain_transfer(slow, h200_facts()), "sweep", "never beats"), "");
 }
 
 TEST(LessonTransfer, ExplainStatesNoFixedShares) {
@@ -427,10 +437,15 @@ TEST(LessonTransfer, PresentKeepsTheTablesOfBefore) {
   const auto& sw = table_named(ts, "sweep");
   EXPECT_EQ(keys_of(sw),
             (std::vector<std::string>{"bytes", "h2d_pinned_bytes_per_s", "d2h_pinned_bytes_per_s",
-                                      "h2d_pageable_bytes_per_s", "h2d_pinned_time_s"}));
+                                      "h2d_pageable_bytes_per_s", "d2h_pageable_bytes_per_s",
+                                      "h2d_staged_bytes_per_s", "d2h_staged_bytes_per_s",
+                                      "h2d_pinned_time_s"}));
   ASSERT_EQ(sw.rows.size(), 3u);
   EXPECT_EQ(std::get<std::string>(sw.rows[1][0]), "8 KiB");
   EXPECT_DOUBLE_EQ(cell(sw, 2, 2), 4.1e9);
+  EXPECT_DOUBLE_EQ(cell(sw, 2, 4), 1.6e9);
+  EXPECT_DOUBLE_EQ(cell(sw, 1, 5), 1.5e9);
+  EXPECT_DOUBLE_EQ(cell(sw, 0, 6), 0.2e9);
 }
 
 TEST(LessonTransfer, PresentShowsNoValueWhereACeilingOrPinnedCopyIsMissing) {
@@ -443,7 +458,7 @@ TEST(LessonTransfer, PresentShowsNoValueWhereACeilingOrPinnedCopyIsMissing) {
   EXPECT_TRUE(std::holds_alternative<std::monostate>(table_named(ts, "bandwidth").rows[0][8]));
   EXPECT_TRUE(std::holds_alternative<std::monostate>(table_named(ts, "d2d").rows[0][4]));
   EXPECT_TRUE(std::holds_alternative<std::monostate>(table_named(ts, "sweep").rows[0][1]));
-  EXPECT_TRUE(std::holds_alternative<std::monostate>(table_named(ts, "sweep").rows[0][4]));
+  EXPECT_TRUE(std::holds_alternative<std::monostate>(table_named(ts, "sweep").rows[0][7]));
   EXPECT_EQ(table_named(ts, "streams").title,
             "Streams and copy engines (64 MiB pinned, n/a copy engines)");
 }
@@ -478,7 +493,9 @@ TEST(LessonTransfer, TheOtherPartsFollowInOrder) {
 TEST(LessonTransfer, FromV1RebuildsTheResultFromTablesAndExtras) {
   // transfer.large_copy_bytes equal to a tensor's size: same-looking measurements, told apart by
   // the order the old lesson measured them in.
-  const transfer_result r = sample(64 * MiB);
+  transfer_result r = sample(64 * MiB);
+  for (auto& p : *r.sweep)  // measured since schema 2 only: a schema-1 file never has them
+    p.d2h_pageable.reset(), p.h2d_staged.reset(), p.d2h_staged.reset();
   transfer_result back = transfer_from_v1(v1_block(r));
 
   ASSERT_TRUE(back.link_bytes_per_s && back.hbm_bytes_per_s);
