@@ -40,6 +40,19 @@ if ! command -v clang-format >/dev/null; then
   if [[ "${CI:-}" == "true" ]]; then missing+=(clang-format); else optional+=(clang-format); fi
 fi
 
+# The browser test of the HTML report (ctest -L browser) drives headless Chromium from Python.
+# Wanted when tests are built (scripts/build.sh says so with --tests); required in CI, optional
+# elsewhere (the test skips without it).
+if [[ "${1:-}" == "--tests" ]]; then
+  browser=()
+  command -v python3 >/dev/null || browser+=(python3)
+  command -v chromium >/dev/null || command -v chromium-browser >/dev/null || browser+=(chromium)
+  [[ -d /usr/share/fonts/truetype/dejavu ]] || browser+=(fonts-dejavu-core)  # text in screenshots
+  if (( ${#browser[@]} )); then
+    if [[ "${CI:-}" == "true" ]]; then missing+=("${browser[@]}"); else optional+=("${browser[@]}"); fi
+  fi
+fi
+
 if (( ${#missing[@]} == 0 )); then
   echo "install_deps: all build dependencies present"
 else
