@@ -39,6 +39,7 @@ figure matmul_figure(const runs_t& runs) {
         bar_dataset(series_name(rr.label, "measured (median)"), color(0), rr.index, measured));
   }
   std::vector<std::optional<double>> peaks;
+  peaks.reserve(labels.size());
   for (const auto& l : labels) peaks.push_back(peak[l]);
   if (std::any_of(peaks.begin(), peaks.end(), [](const auto& p) { return p.has_value(); })) {
     auto ds = bar_dataset("datasheet peak", "#7f7f7f", 0, peaks);

@@ -166,9 +166,13 @@ def full_page(browser, width, path):
 
 
 def figure_shots(browser, out, prefix):
+    # Each figure's title, charts and notes (its tables left out), and the info cards.
     rects = browser.evaluate("""[...document.querySelectorAll('figure.figure, .cards')].map(f => {
         const r = f.getBoundingClientRect();
-        return {id: f.id || 'info', x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height};
+        const body = f.querySelector('.figure-body');
+        const bottom = body ? body.getBoundingClientRect().bottom + 14 : r.bottom;
+        return {id: f.id || 'info', x: r.left + scrollX, y: r.top + scrollY, width: r.width,
+                height: bottom - r.top};
       })""")
     for r in rects:
         clip = {"x": r["x"], "y": r["y"], "width": r["width"], "height": min(r["height"], 1600)}

@@ -146,7 +146,8 @@ TEST(Report, TwoRunsOverlayInTheSameChartsUnderTheirLabels) {
   // The same link on both: one reference line, not two.
   const auto* bw = chart(two, "transfer-bandwidth-size");
   ASSERT_NE(bw, nullptr);
-  EXPECT_FALSE((*bw)["config"]["options"]["plugins"]["annotation"]["annotations"].contains("link1"));
+  EXPECT_FALSE(
+      (*bw)["config"]["options"]["plugins"]["annotation"]["annotations"].contains("link1"));
 }
 
 TEST(Report, SchemaOneFilesAreDrawnToo) {
@@ -214,14 +215,12 @@ TEST(Report, BadInputIsOneLineExitTwoAndWritesNothing) {
     EXPECT_EQ(slurp(file), "x");
   }
   for (const auto& entry : fs::directory_iterator(dir.path))  // no temporary file left behind
-    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos)
-        << entry.path();
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
 }
 
 TEST(Report, CommandLine) {
   std::ostringstream o, e;
-  const auto r =
-      cli::parse({"gpu-basics", "report", "a.json", "b.json", "-o", "r.html"}, o, e);
+  const auto r = cli::parse({"gpu-basics", "report", "a.json", "b.json", "-o", "r.html"}, o, e);
   ASSERT_TRUE(r.opts);
   EXPECT_EQ(r.opts->input_paths, (std::vector<std::string>{"a.json", "b.json"}));
   EXPECT_EQ(r.opts->html_path, "r.html");
