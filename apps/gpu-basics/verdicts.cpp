@@ -63,8 +63,8 @@ int compare_two(const options& o, std::ostream& out, std::ostream& err) {
   if (o.csv_path)
     (void)presentation::write_csv({verdict::comparison_table(c, "compare")}, *o.csv_path);
   if (const auto worse = c.count(verdict::change::worse); worse > 0) {
-    err << "gpu-basics: " << worse << " figure(s) worse than the baseline, first: "
-        << c.rows.front().base.id << "\n";
+    err << "gpu-basics: " << worse
+        << " figure(s) worse than the baseline, first: " << c.rows.front().base.id << "\n";
     return exit_worse;
   }
   return exit_ok;
@@ -79,9 +79,10 @@ int compare_fleet(const options& o, std::ostream& out, std::ostream& err) {
     const auto rec = load_input(path);
     auto check = verdict::check_of(rec, t);
     if (!o.force && model && *model != check.gpu)
-      throw format_error(fmt::format("refusing a fleet of different GPU models ({} and {} in {}); "
-                                     "--force mixes them anyway",
-                                     *model, check.gpu, path));
+      throw format_error(
+          fmt::format("refusing a fleet of different GPU models ({} and {} in {}); "
+                      "--force mixes them anyway",
+                      *model, check.gpu, path));
     model = check.gpu;
     nodes.push_back({stem_of(path), std::move(check)});
   }
@@ -140,14 +141,16 @@ void add_baseline(nlohmann::json& check_result, const lessons::run_record& live,
     it.name = "vs baseline: " + row.base.id;
     const bool worse = row.j.verdict == verdict::change::worse;
     it.status = worse ? "WARN" : "PASS";
-    it.value = fmt::format("{} ({:+.1f}%, {})", verdict::format_value(row.next.value, row.next.unit),
-                           row.j.delta * 100, verdict::to_string(row.j.verdict));
-    it.threshold = fmt::format("{} within {:.1f}%",
-                               verdict::format_value(row.base.value, row.base.unit),
-                               row.j.tolerance * 100);
+    it.value =
+        fmt::format("{} ({:+.1f}%, {})", verdict::format_value(row.next.value, row.next.unit),
+                    row.j.delta * 100, verdict::to_string(row.j.verdict));
+    it.threshold =
+        fmt::format("{} within {:.1f}%", verdict::format_value(row.base.value, row.base.unit),
+                    row.j.tolerance * 100);
     if (worse)
-      it.hint = "worse than the baseline beyond both runs' noise: compare the environments "
-                "(driver, clocks, BIOS, other load)";
+      it.hint =
+          "worse than the baseline beyond both runs' noise: compare the environments "
+          "(driver, clocks, BIOS, other load)";
     it.measured = row.j.delta;
     it.limit = row.j.tolerance;
     r.items.push_back(std::move(it));
@@ -163,8 +166,8 @@ int check_exit_code(const lessons::run_record& rec, bool strict, std::ostream& e
   if (status == "PASS" || (status == "WARN" && !strict)) return exit_ok;
   for (const auto& it : r.items)
     if (it.status == "FAIL" || (strict && it.status == "WARN")) {
-      err << "gpu-basics: check " << (it.status == "FAIL" ? "failed" : "warned (--strict)")
-          << ": " << it.name << ": " << it.value << " (threshold " << it.threshold << ")"
+      err << "gpu-basics: check " << (it.status == "FAIL" ? "failed" : "warned (--strict)") << ": "
+          << it.name << ": " << it.value << " (threshold " << it.threshold << ")"
           << (it.hint.empty() ? "" : "; " + it.hint) << "\n";
       break;
     }

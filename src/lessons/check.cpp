@@ -24,9 +24,9 @@ check_thresholds thresholds_of(const config& cfg) {
 std::string throttle_reason_names(std::uint64_t mask) {
   // nvmlClocksEventReason* bits (NVML API reference).
   static constexpr std::pair<std::uint64_t, const char*> kNames[] = {
-      {0x1, "GPU idle"},     {0x2, "application clocks"}, {0x4, "SW power cap"},
-      {0x8, "HW slowdown"},  {0x10, "sync boost"},        {0x20, "SW thermal"},
-      {0x40, "HW thermal"},  {0x80, "HW power brake"},    {0x100, "display clock"}};
+      {0x1, "GPU idle"},    {0x2, "application clocks"}, {0x4, "SW power cap"},
+      {0x8, "HW slowdown"}, {0x10, "sync boost"},        {0x20, "SW thermal"},
+      {0x40, "HW thermal"}, {0x80, "HW power brake"},    {0x100, "display clock"}};
   std::string out;
   for (const auto& [bit, name] : kNames)
     if (mask & bit) out += (out.empty() ? "" : ", ") + std::string(name);
@@ -47,8 +47,8 @@ std::string link_text(unsigned g, unsigned w) {
 }
 
 check_item link_item(const check_result& r) {
-  check_item it{"pcie_link", "PCIe link", kSkip, "n/a", "the maximum generation and width", "",
-                std::nullopt, std::nullopt};
+  check_item it{"pcie_link", "PCIe link",  kSkip,       "n/a", "the maximum generation and width",
+                "",          std::nullopt, std::nullopt};
   if (!r.link_generation || !r.link_width || !r.link_generation_max || !r.link_width_max) {
     it.value = "not measured";
     it.hint = "NVML gave no link reading (" + r.nvml_status + ")";
@@ -66,20 +66,22 @@ check_item link_item(const check_result& r) {
   }
   // The generation drops while a GPU idles to save power; if the copies still reached the full
   // link's rate, the link trained right and only the reading is low.
-  const bool copies_fine = r.h2d && r.link_bytes_per_s && *r.link_bytes_per_s > 0 &&
-                           r.h2d->bandwidth_bytes_per_s.median / *r.link_bytes_per_s >=
-                               r.thresholds.h2d_fraction;
+  const bool copies_fine =
+      r.h2d && r.link_bytes_per_s && *r.link_bytes_per_s > 0 &&
+      r.h2d->bandwidth_bytes_per_s.median / *r.link_bytes_per_s >= r.thresholds.h2d_fraction;
   if (w >= wm && copies_fine) {
     it.status = kWarn;
-    it.hint = fmt::format("link read at Gen{} but pinned copies reach the Gen{} x{} rate: likely "
-                          "idle power saving; re-run under load to confirm",
-                          g, gm, wm);
+    it.hint = fmt::format(
+        "link read at Gen{} but pinned copies reach the Gen{} x{} rate: likely "
+        "idle power saving; re-run under load to confirm",
+        g, gm, wm);
     return it;
   }
   it.status = kFail;
-  it.hint = fmt::format("link trained at {} (max {}): reseat the card or check the BIOS slot "
-                        "settings",
-                        link_text(g, w), link_text(gm, wm));
+  it.hint = fmt::format(
+      "link trained at {} (max {}): reseat the card or check the BIOS slot "
+      "settings",
+      link_text(g, w), link_text(gm, wm));
   return it;
 }
 
@@ -88,8 +90,8 @@ check_item fraction_item(std::string id, std::string name, const std::optional<d
                          const std::optional<double>& ceiling, double fraction, double margin,
                          const std::string& unit, double scale, const std::string& ceiling_name,
                          const std::string& hint) {
-  check_item it{std::move(id), std::move(name), kSkip, "not measured", "", "", std::nullopt,
-                std::nullopt};
+  check_item it{std::move(id), std::move(name), kSkip, "not measured", "", "",
+                std::nullopt,  std::nullopt};
   it.threshold = fmt::format(">= {:.0f}% of {}", fraction * 100, ceiling_name);
   if (!measured) {
     it.hint = "no measurement in this run";
@@ -119,14 +121,13 @@ check_item fraction_item(std::string id, std::string name, const std::optional<d
 }
 
 std::optional<double> median_of(const std::optional<copy_figure>& c) {
-  if (!c || c->bandwidth_bytes_per_s.median <= 0)
-    return std::nullopt;
+  if (!c || c->bandwidth_bytes_per_s.median <= 0) return std::nullopt;
   return c->bandwidth_bytes_per_s.median;
 }
 
 check_item verification_item(const check_result& r) {
-  check_item it{"verification", "data verified", kPass, "", "every copy and GEMM check matches",
-                "", std::nullopt, std::nullopt};
+  check_item it{"verification", "data verified", kPass, "", "every copy and GEMM check matches", "",
+                std::nullopt,   std::nullopt};
   std::uint64_t bytes = 0;
   int unverified = 0, copies = 0;
   for (const auto* c : {&r.h2d, &r.d2h, &r.bidirectional, &r.d2d})
@@ -141,8 +142,9 @@ check_item verification_item(const check_result& r) {
     it.status = kFail;
     it.value = fmt::format("{} failed: {}", r.verification_failures.size(),
                            r.verification_failures.front());
-    it.hint = "data read back did not match: suspect device memory or the link; run DCGM "
-              "diagnostics (dcgmi diag -r 3) and read the ECC counters";
+    it.hint =
+        "data read back did not match: suspect device memory or the link; run DCGM "
+        "diagnostics (dcgmi diag -r 3) and read the ECC counters";
     return it;
   }
   if (copies == 0 && !r.gemm) {
@@ -156,10 +158,9 @@ check_item verification_item(const check_result& r) {
     it.hint = "the run kept no verification count for them (an old results file?)";
     return it;
   }
-  it.value = fmt::format("{:.2f} GiB of copies verified{}",
-                         static_cast<double>(bytes) / (1ull << 30),
-                         r.gemm ? fmt::format(", GEMM check error {:.2g}", r.gemm->check_error)
-                                : std::string());
+  it.value = fmt::format(
+      "{:.2f} GiB of copies verified{}", static_cast<double>(bytes) / (1ull << 30),
+      r.gemm ? fmt::format(", GEMM check error {:.2g}", r.gemm->check_error) : std::string());
   return it;
 }
 
@@ -169,8 +170,8 @@ bool measured(const std::string& status) {
 
 check_item skip_item(std::string id, std::string name, const std::string& status,
                      std::string threshold) {
-  check_item it{std::move(id), std::move(name), kSkip, status, std::move(threshold),
-                "", std::nullopt, std::nullopt};
+  check_item it{std::move(id), std::move(name), kSkip, status, std::move(threshold), "",
+                std::nullopt,  std::nullopt};
   if (status == "not measured") it.hint = "this run did not read it";
   return it;
 }
@@ -185,13 +186,15 @@ check_item ecc_item(const check_health& h) {
   it.value = fmt::format("{} since the driver loaded, {} over the GPU's life", vol, agg);
   if (vol > 0) {
     it.status = kFail;
-    it.hint = fmt::format("{} uncorrectable ECC error(s) since the driver loaded: drain the node, "
-                          "reset the GPU and run dcgmi diag -r 3",
-                          vol);
+    it.hint = fmt::format(
+        "{} uncorrectable ECC error(s) since the driver loaded: drain the node, "
+        "reset the GPU and run dcgmi diag -r 3",
+        vol);
   } else if (agg > 0) {
     it.status = kWarn;
-    it.hint = "uncorrectable errors in the GPU's history (none since the driver loaded): watch "
-              "the remapped rows";
+    it.hint =
+        "uncorrectable errors in the GPU's history (none since the driver loaded): watch "
+        "the remapped rows";
   } else {
     it.status = kPass;
   }
@@ -216,8 +219,9 @@ check_item retired_item(const check_health& h) {
 }
 
 check_item remap_item(const check_health& h) {
-  check_item it = skip_item("remapped_rows", "row remapping", h.remap_status, "no failure, none "
-                                                                              "pending");
+  check_item it = skip_item("remapped_rows", "row remapping", h.remap_status,
+                            "no failure, none "
+                            "pending");
   if (!measured(h.remap_status) || !h.remap_failure) return it;
   it.measured = h.remap_failure.value() ? 1 : 0;
   it.limit = 0;
@@ -260,12 +264,13 @@ check_item throttle_item(const check_health& h) {
 }
 
 check_item nvml_item(const check_result& r) {
-  check_item it{"nvml", "NVML reachable", kPass, r.nvml_status, "ok", "", std::nullopt,
-                std::nullopt};
+  check_item it{"nvml", "NVML reachable", kPass,       r.nvml_status, "ok",
+                "",     std::nullopt,     std::nullopt};
   if (r.nvml_status != "ok") {
     it.status = kFail;
-    it.hint = "the driver's libnvidia-ml.so.1 must load (in a container: the NVIDIA container "
-              "runtime); without it link and health cannot be checked";
+    it.hint =
+        "the driver's libnvidia-ml.so.1 must load (in a container: the NVIDIA container "
+        "runtime); without it link and health cannot be checked";
   }
   return it;
 }
@@ -313,7 +318,8 @@ std::vector<check_item> evaluate_check(const check_result& r) {
 
 std::string overall_status(const std::vector<check_item>& items) {
   const auto any = [&](const char* s) {
-    return std::any_of(items.begin(), items.end(), [&](const check_item& i) { return i.status == s; });
+    return std::any_of(items.begin(), items.end(),
+                       [&](const check_item& i) { return i.status == s; });
   };
   if (any(kFail)) return kFail;
   if (any(kWarn)) return kWarn;
@@ -326,22 +332,22 @@ std::vector<note> explain_check(const check_result& r, const device_facts& /*fac
     return std::count_if(r.items.begin(), r.items.end(),
                          [&](const check_item& i) { return i.status == s; });
   };
-  std::string verdict = fmt::format("Verdict: {} ({} pass, {} warn, {} fail, {} skipped)",
-                                    overall_status(r.items), count(kPass), count(kWarn),
-                                    count(kFail), count(kSkip));
+  std::string verdict =
+      fmt::format("Verdict: {} ({} pass, {} warn, {} fail, {} skipped)", overall_status(r.items),
+                  count(kPass), count(kWarn), count(kFail), count(kSkip));
   if (r.elapsed_s) verdict += fmt::format(" in {:.1f} s", *r.elapsed_s);
   verdict += fmt::format(" on {}{}.", r.gpu,
                          r.driver_version ? ", driver " + *r.driver_version : std::string());
   n.push_back({"check", verdict});
-  n.push_back({"check",
-               fmt::format("Thresholds (check.* keys): H2D and D2H {:.0f}%, both at once {:.0f}% "
-                           "of twice the link, D2D {:.0f}% of the HBM datasheet, bf16 GEMM "
-                           "{:.0f}% of the peak; WARN within {:.0f} points above. SKIP: the GPU "
-                           "or driver cannot say, which is not a failure.",
-                           r.thresholds.h2d_fraction * 100,
-                           r.thresholds.bidirectional_fraction * 100,
-                           r.thresholds.d2d_fraction * 100, r.thresholds.gemm_fraction * 100,
-                           r.thresholds.warn_margin * 100)});
+  n.push_back(
+      {"check",
+       fmt::format("Thresholds (check.* keys): H2D and D2H {:.0f}%, both at once {:.0f}% "
+                   "of twice the link, D2D {:.0f}% of the HBM datasheet, bf16 GEMM "
+                   "{:.0f}% of the peak; WARN within {:.0f} points above. SKIP: the GPU "
+                   "or driver cannot say, which is not a failure.",
+                   r.thresholds.h2d_fraction * 100, r.thresholds.bidirectional_fraction * 100,
+                   r.thresholds.d2d_fraction * 100, r.thresholds.gemm_fraction * 100,
+                   r.thresholds.warn_margin * 100)});
   return n;
 }
 

@@ -87,8 +87,8 @@ check_result measure_check(context& ctx) {
       handle = h.value;
       r.health = read_health(*ctx.nv, *handle);  // before any work: the GPU is idle
     } else {
-      r.nvml_status = fmt::format("NVML does not find {} ({})", dev.pci_bus_id,
-                                  to_string(h.status));
+      r.nvml_status =
+          fmt::format("NVML does not find {} ({})", dev.pci_bus_id, to_string(h.status));
     }
   }
 

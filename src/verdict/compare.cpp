@@ -19,12 +19,25 @@ namespace {
 /// NVML's utilization and power (what the GPU did, not how fast), datasheet ceilings and the
 /// check's own verdicts and run time.
 bool skipped(const std::string& key) {
-  static const char* const kSkip[] = {
-      "seconds",        "seconds_joint",        "candidate_median_s", "series",
-      "batches",        "start_s",              "end_s",              "trace",
-      "nvml",           "link_bytes_per_s",     "hbm_bytes_per_s",    "peak_flops_per_s",
-      "bf16_peak_flops_per_s", "items",         "thresholds",         "elapsed_s",
-      "environment",    "health",               "gpus"};
+  static const char* const kSkip[] = {"seconds",
+                                      "seconds_joint",
+                                      "candidate_median_s",
+                                      "series",
+                                      "batches",
+                                      "start_s",
+                                      "end_s",
+                                      "trace",
+                                      "nvml",
+                                      "link_bytes_per_s",
+                                      "hbm_bytes_per_s",
+                                      "peak_flops_per_s",
+                                      "bf16_peak_flops_per_s",
+                                      "items",
+                                      "thresholds",
+                                      "elapsed_s",
+                                      "environment",
+                                      "health",
+                                      "gpus"};
   return std::find(std::begin(kSkip), std::end(kSkip), key) != std::end(kSkip);
 }
 
@@ -34,7 +47,8 @@ bool is_summary(const json& j) {
 }
 
 bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 /// The unit and direction a key's name states, or nothing.
@@ -53,8 +67,8 @@ std::optional<kind> kind_of(const std::string& key) {
 /// What tells an element of a list from its siblings: its naming fields, in a fixed order.
 std::string identity(const json& e, std::size_t index) {
   if (!e.is_object()) return std::to_string(index);
-  static const char* const kNames[] = {"shape",  "precision", "op",      "direction", "memory",
-                                       "name",   "label",     "kind",    "metric",    "method"};
+  static const char* const kNames[] = {"shape", "precision", "op",   "direction", "memory",
+                                       "name",  "label",     "kind", "metric",    "method"};
   std::string out;
   const auto add = [&](const std::string& s) { out += (out.empty() ? "" : " ") + s; };
   for (const char* k : kNames)
@@ -94,8 +108,8 @@ void walk(const json& j, const std::string& path, std::vector<figure>& out) {
     const auto k = kind_of(key);
     if (is_summary(v)) {
       if (!k || (std::string(k->unit) == "s" && has_bandwidth)) continue;
-      out.push_back({id, k->unit, v["median"].get<double>(), v.value("rel_spread", 0.0),
-                     k->higher_better});
+      out.push_back(
+          {id, k->unit, v["median"].get<double>(), v.value("rel_spread", 0.0), k->higher_better});
     } else if (v.is_number() && k) {
       out.push_back({id, k->unit, v.get<double>(), 0.0, k->higher_better});
     } else if (v.is_object() || v.is_array()) {
@@ -149,8 +163,8 @@ judgement judge(double base, double base_noise, double value, double value_noise
 }
 
 std::size_t comparison::count(change c) const {
-  return static_cast<std::size_t>(
-      std::count_if(rows.begin(), rows.end(), [&](const figure_verdict& v) { return v.j.verdict == c; }));
+  return static_cast<std::size_t>(std::count_if(
+      rows.begin(), rows.end(), [&](const figure_verdict& v) { return v.j.verdict == c; }));
 }
 
 void ensure_comparable(const lessons::run_record& base, const std::string& base_name,
@@ -162,20 +176,23 @@ void ensure_comparable(const lessons::run_record& base, const std::string& base_
         "schema with 'gpu-basics show OLD.json --json NEW.json'",
         both, base.schema_version, next.schema_version));
   if (base.command != next.command)
-    throw format_error(fmt::format("{}: results of different commands ('{}' and '{}') are not "
-                                   "compared",
-                                   both, base.command, next.command));
+    throw format_error(
+        fmt::format("{}: results of different commands ('{}' and '{}') are not "
+                    "compared",
+                    both, base.command, next.command));
   std::string d1, d2;
   const auto g1 = gpu_of(base, &d1), g2 = gpu_of(next, &d2);
   const auto major = [](const std::string& v) { return v.substr(0, v.find('.')); };
   if (!force && g1 && g2 && *g1 != *g2)
-    throw format_error(fmt::format("refusing to compare {}: different GPU models ({} and {}); "
-                                   "--force compares them anyway",
-                                   both, *g1, *g2));
+    throw format_error(
+        fmt::format("refusing to compare {}: different GPU models ({} and {}); "
+                    "--force compares them anyway",
+                    both, *g1, *g2));
   if (!force && !d1.empty() && !d2.empty() && major(d1) != major(d2))
-    throw format_error(fmt::format("refusing to compare {}: different driver major versions ({} "
-                                   "and {}); --force compares them anyway",
-                                   both, d1, d2));
+    throw format_error(
+        fmt::format("refusing to compare {}: different driver major versions ({} "
+                    "and {}); --force compares them anyway",
+                    both, d1, d2));
 }
 
 comparison compare(const lessons::run_record& base, const lessons::run_record& next,
@@ -196,8 +213,8 @@ comparison compare(const lessons::run_record& base, const lessons::run_record& n
     ++matched;
     if (!(f.value > 0) || !std::isfinite(it->second->value)) continue;  // nothing to scale by
     c.rows.push_back({f, *it->second,
-                      judge(f.value, f.noise, it->second->value, it->second->noise,
-                            f.higher_better, threshold)});
+                      judge(f.value, f.noise, it->second->value, it->second->noise, f.higher_better,
+                            threshold)});
   }
   c.only_in_new = b.size() - matched;
   const auto gain = [](const figure_verdict& v) {
@@ -227,9 +244,12 @@ presentation::table comparison_table(const comparison& c, const std::string& tit
   presentation::table t;
   t.id = "compare";
   t.title = title;
-  t.columns = {{"figure", "figure"},       {"baseline", "baseline"},
-               {"new", "new"},             {"change", "change %", 1, 1},
-               {"tolerance", "same within %", 1, 1}, {"verdict", "verdict"}};
+  t.columns = {{"figure", "figure"},
+               {"baseline", "baseline"},
+               {"new", "new"},
+               {"change", "change %", 1, 1},
+               {"tolerance", "same within %", 1, 1},
+               {"verdict", "verdict"}};
   for (const auto& r : c.rows)
     t.add_row({r.base.id, format_value(r.base.value, r.base.unit),
                format_value(r.next.value, r.next.unit), r.j.delta * 100, r.j.tolerance * 100,
@@ -240,9 +260,10 @@ presentation::table comparison_table(const comparison& c, const std::string& tit
       "FLOP/s, lower times).",
       c.count(change::worse), c.count(change::same), c.count(change::better), c.threshold * 100));
   if (c.only_in_baseline || c.only_in_new)
-    t.notes.push_back(fmt::format("{} figure(s) only in the baseline and {} only in the new run "
-                                  "were not compared.",
-                                  c.only_in_baseline, c.only_in_new));
+    t.notes.push_back(
+        fmt::format("{} figure(s) only in the baseline and {} only in the new run "
+                    "were not compared.",
+                    c.only_in_baseline, c.only_in_new));
   return t;
 }
 

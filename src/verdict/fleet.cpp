@@ -97,8 +97,8 @@ fleet_result analyze_fleet(const std::vector<fleet_node>& nodes) {
     }
     for (const auto& it : n.check.items)
       if (it.status == "FAIL") why.push_back(it.name + " FAIL: " + it.hint);
-    const bool outlier =
-        std::any_of(row.cells.begin(), row.cells.end(), [](const fleet_cell& c) { return c.outlier; });
+    const bool outlier = std::any_of(row.cells.begin(), row.cells.end(),
+                                     [](const fleet_cell& c) { return c.outlier; });
     row.verdict = outlier || row.check_status == "FAIL" ? "degraded"
                   : row.check_status == "WARN"          ? "warn"
                                                         : "ok";

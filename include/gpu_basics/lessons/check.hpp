@@ -61,12 +61,12 @@ GPU_BASICS_JSON(check_health, ecc_status, ecc_uncorrected_volatile, ecc_uncorrec
 /// One verdict: the check, PASS / WARN / FAIL / SKIP, what was measured, against what, and what
 /// to do about it.
 struct check_item {
-  std::string id;         // "pcie_link", "h2d", "d2h", "bidirectional", "d2d", "gemm", ...
-  std::string name;       // "PCIe link"
-  std::string status;     // "PASS", "WARN", "FAIL", "SKIP"
-  std::string value;      // "Gen5 x16", "55.4 GB/s (87.9% of 63.0 GB/s)"
-  std::string threshold;  // "Gen5 x16 (the maximum)", ">= 80% of the link"
-  std::string hint;       // one line; empty on PASS
+  std::string id;                  // "pcie_link", "h2d", "d2h", "bidirectional", "d2d", "gemm", ...
+  std::string name;                // "PCIe link"
+  std::string status;              // "PASS", "WARN", "FAIL", "SKIP"
+  std::string value;               // "Gen5 x16", "55.4 GB/s (87.9% of 63.0 GB/s)"
+  std::string threshold;           // "Gen5 x16 (the maximum)", ">= 80% of the link"
+  std::string hint;                // one line; empty on PASS
   std::optional<double> measured;  // the number judged (a fraction, a count)
   std::optional<double> limit;     // the number it was judged against
 
@@ -90,7 +90,7 @@ struct check_result {
   std::optional<copy_figure> d2h;  // pinned
   std::optional<copy_figure> bidirectional;
   std::optional<copy_figure> d2d;
-  std::optional<matmul_run> gemm;                 // bf16
+  std::optional<matmul_run> gemm;                  // bf16
   std::vector<std::string> verification_failures;  // what did not verify, one line each
   check_health health;
   check_thresholds thresholds;
@@ -115,7 +115,7 @@ GPU_BASICS_JSON(check_result, gpu, driver_version, nvml_status, link_generation,
 /// (GPU idle, application clocks, sync boost, display clock) are expected.
 inline constexpr std::uint64_t kThrottleFailMask = 0x8 | 0x40 | 0x80;  // HW slowdown, HW thermal,
                                                                        // HW power brake
-inline constexpr std::uint64_t kThrottleWarnMask = 0x4 | 0x20;  // SW power cap, SW thermal
+inline constexpr std::uint64_t kThrottleWarnMask = 0x4 | 0x20;         // SW power cap, SW thermal
 /// The names of the reasons set in `mask` ("HW slowdown, SW thermal").
 [[nodiscard]] std::string throttle_reason_names(std::uint64_t mask);
 

@@ -39,8 +39,8 @@ struct fleet_cell {
 struct fleet_row {
   std::string node;
   std::string gpu;
-  std::string link;          // "Gen5 x16" or "n/a"
-  std::string check_status;  // overall_status of the node's check
+  std::string link;               // "Gen5 x16" or "n/a"
+  std::string check_status;       // overall_status of the node's check
   std::vector<fleet_cell> cells;  // one per fleet_result::figures
   std::string verdict;            // "ok", "warn", "degraded"
   std::string why;                // outliers and failed checks, one line
