@@ -18,6 +18,7 @@ const std::vector<std::string>& commands() {
     v.emplace_back("all");
     v.emplace_back("show");
     v.emplace_back("report");
+    v.emplace_back("compare");
     return v;
   }();
   return c;
@@ -70,6 +71,33 @@ bool finish_options(options& o, const std::string& level, const std::string& jso
   }
   return true;
 }
+/// check's own options: --strict, --baseline, --from, --force, --threshold.
+void add_check_options(CLI::App* sub, options& o) {
+  sub->add_flag("--strict", o.strict, "Exit non-zero on WARN too, not only on FAIL");
+  sub->add_option("--baseline", o.baseline_path,
+                  "A check result (--json) to compare this one with; its verdicts join the check");
+  sub->add_option(
+      "--from", o.from_path,
+      "Judge a saved run (a check or an 'all' run) instead of measuring; no GPU needed");
+  sub->add_flag("--force", o.force, "With --baseline: compare across GPU models or drivers");
+  sub->add_option("--threshold", o.threshold,
+                  "With --baseline: relative change below which a figure is the same (default "
+                  "0.02)")
+      ->check(CLI::Range(0.0, 0.99));
+}
+
+void add_compare_options(CLI::App* sub, options& o) {
+  sub->add_option("results", o.input_paths,
+                  "BASELINE.json NEW.json, or with --fleet one results file per node")
+      ->required();
+  sub->add_flag("--fleet", o.fleet, "One result per node: a node x figure table with outliers");
+  sub->add_flag("--force", o.force, "Compare across GPU models or driver major versions");
+  sub->add_option("--threshold", o.threshold,
+                  "Relative change below which a figure is the same, unless its noise is larger "
+                  "(default 0.02)")
+      ->check(CLI::Range(0.0, 0.99));
+}
+
 }  // namespace
 
 parse_result parse(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -103,8 +131,11 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
           "Write a Chrome/Perfetto trace of the lesson's workload (CUPTI kernels, copies, API "
           "calls, ranges, counters) to PATH; PATH.gz is gzip-compressed");
   };
-  for (const auto& l : lessons::registry())
-    add_run_options(app.add_subcommand(std::string(l.name), std::string(l.description)), l.traces);
+  for (const auto& l : lessons::registry()) {
+    CLI::App* sub = app.add_subcommand(std::string(l.name), std::string(l.description));
+    add_run_options(sub, l.traces);
+    if (l.name == "check") add_check_options(sub, o);
+  }
   add_run_options(app.add_subcommand("all", "info, then every lesson, on one configuration"),
                   false);
   CLI::App* show = app.add_subcommand(
@@ -118,6 +149,16 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
   rep->add_option("results", o.input_paths, "Results files written by --json (one or more)")
       ->required();
   rep->add_option("-o,--output", html, "The HTML file to write")->required();
+  CLI::App* cmp = app.add_subcommand(
+      "compare",
+      "Compare NEW.json with BASELINE.json figure by figure (same, better, worse), or, with "
+      "--fleet, one result per node with outliers marked. No GPU needed");
+  add_compare_options(cmp, o);
+  cmp->add_option("-c,--config", o.config_path,
+                  "YAML configuration whose check.* thresholds judge the fleet's nodes");
+  cmp->add_option("-s,--set", o.overrides, "Override one configuration key (repeatable)")
+      ->allow_extra_args(false);
+  add_output_options(cmp);
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   if (!reversed.empty()) reversed.pop_back();  // argv[0]
   try {
@@ -132,6 +173,11 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
   }
   for (const auto* sub : app.get_subcommands()) o.command = sub->get_name();
   if (!finish_options(o, level, json, csv, trace, html, err)) return {std::nullopt, exit_usage};
+  if (o.command == "compare" && !o.fleet && o.input_paths.size() != 2) {
+    err << "gpu-basics: compare needs BASELINE.json NEW.json (or --fleet FILES...), got "
+        << o.input_paths.size() << " file(s)\n";
+    return {std::nullopt, exit_usage};
+  }
   return {o, exit_ok};
 }
 

@@ -9,7 +9,7 @@
 namespace gpu_basics::cli {
 
 struct options {
-  std::string command;                 // a lesson's name, "all", "show" or "report"
+  std::string command;                 // a lesson's name, "all", "show", "report" or "compare"
   std::string config_path;             // empty: the built-in default
   std::vector<std::string> overrides;  // --set key=value, in order
   std::optional<std::string> log_level;
@@ -18,7 +18,14 @@ struct options {
   std::optional<std::string> trace_path;  // lessons that trace
   std::optional<std::string> html_path;   // --html (lessons, all), -o (report)
   std::string input_path;                 // show: the results file to render
-  std::vector<std::string> input_paths;   // report: the results files, in order
+  std::vector<std::string> input_paths;   // report, compare: the results files, in order
+  // check and compare (verdicts.cpp)
+  bool strict = false;                       // check: WARN fails too
+  std::optional<std::string> baseline_path;  // check --baseline
+  std::optional<std::string> from_path;      // check --from: judge a saved run, no GPU
+  bool force = false;                        // compare other GPU models / driver majors
+  double threshold = 0.02;                   // compare: "same" within this relative change
+  bool fleet = false;                        // compare --fleet
 };
 
 struct parse_result {
@@ -30,7 +37,7 @@ struct parse_result {
 [[nodiscard]] parse_result parse(const std::vector<std::string>& args, std::ostream& out,
                                  std::ostream& err);
 
-/// The subcommands: every lesson (registry order), then "all", "show" and "report".
+/// The subcommands: every lesson (registry order), then "all", "show", "report" and "compare".
 [[nodiscard]] const std::vector<std::string>& commands();
 
 }  // namespace gpu_basics::cli

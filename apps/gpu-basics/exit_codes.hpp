@@ -13,6 +13,8 @@ enum exit_code : int {
   exit_out_of_memory = 6,  // a size does not fit in device or host memory
   exit_io = 7,             // results could not be written
   exit_nccl = 8,           // an NCCL call failed (collectives between GPUs)
+  exit_check_failed = 9,   // check: a check FAILed (or WARNed, with --strict)
+  exit_worse = 10,         // compare: a figure is worse; compare --fleet: a node is degraded
 };
 
 }  // namespace gpu_basics::cli

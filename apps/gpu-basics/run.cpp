@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <functional>
 #include <ostream>
 
 #include <spdlog/spdlog.h>
@@ -15,36 +16,9 @@
 #include "gpu_basics/lessons/registry.hpp"
 #include "gpu_basics/lessons/setup.hpp"
 #include "gpu_basics/report/report.hpp"
+#include "verdicts.hpp"
 
 namespace gpu_basics::cli {
-
-namespace {
-
-/// The exit code and message for an error escaping a command.
-std::pair<int, std::string> classify(const std::exception& e) {
-  if (dynamic_cast<const no_device_error*>(&e)) return {exit_no_gpu, e.what()};
-  if (dynamic_cast<const out_of_memory*>(&e)) return {exit_out_of_memory, e.what()};
-  if (dynamic_cast<const verification_error*>(&e))
-    return {exit_verification, std::string("verification failed: ") + e.what()};
-  if (dynamic_cast<const nccl_error*>(&e)) return {exit_nccl, e.what()};
-  if (dynamic_cast<const cuda_error*>(&e)) return {exit_cuda, e.what()};
-  if (dynamic_cast<const io_error*>(&e)) return {exit_io, e.what()};
-  if (dynamic_cast<const config_error*>(&e)) return {exit_usage, e.what()};
-  if (dynamic_cast<const format_error*>(&e)) return {exit_usage, e.what()};
-  return {exit_internal, std::string("internal error: ") + e.what()};
-}
-
-/// A one-line progress display on stderr, only when stderr is a terminal.
-lessons::progress_fn terminal_progress(const std::string& lesson) {
-  if (isatty(2) == 0) return {};
-  return [lesson](const std::string& item, int done, int total) {
-    if (done >= total)
-      std::fprintf(stderr, "\r\033[K");
-    else
-      std::fprintf(stderr, "\r\033[K[%s %d/%d] %s", lesson.c_str(), done, total, item.c_str());
-    std::fflush(stderr);
-  };
-}
 
 /// The tables of each lesson, as the live run and `show` print them.
 void print(const lessons::run_record& rec, const std::vector<presentation::report>& reports,
@@ -76,6 +50,34 @@ void write_outputs(const options& o, const lessons::run_record& rec,
     write_file_atomically(*o.html_path, report::render_html({{report::live_label(rec), rec}}));
     spdlog::info("wrote {}", *o.html_path);
   }
+}
+
+namespace {
+
+/// The exit code and message for an error escaping a command.
+std::pair<int, std::string> classify(const std::exception& e) {
+  if (dynamic_cast<const no_device_error*>(&e)) return {exit_no_gpu, e.what()};
+  if (dynamic_cast<const out_of_memory*>(&e)) return {exit_out_of_memory, e.what()};
+  if (dynamic_cast<const verification_error*>(&e))
+    return {exit_verification, std::string("verification failed: ") + e.what()};
+  if (dynamic_cast<const nccl_error*>(&e)) return {exit_nccl, e.what()};
+  if (dynamic_cast<const cuda_error*>(&e)) return {exit_cuda, e.what()};
+  if (dynamic_cast<const io_error*>(&e)) return {exit_io, e.what()};
+  if (dynamic_cast<const config_error*>(&e)) return {exit_usage, e.what()};
+  if (dynamic_cast<const format_error*>(&e)) return {exit_usage, e.what()};
+  return {exit_internal, std::string("internal error: ") + e.what()};
+}
+
+/// A one-line progress display on stderr, only when stderr is a terminal.
+lessons::progress_fn terminal_progress(const std::string& lesson) {
+  if (isatty(2) == 0) return {};
+  return [lesson](const std::string& item, int done, int total) {
+    if (done >= total)
+      std::fprintf(stderr, "\r\033[K");
+    else
+      std::fprintf(stderr, "\r\033[K[%s %d/%d] %s", lesson.c_str(), done, total, item.c_str());
+    std::fflush(stderr);
+  };
 }
 
 /// `report`: saved runs drawn as one HTML file. Every failure is the input's or the output
@@ -117,12 +119,13 @@ int run_show(const options& o, std::ostream& out, std::ostream& err) {
 /// Measures the lessons of the command; a lesson that fails under `all` is reported in one line
 /// (and under "errors") and the others still run. Returns the first failure's exit code.
 int measure(const options& o, lessons::context& ctx, lessons::run_record& rec,
-            std::vector<presentation::report>& reports, std::ostream& out, std::ostream& err) {
+            std::vector<presentation::report>& reports, std::ostream& out, std::ostream& err,
+            const std::function<void(nlohmann::json&)>& amend) {
   const bool print_live = !(o.json_path && *o.json_path == "-");
   const lessons::device_facts facts = lessons::device_facts::of(ctx.device(), ctx.nvml_status);
   int code = exit_ok;
   for (const auto& l : lessons::registry()) {
-    if (o.command != "all" && l.name != o.command) continue;
+    if (o.command == "all" ? !l.in_all : l.name != o.command) continue;
     const std::string name(l.name);
     ctx.progress = terminal_progress(name);
     nlohmann::json result;
@@ -139,6 +142,7 @@ int measure(const options& o, lessons::context& ctx, lessons::run_record& rec,
       lessons::clear_device_error();
       continue;
     }
+    if (amend) amend(result);
     reports.push_back(l.render(result, facts));
     rec.results.emplace_back(name, std::move(result));
     if (print_live) print(rec, {reports.back()}, out);
@@ -161,6 +165,7 @@ int run(const options& o, std::ostream& out, std::ostream& err) {
       return fail(code, message);
     }
   }
+  if (o.command == "compare") return run_compare(o, out, err);
   config cfg;
   try {
     // The configuration is validated before any GPU is touched.
@@ -171,15 +176,21 @@ int run(const options& o, std::ostream& out, std::ostream& err) {
   }
   try {
     setup_logging(cfg.logging.level);
+    const auto baseline = load_baseline(o);  // bad input is exit 2 before any GPU work
+    if (o.from_path) return judge_saved(o, cfg, baseline, out, err);
     lessons::context ctx = lessons::open_context(cfg);
     ctx.trace_path = o.trace_path;
     ctx.charts = o.html_path.has_value();
     lessons::run_record rec;
     rec.command = o.command;
+    rec.environment = environment_json(ctx.cfg, ctx.devices, ctx.nvml_status);
     std::vector<presentation::report> reports;
-    const int code = measure(o, ctx, rec, reports, out, err);
+    std::function<void(nlohmann::json&)> amend;
+    if (baseline) amend = [&](nlohmann::json& result) { add_baseline(result, rec, *baseline, o); };
+    int code = measure(o, ctx, rec, reports, out, err, amend);
     rec.environment = environment_json(ctx.cfg, ctx.devices, ctx.nvml_status);
     write_outputs(o, rec, reports, out);
+    if (o.command == "check" && code == exit_ok) code = check_exit_code(rec, o.strict, err);
     return code;
   } catch (const std::exception& e) {
     const auto [code, message] = classify(e);

@@ -301,6 +301,29 @@ constexpr std::string_view kWorkspaceExpect = "a size in 0..4 GiB (e.g. \"64 MiB
 constexpr std::string_view kPeerExpect = "a size in 1 MiB..4 GiB (e.g. \"256 MiB\")";
 constexpr std::string_view kNcclExpect = "a size in 8 B..8 GiB (e.g. 8 or \"1 GiB\")";
 constexpr std::string_view kThreadsExpect = "an integer in 0..256 (0 = one per core, at most 16)";
+constexpr std::string_view kFractionExpect = "a fraction in (0, 1], e.g. 0.8";
+constexpr std::string_view kMarginExpect = "a fraction in [0, 0.5], e.g. 0.03";
+constexpr std::string_view kCheckBytesExpect = "a size in 1 MiB..4 GiB (e.g. \"256 MiB\")";
+constexpr std::string_view kGemmSizeExpect = "an integer in 256..16384";
+
+/// A plain number (no unit); the range is checked in validate().
+double read_double(const YAML::Node& node, const parse_context& ctx, std::string_view expectation) {
+  double d = 0;
+  const std::string s = node.IsScalar() ? node.Scalar() : std::string();
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), d);
+  if (s.empty() || r.ec != std::errc{} || r.ptr != s.data() + s.size() || !std::isfinite(d))
+    fail(ctx, "expected " + std::string(expectation) + ", got " + describe(node));
+  return d;
+}
+
+/// The spec of a check.* number key (a fraction or margin).
+key_spec check_number_spec(const std::string& name, double config::check_section::*member,
+                           std::string_view expect) {
+  return {"check." + name,
+          [member, expect](config& c, const YAML::Node& n, const parse_context& ctx) {
+            c.check.*member = read_double(n, ctx, expect);
+          }};
+}
 
 const std::vector<key_spec>& schema() {
   static const std::vector<key_spec> specs = {
@@ -458,6 +481,21 @@ const std::vector<key_spec>& schema() {
       {"profiler.matmul.workspace_bytes",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
          c.profiler.matmul.workspace_bytes = read_size(n, ctx, kWorkspaceExpect);
+       }},
+      check_number_spec("h2d_fraction", &config::check_section::h2d_fraction, kFractionExpect),
+      check_number_spec("d2h_fraction", &config::check_section::d2h_fraction, kFractionExpect),
+      check_number_spec("bidirectional_fraction", &config::check_section::bidirectional_fraction,
+                        kFractionExpect),
+      check_number_spec("d2d_fraction", &config::check_section::d2d_fraction, kFractionExpect),
+      check_number_spec("gemm_fraction", &config::check_section::gemm_fraction, kFractionExpect),
+      check_number_spec("warn_margin", &config::check_section::warn_margin, kMarginExpect),
+      {"check.copy_bytes",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.check.copy_bytes = read_size(n, ctx, kCheckBytesExpect);
+       }},
+      {"check.gemm_size",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         c.check.gemm_size = read_int(n, ctx, kGemmSizeExpect);
        }},
   };
   return specs;
@@ -698,6 +736,21 @@ void validate(const config& cfg) {
   check_range("profiler.matmul.check_size", cfg.profiler.matmul.check_size, 16, 2048, kCheckExpect);
   check_size("profiler.matmul.workspace_bytes", cfg.profiler.matmul.workspace_bytes, 0, 4 * GiB,
              kWorkspaceExpect);
+  const auto check_fraction = [&](const std::string& key, double v, bool zero_ok, double hi,
+                                  std::string_view expectation) {
+    if (!(zero_ok ? v >= 0 : v > 0) || !(v <= hi))
+      fail_at(where(key), key,
+              "expected " + std::string(expectation) + ", got " + std::to_string(v));
+  };
+  check_fraction("check.h2d_fraction", cfg.check.h2d_fraction, false, 1, kFractionExpect);
+  check_fraction("check.d2h_fraction", cfg.check.d2h_fraction, false, 1, kFractionExpect);
+  check_fraction("check.bidirectional_fraction", cfg.check.bidirectional_fraction, false, 1,
+                 kFractionExpect);
+  check_fraction("check.d2d_fraction", cfg.check.d2d_fraction, false, 1, kFractionExpect);
+  check_fraction("check.gemm_fraction", cfg.check.gemm_fraction, false, 1, kFractionExpect);
+  check_fraction("check.warn_margin", cfg.check.warn_margin, true, 0.5, kMarginExpect);
+  check_size("check.copy_bytes", cfg.check.copy_bytes, MiB, 4 * GiB, kCheckBytesExpect);
+  check_range("check.gemm_size", cfg.check.gemm_size, 256, 16384, kGemmSizeExpect);
   for (std::size_t i = 0; i < cfg.profiler.matmul.shapes.size(); ++i)
     for (std::size_t j = 0; j < cfg.profiler.matmul.shapes[i].dims.size(); ++j) {
       const auto d = cfg.profiler.matmul.shapes[i].dims[j];
@@ -781,6 +834,15 @@ void to_json(nlohmann::json& j, const config& cfg) {
           {"precisions", cfg.profiler.matmul.precisions},
           {"check_size", cfg.profiler.matmul.check_size},
           {"workspace_bytes", cfg.profiler.matmul.workspace_bytes}}}}},
+      {"check",
+       {{"h2d_fraction", cfg.check.h2d_fraction},
+        {"d2h_fraction", cfg.check.d2h_fraction},
+        {"bidirectional_fraction", cfg.check.bidirectional_fraction},
+        {"d2d_fraction", cfg.check.d2d_fraction},
+        {"gemm_fraction", cfg.check.gemm_fraction},
+        {"warn_margin", cfg.check.warn_margin},
+        {"copy_bytes", cfg.check.copy_bytes},
+        {"gemm_size", cfg.check.gemm_size}}},
   };
 }
 

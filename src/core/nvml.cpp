@@ -13,6 +13,7 @@ using nvml_return = int;
 constexpr nvml_return kSuccess = 0;
 constexpr nvml_return kNotSupported = 3;
 constexpr nvml_return kNoPermission = 4;
+constexpr nvml_return kInsufficientSize = 7;
 constexpr nvml_return kFunctionNotFound = 13;
 using nvml_handle = void*;
 struct nvml_memory_raw {
@@ -24,6 +25,15 @@ struct nvml_utilization_raw {
 constexpr unsigned kTemperatureGpu = 0;
 constexpr unsigned kPcieTx = 0;
 constexpr unsigned kPcieRx = 1;
+// nvmlMemoryErrorType_t: NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1; nvmlEccCounterType_t:
+// NVML_VOLATILE_ECC = 0, NVML_AGGREGATE_ECC = 1; nvmlPageRetirementCause_t:
+// NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0, ..._DOUBLE_BIT_ECC_ERROR = 1;
+// nvmlEnableState_t: NVML_FEATURE_ENABLED = 1 (NVML API reference).
+constexpr unsigned kEccUncorrected = 1;
+constexpr unsigned kEccVolatile = 0;
+constexpr unsigned kEccAggregate = 1;
+constexpr unsigned kRetiredCauses[] = {0, 1};
+constexpr unsigned kFeatureEnabled = 1;
 }  // namespace
 
 struct nvml::api {
@@ -49,6 +59,10 @@ struct nvml::api {
   nvml_return (*utilization)(nvml_handle, nvml_utilization_raw*) = nullptr;
   nvml_return (*pcie_throughput)(nvml_handle, unsigned, unsigned*) = nullptr;
   nvml_return (*clock_reasons)(nvml_handle, unsigned long long*) = nullptr;
+  nvml_return (*ecc_total)(nvml_handle, unsigned, unsigned, unsigned long long*) = nullptr;
+  nvml_return (*retired_pages)(nvml_handle, unsigned, unsigned*, unsigned long long*) = nullptr;
+  nvml_return (*retired_pending)(nvml_handle, unsigned*) = nullptr;
+  nvml_return (*remapped_rows)(nvml_handle, unsigned*, unsigned*, unsigned*, unsigned*) = nullptr;
 };
 
 namespace {
@@ -132,6 +146,10 @@ std::shared_ptr<nvml> nvml::open(std::string* reason) {
   lib.bind(a->pcie_throughput, {"nvmlDeviceGetPcieThroughput"});
   lib.bind(a->clock_reasons,
            {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"});
+  lib.bind(a->ecc_total, {"nvmlDeviceGetTotalEccErrors"});
+  lib.bind(a->retired_pages, {"nvmlDeviceGetRetiredPages"});
+  lib.bind(a->retired_pending, {"nvmlDeviceGetRetiredPagesPendingStatus"});
+  lib.bind(a->remapped_rows, {"nvmlDeviceGetRemappedRows"});
   const nvml_return r = a->init();
   if (r != kSuccess) {
     if (reason)
@@ -267,6 +285,60 @@ reading<std::uint64_t> nvml::clock_event_reasons(nvml_device d) const {
   }
   r.status = status_of(api_->clock_reasons(d.handle, &v));
   r.value = v;
+  return r;
+}
+
+reading<std::uint64_t> nvml::ecc_uncorrected(nvml_device d, bool aggregate) const {
+  reading<std::uint64_t> r;
+  unsigned long long v = 0;
+  if (!api_->ecc_total) {
+    r.status = metric_status::not_supported;
+    return r;
+  }
+  r.status = status_of(
+      api_->ecc_total(d.handle, kEccUncorrected, aggregate ? kEccAggregate : kEccVolatile, &v));
+  r.value = v;
+  return r;
+}
+reading<unsigned> nvml::retired_pages(nvml_device d) const {
+  reading<unsigned> r;
+  if (!api_->retired_pages) {
+    r.status = metric_status::not_supported;
+    return r;
+  }
+  r.status = metric_status::ok;
+  for (const unsigned cause : kRetiredCauses) {
+    // A count of 0 asks for the number only: success means none, "insufficient size" some.
+    unsigned count = 0;
+    const nvml_return rc = api_->retired_pages(d.handle, cause, &count, nullptr);
+    if (rc != kSuccess && rc != kInsufficientSize) {
+      r.status = status_of(rc);
+      return r;
+    }
+    r.value += count;
+  }
+  return r;
+}
+reading<bool> nvml::retired_pages_pending(nvml_device d) const {
+  reading<bool> r;
+  unsigned state = 0;
+  if (!api_->retired_pending) {
+    r.status = metric_status::not_supported;
+    return r;
+  }
+  r.status = status_of(api_->retired_pending(d.handle, &state));
+  r.value = state == kFeatureEnabled;
+  return r;
+}
+reading<nvml_remapped_rows> nvml::remapped_rows(nvml_device d) const {
+  reading<nvml_remapped_rows> r;
+  unsigned corr = 0, unc = 0, pending = 0, failure = 0;
+  if (!api_->remapped_rows) {
+    r.status = metric_status::not_supported;
+    return r;
+  }
+  r.status = status_of(api_->remapped_rows(d.handle, &corr, &unc, &pending, &failure));
+  r.value = {corr, unc, pending != 0, failure != 0};
   return r;
 }
 

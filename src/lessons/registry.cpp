@@ -1,5 +1,6 @@
 #include "gpu_basics/lessons/registry.hpp"
 
+#include "gpu_basics/lessons/check.hpp"
 #include "gpu_basics/lessons/info.hpp"
 #include "gpu_basics/lessons/memory.hpp"
 #include "gpu_basics/lessons/profile.hpp"
@@ -9,7 +10,7 @@ namespace gpu_basics::lessons {
 
 const std::vector<lesson>& registry() {
   static const std::vector<lesson> all = {info_lesson(), memory_lesson(), transfer_lesson(),
-                                          profile_lesson()};
+                                          profile_lesson(), check_lesson()};
   return all;
 }
 

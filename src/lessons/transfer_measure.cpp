@@ -16,21 +16,6 @@
 
 namespace gpu_basics::lessons {
 
-namespace {
-
-constexpr copy_direction kHostDirections[] = {copy_direction::h2d, copy_direction::d2h};
-
-/// MemAvailable of /proc/meminfo, or 0 when it cannot be read.
-std::uint64_t host_available_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  std::uint64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
-
 copy_figure figure_of(const copy_measurement& m) {
   copy_figure f;
   f.direction = std::string(to_string(m.direction));
@@ -45,6 +30,21 @@ copy_figure figure_of(const copy_measurement& m) {
   f.bandwidth_bytes_per_s = m.bandwidth_bytes_per_s;
   f.verified_bytes = m.verified_bytes;
   return f;
+}
+
+namespace {
+
+constexpr copy_direction kHostDirections[] = {copy_direction::h2d, copy_direction::d2h};
+
+/// MemAvailable of /proc/meminfo, or 0 when it cannot be read.
+std::uint64_t host_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
 }
 
 struct configured_shape {

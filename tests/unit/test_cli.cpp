@@ -23,9 +23,10 @@ cli::parse_result parse(std::vector<std::string> args, std::string* out = nullpt
 
 TEST(Cli, EverySubcommandParses) {
   for (const auto& c : cli::commands()) {
-    const auto r = c == "show"     ? parse({c, "run.json"})
-                   : c == "report" ? parse({c, "run.json", "-o", "r.html"})
-                                   : parse({c});
+    const auto r = c == "show"      ? parse({c, "run.json"})
+                   : c == "report"  ? parse({c, "run.json", "-o", "r.html"})
+                   : c == "compare" ? parse({c, "a.json", "b.json"})
+                                    : parse({c});
     ASSERT_TRUE(r.opts) << c;
     EXPECT_EQ(r.opts->command, c);
     EXPECT_TRUE(r.opts->config_path.empty());
@@ -70,8 +71,9 @@ TEST(Cli, ErrorsExitTwoWithOneMessage) {
 }
 
 TEST(Cli, CommandsComeFromTheRegistry) {
-  EXPECT_EQ(cli::commands(), (std::vector<std::string>{"info", "memory", "transfer", "profile",
-                                                       "all", "show", "report"}));
+  EXPECT_EQ(cli::commands(),
+            (std::vector<std::string>{"info", "memory", "transfer", "profile", "check", "all",
+                                      "show", "report", "compare"}));
   std::string out;
   (void)parse({"--help"}, &out);
   for (const auto& c : cli::commands()) EXPECT_NE(out.find(c), std::string::npos) << c;

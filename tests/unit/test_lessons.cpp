@@ -63,7 +63,7 @@ TEST(Registry, NamesEveryLessonOnceInRunOrder) {
     EXPECT_FALSE(l.description.empty()) << l.name;
     EXPECT_EQ(find_lesson(l.name), &l);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"info", "memory", "transfer", "profile"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"info", "memory", "transfer", "profile", "check"}));
   EXPECT_EQ(find_lesson("all"), nullptr);
   EXPECT_EQ(find_lesson("bogus"), nullptr);
 }

@@ -116,6 +116,21 @@ struct config {
     } matmul;
   } profiler;
 
+  /// `gpu-basics check`: what it measures and the thresholds of its verdicts. Fractions are of
+  /// the ceiling named (the PCIe link's theoretical rate at its maximum generation and width, the
+  /// HBM datasheet, the bf16 dense peak); defaults and how they were chosen: README, "Node
+  /// acceptance".
+  struct check_section {
+    double h2d_fraction = 0.80;            // pinned H2D / link rate per direction
+    double d2h_fraction = 0.80;            // pinned D2H / link rate per direction
+    double bidirectional_fraction = 0.70;  // H2D + D2H at once / twice the link rate
+    double d2d_fraction = 0.75;            // D2D read + write / HBM datasheet
+    double gemm_fraction = 0.65;           // bf16 GEMM / datasheet dense peak
+    double warn_margin = 0.03;  // WARN when within this many (fraction) points above a threshold
+    std::uint64_t copy_bytes = 256ull << 20;  // bytes per check copy
+    int gemm_size = 8192;                     // n of the bf16 n x n x n GEMM
+  } check;
+
   /// Source of every key that was set (keys of list items carry "[i]" / "[i][j]").
   std::map<std::string, source_location> origins;
 };

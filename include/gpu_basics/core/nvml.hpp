@@ -48,6 +48,14 @@ struct nvml_utilization {
   unsigned memory_percent = 0;
 };
 
+/// Row remapping (Ampere and later; nvmlDeviceGetRemappedRows).
+struct nvml_remapped_rows {
+  unsigned correctable = 0;    // rows remapped after correctable errors
+  unsigned uncorrectable = 0;  // rows remapped after uncorrectable errors
+  bool pending = false;        // a remap waits for the next GPU reset
+  bool failure = false;        // a remap failed: no spare row was left
+};
+
 /// A loaded and initialised NVML. Thread-safe as NVML itself is.
 class nvml {
  public:
@@ -99,6 +107,16 @@ class nvml {
   [[nodiscard]] reading<unsigned> pcie_rx_kbps(nvml_device d) const;
   /// Bitmask of clock-event (throttle) reasons.
   [[nodiscard]] reading<std::uint64_t> clock_event_reasons(nvml_device d) const;
+  /// Uncorrectable ECC errors since the driver loaded (volatile) or over the GPU's life
+  /// (aggregate). Not supported where ECC is off or the GPU has none.
+  [[nodiscard]] reading<std::uint64_t> ecc_uncorrected(nvml_device d, bool aggregate) const;
+  /// Pages retired after double-bit or repeated single-bit errors (pre-Ampere GPUs; newer ones
+  /// remap rows instead and say "not supported").
+  [[nodiscard]] reading<unsigned> retired_pages(nvml_device d) const;
+  /// Whether a page retirement waits for the next reset.
+  [[nodiscard]] reading<bool> retired_pages_pending(nvml_device d) const;
+  /// Row-remapping counters and flags.
+  [[nodiscard]] reading<nvml_remapped_rows> remapped_rows(nvml_device d) const;
 
   struct api;  // function table, defined in the implementation
 

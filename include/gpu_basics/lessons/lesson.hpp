@@ -76,6 +76,7 @@ struct lesson {
   std::string_view name;         // the subcommand: "memory"
   std::string_view description;  // one line for --help
   bool traces = false;           // accepts --trace
+  bool in_all = true;            // `all` runs it (check does not: it is its own command)
   /// Measures on the GPU. @throws gpu_basics::error (cuda_error, out_of_memory, ...).
   nlohmann::json (*measure)(context& ctx) = nullptr;
   /// Tables with their notes from a saved result. @throws format_error on a malformed result.

@@ -8,7 +8,7 @@
 
 namespace gpu_basics::lessons {
 
-/// Every lesson, in the order `all` runs them (info first).
+/// Every lesson, in the order `all` runs them (info first); `check` last, outside `all`.
 [[nodiscard]] const std::vector<lesson>& registry();
 
 /// The lesson called `name`, or nullptr.

@@ -16,6 +16,10 @@
 #include "gpu_basics/lessons/lesson.hpp"
 #include "gpu_basics/lessons/multi_gpu.hpp"
 
+namespace gpu_basics {
+struct copy_measurement;
+}
+
 namespace gpu_basics::lessons {
 
 /// One timed copy (or host memcpy): its samples and their summaries. The keys are those schema 1
@@ -37,6 +41,9 @@ struct copy_figure {
 };
 GPU_BASICS_JSON(copy_figure, direction, memory, bytes, bytes_moved, streams, bidirectional, seconds,
                 seconds_joint, time_s, bandwidth_bytes_per_s, verified_bytes)
+
+/// A copy_bench measurement as the results keep it.
+[[nodiscard]] copy_figure figure_of(const copy_measurement& m);
 
 /// One configured tensor and its copies ("bandwidth" table).
 struct shape_copies {

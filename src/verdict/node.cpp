@@ -1,0 +1,91 @@
+#include "gpu_basics/verdict/node.hpp"
+
+#include <algorithm>
+
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/hardware.hpp"
+#include "gpu_basics/profiler/gemm.hpp"
+
+namespace gpu_basics::verdict {
+
+using lessons::check_result;
+using lessons::copy_figure;
+
+namespace {
+
+const nlohmann::json* result_named(const lessons::run_record& r, const std::string& name) {
+  for (const auto& [n, j] : r.results)
+    if (n == name) return &j;
+  return nullptr;
+}
+
+/// Of copies, the one matching `pick` with the most bytes.
+template <class Pick>
+std::optional<copy_figure> largest(const std::vector<copy_figure>& copies, Pick pick) {
+  std::optional<copy_figure> best;
+  for (const auto& c : copies)
+    if (pick(c) && (!best || c.bytes > best->bytes)) best = c;
+  return best;
+}
+
+void read_transfer(const lessons::transfer_result& t, check_result& c) {
+  std::vector<copy_figure> copies;
+  for (const auto& s : t.shapes) copies.insert(copies.end(), s.copies.begin(), s.copies.end());
+  const auto pinned = [](const char* dir) {
+    return [dir](const copy_figure& f) { return f.direction == dir && f.memory == "pinned"; };
+  };
+  c.h2d = largest(copies, pinned("H2D"));
+  c.d2h = largest(copies, pinned("D2H"));
+  if (t.streams) c.bidirectional = t.streams->bidirectional;
+  c.d2d = largest(t.d2d, [](const copy_figure&) { return true; });
+  if (t.link_bytes_per_s) c.link_bytes_per_s = t.link_bytes_per_s;
+  if (t.hbm_bytes_per_s) c.hbm_bytes_per_s = t.hbm_bytes_per_s;
+}
+
+void read_profile(const lessons::profile_result& p, check_result& c) {
+  for (const auto& run : p.matmul.runs)
+    if (run.precision == "bf16" &&
+        (!c.gemm || run.m * run.n * run.k > c.gemm->m * c.gemm->n * c.gemm->k))
+      c.gemm = run;
+  if (c.gemm && c.gemm->peak_flops_per_s) c.bf16_peak_flops_per_s = c.gemm->peak_flops_per_s;
+}
+
+}  // namespace
+
+check_result check_of(const lessons::run_record& r, const lessons::check_thresholds& t) {
+  check_result c;
+  if (const auto* j = result_named(r, "check")) {
+    c = lessons::result_from_json<check_result>(*j, "check");
+  } else {
+    const auto* tj = result_named(r, "transfer");
+    const auto* pj = result_named(r, "profile");
+    if (!tj && !pj)
+      throw format_error("a '" + r.command +
+                         "' run holds no figure a check reads (it needs a check, all, transfer or "
+                         "profile run)");
+    const lessons::device_facts facts = lessons::facts_of(r);
+    const device_info& d = facts.device;
+    c.gpu = d.name;
+    c.driver_version = d.driver_version;
+    c.nvml_status = facts.nvml_status;
+    c.link_generation = d.pcie_generation_current;
+    c.link_width = d.pcie_width_current;
+    c.link_generation_max = d.pcie_generation_max;
+    c.link_width_max = d.pcie_width_max;
+    c.link_bytes_per_s = facts.link_bytes_per_s;
+    if (facts.datasheet) {
+      c.hbm_bytes_per_s = facts.datasheet->hbm_bytes_per_s;
+      c.bf16_peak_flops_per_s = datasheet_peak_flops(*facts.datasheet, gemm_precision::bf16);
+    }
+    if (tj) read_transfer(lessons::result_from_json<lessons::transfer_result>(*tj, "transfer"), c);
+    if (pj) read_profile(lessons::result_from_json<lessons::profile_result>(*pj, "profile"), c);
+    for (const auto& [lesson, why] : r.errors)
+      if (why.find("verification failed") != std::string::npos)
+        c.verification_failures.push_back(lesson + ": " + why);
+  }
+  c.thresholds = t;
+  c.items = lessons::evaluate_check(c);
+  return c;
+}
+
+}  // namespace gpu_basics::verdict
