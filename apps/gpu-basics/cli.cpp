@@ -1,11 +1,14 @@
 #include "cli.hpp"
 
+#include <algorithm>
+#include <filesystem>
 #include <ostream>
 
 #include <CLI/CLI.hpp>
 
 #include "exit_codes.hpp"
 #include "gpu_basics/core/config.hpp"
+#include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/lessons/registry.hpp"
 #include "gpu_basics/profiler/trace_writer.hpp"
 
@@ -29,8 +32,8 @@ bool finish_options(options& o, const std::string& level, const std::string& jso
                     const std::string& csv, const std::string& trace, std::ostream& err) {
   if (!level.empty()) {
     if (!parse_log_level(level)) {
-      err << "gpu-basics: --log-level: expected one of trace, debug, info, warn, error, got \""
-          << level << "\"\n";
+      err << "gpu-basics: --log-level: expected one of trace, debug, info, warn, error, got "
+          << quote_for_message(level) << "\n";
       return false;
     }
     o.log_level = level;
@@ -47,8 +50,13 @@ bool finish_options(options& o, const std::string& level, const std::string& jso
       err << "gpu-basics: --trace needs a file path\n";
       return false;
     }
+    if (std::filesystem::path(trace).filename() == ".gz") {
+      err << "gpu-basics: --trace " << quote_for_message(trace)
+          << ": '.gz' alone is not a file name; give one, e.g. trace.json.gz\n";
+      return false;
+    }
     if (gz && !trace_writer::gzip_supported()) {
-      err << "gpu-basics: --trace " << trace
+      err << "gpu-basics: --trace " << quote_for_message(trace)
           << ": this build has no zlib, so it cannot write .gz; drop the .gz\n";
       return false;
     }
@@ -59,6 +67,61 @@ bool finish_options(options& o, const std::string& level, const std::string& jso
     return false;
   }
   return true;
+}
+/// The commands as a list for messages: "info, memory, ..., show".
+std::string command_list() {
+  std::string list;
+  for (const auto& c : commands()) list += (list.empty() ? "" : ", ") + c;
+  return list;
+}
+
+/// Checks the word before CLI11 sees it, so a missing or unknown command is named (CLI11 only
+/// says that a subcommand is required). Writes one line to `err` and returns false if it is bad.
+bool check_command_word(const std::vector<std::string>& args, std::ostream& err) {
+  if (args.size() < 2) {
+    err << "gpu-basics: a command is required: one of " << command_list()
+        << " (see 'gpu-basics --help')\n";
+    return false;
+  }
+  const std::string& word = args[1];
+  if (word == "-h" || word == "--help" || word == "--version") return true;
+  const auto& known = commands();
+  if (std::find(known.begin(), known.end(), word) != known.end()) return true;
+  if (!word.empty() && word[0] == '-') {
+    err << "gpu-basics: " << quote_for_message(word)
+        << ": options come after the command: gpu-basics <command> [options] (commands: "
+        << command_list() << ")\n";
+    return false;
+  }
+  err << "gpu-basics: unknown command " << quote_for_message(word);
+  if (const auto near = nearest_word(word, known))
+    err << "; did you mean '" << *near << "'?";
+  else
+    err << "; expected one of " << command_list();
+  err << "\n";
+  return false;
+}
+
+/// CLI11's message for `e`, except for arguments left over: those are listed in the order they
+/// were given (CLI11 reverses them), each quoted.
+std::string usage_message(const CLI::App& app, const CLI::ParseError& e) {
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) == nullptr) return printable(e.what());
+  std::vector<std::string> extras = app.remaining();
+  for (const auto* sub : app.get_subcommands())
+    for (const auto& a : sub->remaining()) extras.push_back(a);
+  std::string list;
+  for (const auto& a : extras) list += " " + quote_for_message(a);
+  return (extras.size() == 1 ? "unexpected argument:" : "unexpected arguments:") + list;
+}
+
+/// Rejects an empty option value ("--config ''") instead of dropping it.
+const CLI::Validator& non_empty() {
+  static const CLI::Validator v(
+      [](const std::string& value) {
+        return value.empty() ? std::string("an empty value is not allowed") : std::string();
+      },
+      "");
+  return v;
 }
 }  // namespace
 
@@ -71,25 +134,31 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
   std::string level;
   std::string json, csv, trace;
   const auto add_output_options = [&](CLI::App* sub) {
-    sub->add_option("--json", json, "Write results as JSON to this file ('-' for stdout)");
+    sub->add_option("--json", json, "Write results as JSON to this file ('-' for stdout)")
+        ->check(non_empty());
     sub->add_option("--csv", csv,
-                    "Write tables as CSV (several tables: <stem>.<table>.csv beside PATH)");
+                    "Write tables as CSV (several tables: <stem>.<table>.csv beside PATH)")
+        ->check(non_empty());
   };
   const auto add_run_options = [&](CLI::App* sub, bool traces) {
     sub->add_option("-c,--config", o.config_path,
-                    "YAML configuration file (default: the built-in configs/gpu_basics.yaml)");
+                    "YAML configuration file (default: the built-in configs/gpu_basics.yaml)")
+        ->check(non_empty());
     sub->add_option("-s,--set", o.overrides,
                     "Override one configuration key, e.g. --set transfer.num_streams=8 "
                     "(repeatable)")
-        ->allow_extra_args(false);
+        ->allow_extra_args(false)
+        ->check(non_empty());
     sub->add_option("--log-level", level,
-                    "trace, debug, info, warn or error (overrides logging.level)");
+                    "trace, debug, info, warn or error (overrides logging.level)")
+        ->check(non_empty());
     add_output_options(sub);
     if (traces)
       sub->add_option(
-          "--trace", trace,
-          "Write a Chrome/Perfetto trace of the lesson's workload (CUPTI kernels, copies, API "
-          "calls, ranges, counters) to PATH; PATH.gz is gzip-compressed");
+             "--trace", trace,
+             "Write a Chrome/Perfetto trace of the lesson's workload (CUPTI kernels, copies, API "
+             "calls, ranges, counters) to PATH; PATH.gz is gzip-compressed")
+          ->check(non_empty());
   };
   for (const auto& l : lessons::registry())
     add_run_options(app.add_subcommand(std::string(l.name), std::string(l.description)), l.traces);
@@ -97,8 +166,11 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
                   false);
   CLI::App* show = app.add_subcommand(
       "show", "Render a saved run (--json output, any schema version) again, without a GPU");
-  show->add_option("results", o.input_path, "A results file written by --json")->required();
+  show->add_option("results", o.input_path, "A results file written by --json")
+      ->required()
+      ->check(non_empty());
   add_output_options(show);
+  if (!check_command_word(args, err)) return {std::nullopt, exit_usage};
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   if (!reversed.empty()) reversed.pop_back();  // argv[0]
   try {
@@ -108,7 +180,7 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
       app.exit(e, out, err);
       return {std::nullopt, exit_ok};
     }
-    err << "gpu-basics: " << e.what() << " (see 'gpu-basics --help')\n";
+    err << "gpu-basics: " << usage_message(app, e) << " (see 'gpu-basics --help')\n";
     return {std::nullopt, exit_usage};
   }
   for (const auto* sub : app.get_subcommands()) o.command = sub->get_name();

@@ -670,6 +670,23 @@ std::optional<std::string> nearest_config_key(std::string_view key) {
   return std::nullopt;
 }
 
+std::optional<std::string> nearest_word(std::string_view word,
+                                        const std::vector<std::string>& names) {
+  if (word.size() > 2 * config_limits::key_chars) return std::nullopt;
+  const std::string w = lower(word);
+  std::optional<std::string> best;
+  std::size_t best_d = std::numeric_limits<std::size_t>::max();
+  for (const auto& n : names) {
+    const std::size_t d = edit_distance(w, lower(n));
+    if (d < best_d) {
+      best_d = d;
+      best = n;
+    }
+  }
+  if (best && best_d <= std::max<std::size_t>(2, word.size() / 3) && *best != word) return best;
+  return std::nullopt;
+}
+
 std::string read_config_file(const std::string& path) {
   const auto refuse = [&](const std::string& why) { return config_error(path, 0, 0, "", why); };
   // O_NONBLOCK: opening a FIFO with no writer must not wait; fstat then refuses it.

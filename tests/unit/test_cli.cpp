@@ -5,6 +5,7 @@
 
 #include "cli.hpp"
 #include "exit_codes.hpp"
+#include "gpu_basics/core/config.hpp"
 #include "run.hpp"
 
 using namespace gpu_basics;
@@ -130,4 +131,68 @@ TEST(Cli, TraceIsOfferedWhereALessonTracesAndChecksItsPath) {
     EXPECT_EQ(gz.exit_code, 2);
     EXPECT_NE(err.find("no zlib"), std::string::npos) << err;
   }
+}
+
+struct usage_case {
+  std::vector<std::string> args;
+  std::string message;  // the whole line on stderr
+};
+
+TEST(Cli, BadArgumentsGetOneLineNamingThem) {
+  const usage_case cases[] = {
+      {{},
+       "gpu-basics: a command is required: one of info, memory, transfer, profile, all, show "
+       "(see 'gpu-basics --help')"},
+      {{"bogus"},
+       "gpu-basics: unknown command \"bogus\"; expected one of info, memory, transfer, "
+       "profile, all, show"},
+      {{"INFO"}, "gpu-basics: unknown command \"INFO\"; did you mean 'info'?"},
+      {{""},
+       "gpu-basics: unknown command \"\"; expected one of info, memory, transfer, profile, "
+       "all, show"},
+      {{"--config", "x.yaml", "info"},
+       "gpu-basics: \"--config\": options come after the command: gpu-basics <command> [options] "
+       "(commands: info, memory, transfer, profile, all, show)"},
+      {{"info", "x.yaml", "y.yaml"},
+       "gpu-basics: unexpected arguments: \"x.yaml\" \"y.yaml\" (see 'gpu-basics --help')"},
+      {{"info", "--config", ""},
+       "gpu-basics: --config: an empty value is not allowed (see 'gpu-basics --help')"},
+      {{"info", "--log-level", ""},
+       "gpu-basics: --log-level: an empty value is not allowed (see 'gpu-basics --help')"},
+      {{"info", "--json", ""},
+       "gpu-basics: --json: an empty value is not allowed (see 'gpu-basics --help')"},
+      {{"info", "--csv", ""},
+       "gpu-basics: --csv: an empty value is not allowed (see 'gpu-basics --help')"},
+      {{"info", "--set", ""},
+       "gpu-basics: --set: an empty value is not allowed (see 'gpu-basics --help')"},
+      {{"profile", "--trace", ""},
+       "gpu-basics: --trace: an empty value is not allowed (see 'gpu-basics --help')"},
+      {{"show", ""},
+       "gpu-basics: results: an empty value is not allowed (see 'gpu-basics --help')"},
+      {{"profile", "--trace", ".gz"},
+       "gpu-basics: --trace \".gz\": '.gz' alone is not a file name; give one, e.g. trace.json.gz"},
+      {{"profile", "--trace", "out/.gz"},
+       "gpu-basics: --trace \"out/.gz\": '.gz' alone is not a file name; give one, e.g. "
+       "trace.json.gz"},
+      {{"info", "--log-level", "\x1b[31m"},
+       "gpu-basics: --log-level: expected one of trace, debug, info, warn, error, got "
+       "\"\\x1b[31m\""},
+  };
+  for (const auto& c : cases) {
+    std::string out, err;
+    const auto r = parse(c.args, &out, &err);
+    EXPECT_FALSE(r.opts);
+    EXPECT_EQ(r.exit_code, cli::exit_usage);
+    EXPECT_EQ(err, c.message + "\n");
+    EXPECT_TRUE(out.empty()) << out;
+  }
+}
+
+TEST(Cli, NearestWordIgnoresCaseAndFarNames) {
+  const std::vector<std::string> names = {"info", "memory", "show"};
+  EXPECT_EQ(nearest_word("INFO", names), "info");
+  EXPECT_EQ(nearest_word("memroy", names), "memory");
+  EXPECT_FALSE(nearest_word("bogus", names).has_value());
+  EXPECT_FALSE(nearest_word("info", names).has_value());  // itself: nothing to suggest
+  EXPECT_FALSE(nearest_word(std::string(1u << 20, 'x'), names).has_value());
 }

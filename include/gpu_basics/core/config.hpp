@@ -170,6 +170,11 @@ void validate(const config& cfg);
 /// The known key closest to `key` (edit distance), if one is close enough to suggest.
 [[nodiscard]] std::optional<std::string> nearest_config_key(std::string_view key);
 
+/// The name in `names` closest to `word` (edit distance, ignoring case) when it is close enough
+/// to suggest (at most 2 edits, or a third of the word's length) and is not `word` itself.
+[[nodiscard]] std::optional<std::string> nearest_word(std::string_view word,
+                                                      const std::vector<std::string>& names);
+
 /// The effective configuration as JSON (for results' environment block).
 void to_json(nlohmann::json& j, const config& cfg);
 
