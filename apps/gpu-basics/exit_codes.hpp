@@ -13,6 +13,8 @@ enum exit_code : int {
   exit_out_of_memory = 6,  // a size does not fit in device or host memory
   exit_io = 7,             // results could not be written
   exit_nccl = 8,           // an NCCL call failed (collectives between GPUs)
+  exit_interrupted = 130,  // stopped by SIGINT (Ctrl-C): 128 + the signal's number, as shells do
+  exit_terminated = 143,   // stopped by SIGTERM
 };
 
 }  // namespace gpu_basics::cli
