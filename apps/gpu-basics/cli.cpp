@@ -105,6 +105,11 @@ bool check_command_word(const std::vector<std::string>& args, std::ostream& err)
 /// CLI11's message for `e`, except for arguments left over: those are listed in the order they
 /// were given (CLI11 reverses them), each quoted.
 std::string usage_message(const CLI::App& app, const CLI::ParseError& e) {
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr) {
+    std::string m = e.what();  // "--config: 1 required TEXT missing": the option has no value
+    if (const auto p = m.find(": 1 required"); p != std::string::npos)
+      return printable(m.substr(0, p)) + ": needs a value";
+  }
   if (dynamic_cast<const CLI::ExtrasError*>(&e) == nullptr) return printable(e.what());
   std::vector<std::string> extras = app.remaining();
   for (const auto* sub : app.get_subcommands())
@@ -118,7 +123,7 @@ std::string usage_message(const CLI::App& app, const CLI::ParseError& e) {
 const CLI::Validator& non_empty() {
   static const CLI::Validator v(
       [](const std::string& value) {
-        return value.empty() ? std::string("an empty value is not allowed") : std::string();
+        return value.empty() ? std::string("needs a value, got an empty one") : std::string();
       },
       "");
   return v;

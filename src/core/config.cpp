@@ -9,12 +9,14 @@
 #include <functional>
 #include <limits>
 #include <set>
+#include <sstream>
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 #include <nlohmann/json.hpp>
 
@@ -601,11 +603,38 @@ std::string yaml_message(const std::string& msg) {
   return msg;
 }
 
+/// Counts the documents a parser finds; keeps where the second one starts.
+struct document_counter : YAML::EventHandler {
+  int documents = 0;
+  YAML::Mark second_start;
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (++documents == 2) second_start = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+/// Control characters other than tab, newline and carriage return: never YAML text.
+bool is_control(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return (u < 0x20 && c != '\t' && c != '\n' && c != '\r') || u == 0x7f;
+}
+
 /// Parses `text` as exactly one YAML document (none: a null node). `key` names the --set key.
 YAML::Node load_document(std::string_view text, const std::string& source, const std::string& key) {
   if (text.size() > config_limits::file_bytes)
     throw config_error(source, 0, 0, key,
-                       "the text is " + std::to_string(text.size()) + " bytes; at most 256 KiB (" +
+                       "the text is " + std::to_string(text.size()) + " bytes; at most " +
+                           std::to_string(config_limits::file_bytes / 1024) + " KiB (" +
                            std::to_string(config_limits::file_bytes) + " bytes) is read");
   const bool from_file = key.empty();
   const std::string what =
@@ -614,9 +643,28 @@ YAML::Node load_document(std::string_view text, const std::string& source, const
     return from_file && m.line >= 0 ? config_error(source, m.line + 1, m.column + 1, key, message)
                                     : config_error(source, 0, 0, key, message);
   };
-  std::vector<YAML::Node> documents;
+  if (const auto bad = std::find_if(text.begin(), text.end(), is_control); bad != text.end()) {
+    const auto offset = static_cast<std::size_t>(bad - text.begin());
+    const auto line_start = text.rfind('\n', offset == 0 ? 0 : offset - 1);
+    const int line = static_cast<int>(std::count(text.begin(), bad, '\n')) + 1;
+    const int column = static_cast<int>(
+        line_start == std::string_view::npos || offset == 0 ? offset + 1 : offset - line_start);
+    throw config_error(source, from_file ? line : 0, from_file ? column : 0, key,
+                       "a control character (" + printable(std::string(1, *bad)) +
+                           ") in the text; a configuration is YAML text (escape it in a quoted "
+                           "string)");
+  }
+  YAML::Node document;
   try {
-    documents = YAML::LoadAll(std::string(text));
+    // At most two documents are parsed: yaml-cpp can find endless empty documents in some
+    // malformed input, and YAML::LoadAll would collect them until memory runs out.
+    std::istringstream in{std::string(text)};
+    YAML::Parser parser(in);
+    document_counter counter;
+    if (parser.HandleNextDocument(counter) && parser.HandleNextDocument(counter))
+      throw at(counter.second_start,
+               "a second YAML document (after '---' or '...'); a configuration is one document");
+    document = YAML::Load(std::string(text));
   } catch (const YAML::DeepRecursion& e) {
     throw at(e.mark, what + "nested more than " + std::to_string(config_limits::yaml_depth) +
                          " levels deep");
@@ -625,10 +673,7 @@ YAML::Node load_document(std::string_view text, const std::string& source, const
   } catch (const YAML::Exception& e) {
     throw at(e.mark, what + yaml_message(e.msg));
   }
-  if (documents.size() > 1)
-    throw at(documents[1].Mark(),
-             "a second YAML document (after '---' or '...'); a configuration is one document");
-  return documents.empty() ? YAML::Node() : documents.front();
+  return document;
 }
 
 }  // namespace
@@ -704,9 +749,9 @@ std::string read_config_file(const std::string& path) {
   if (!S_ISREG(st.st_mode))
     throw refuse("is not a regular file (a device, FIFO or socket); give a YAML file");
   const auto too_big = [&](std::uint64_t bytes) {
-    return refuse("the configuration file is " + std::to_string(bytes) +
-                  " bytes; at most 256 KiB (" + std::to_string(config_limits::file_bytes) +
-                  " bytes) is read");
+    return refuse("the configuration file is " + std::to_string(bytes) + " bytes; at most " +
+                  std::to_string(config_limits::file_bytes / 1024) + " KiB (" +
+                  std::to_string(config_limits::file_bytes) + " bytes) is read");
   };
   if (static_cast<std::uint64_t>(st.st_size) > config_limits::file_bytes) throw too_big(st.st_size);
   std::string text(config_limits::file_bytes + 1, '\0');

@@ -51,13 +51,13 @@ struct tensor_shape {
 /// Limits on configuration input, so that no file or --set value can make loading slow or large.
 /// Each is documented in the README; going over one is a config_error naming it.
 namespace config_limits {
-inline constexpr std::size_t file_bytes = 256u << 10;  // a configuration file or --set value
-inline constexpr std::size_t key_chars = 64;           // one key name ("num_streams")
-inline constexpr std::size_t value_chars = 4096;       // one scalar value (a path, a name)
-inline constexpr std::size_t shapes = 64;              // entries of a list of shapes
-inline constexpr std::size_t dims = 8;                 // dimensions of one shape
-inline constexpr std::size_t ratios = 64;              // transfer.double_buffer.compute_to_copy
-inline constexpr std::size_t precisions = 16;          // profiler.matmul.precisions
+inline constexpr std::size_t file_bytes = 64u << 10;  // a configuration file or --set value
+inline constexpr std::size_t key_chars = 64;          // one key name ("num_streams")
+inline constexpr std::size_t value_chars = 4096;      // one scalar value (a path, a name)
+inline constexpr std::size_t shapes = 64;             // entries of a list of shapes
+inline constexpr std::size_t dims = 8;                // dimensions of one shape
+inline constexpr std::size_t ratios = 64;             // transfer.double_buffer.compute_to_copy
+inline constexpr std::size_t precisions = 16;         // profiler.matmul.precisions
 inline constexpr int yaml_depth = 500;  // yaml-cpp's own limit on nesting while parsing
 }  // namespace config_limits
 
