@@ -53,6 +53,12 @@ if [[ "${1:-}" == "--tests" ]]; then
   fi
 fi
 
+# clang (with its sanitizer and libFuzzer runtimes) builds the fuzzers (scripts/fuzz.sh).
+# Optional like clang-format, except in CI, where the fuzzers run.
+if ! command -v clang++ >/dev/null; then
+  if [[ "${CI:-}" == "true" ]]; then missing+=(clang libclang-rt-dev); else optional+=(clang libclang-rt-dev); fi
+fi
+
 if (( ${#missing[@]} == 0 )); then
   echo "install_deps: all build dependencies present"
 else

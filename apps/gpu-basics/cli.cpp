@@ -1,11 +1,14 @@
 #include "cli.hpp"
 
+#include <algorithm>
+#include <filesystem>
 #include <ostream>
 
 #include <CLI/CLI.hpp>
 
 #include "exit_codes.hpp"
 #include "gpu_basics/core/config.hpp"
+#include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/lessons/registry.hpp"
 #include "gpu_basics/profiler/trace_writer.hpp"
 
@@ -32,8 +35,8 @@ bool finish_options(options& o, const std::string& level, const std::string& jso
                     std::ostream& err) {
   if (!level.empty()) {
     if (!parse_log_level(level)) {
-      err << "gpu-basics: --log-level: expected one of trace, debug, info, warn, error, got \""
-          << level << "\"\n";
+      err << "gpu-basics: --log-level: expected one of trace, debug, info, warn, error, got "
+          << quote_for_message(level) << "\n";
       return false;
     }
     o.log_level = level;
@@ -50,8 +53,13 @@ bool finish_options(options& o, const std::string& level, const std::string& jso
       err << "gpu-basics: --trace needs a file path\n";
       return false;
     }
+    if (std::filesystem::path(trace).filename() == ".gz") {
+      err << "gpu-basics: --trace " << quote_for_message(trace)
+          << ": '.gz' alone is not a file name; give one, e.g. trace.json.gz\n";
+      return false;
+    }
     if (gz && !trace_writer::gzip_supported()) {
-      err << "gpu-basics: --trace " << trace
+      err << "gpu-basics: --trace " << quote_for_message(trace)
           << ": this build has no zlib, so it cannot write .gz; drop the .gz\n";
       return false;
     }
@@ -98,6 +106,66 @@ void add_compare_options(CLI::App* sub, options& o) {
       ->check(CLI::Range(0.0, 0.99));
 }
 
+/// The commands as a list for messages: "info, memory, ..., show".
+std::string command_list() {
+  std::string list;
+  for (const auto& c : commands()) list += (list.empty() ? "" : ", ") + c;
+  return list;
+}
+
+/// Checks the word before CLI11 sees it, so a missing or unknown command is named (CLI11 only
+/// says that a subcommand is required). Writes one line to `err` and returns false if it is bad.
+bool check_command_word(const std::vector<std::string>& args, std::ostream& err) {
+  if (args.size() < 2) {
+    err << "gpu-basics: a command is required: one of " << command_list()
+        << " (see 'gpu-basics --help')\n";
+    return false;
+  }
+  const std::string& word = args[1];
+  if (word == "-h" || word == "--help" || word == "--version") return true;
+  const auto& known = commands();
+  if (std::find(known.begin(), known.end(), word) != known.end()) return true;
+  if (!word.empty() && word[0] == '-') {
+    err << "gpu-basics: " << quote_for_message(word)
+        << ": options come after the command: gpu-basics <command> [options] (commands: "
+        << command_list() << ")\n";
+    return false;
+  }
+  err << "gpu-basics: unknown command " << quote_for_message(word);
+  if (const auto near = nearest_word(word, known))
+    err << "; did you mean '" << *near << "'?";
+  else
+    err << "; expected one of " << command_list();
+  err << "\n";
+  return false;
+}
+
+/// CLI11's message for `e`, except for arguments left over: those are listed in the order they
+/// were given (CLI11 reverses them), each quoted.
+std::string usage_message(const CLI::App& app, const CLI::ParseError& e) {
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr) {
+    std::string m = e.what();  // "--config: 1 required TEXT missing": the option has no value
+    if (const auto p = m.find(": 1 required"); p != std::string::npos)
+      return printable(m.substr(0, p)) + ": needs a value";
+  }
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) == nullptr) return printable(e.what());
+  std::vector<std::string> extras = app.remaining();
+  for (const auto* sub : app.get_subcommands())
+    for (const auto& a : sub->remaining()) extras.push_back(a);
+  std::string list;
+  for (const auto& a : extras) list += " " + quote_for_message(a);
+  return (extras.size() == 1 ? "unexpected argument:" : "unexpected arguments:") + list;
+}
+
+/// Rejects an empty option value ("--config ''") instead of dropping it.
+const CLI::Validator& non_empty() {
+  static const CLI::Validator v(
+      [](const std::string& value) {
+        return value.empty() ? std::string("needs a value, got an empty one") : std::string();
+      },
+      "");
+  return v;
+}
 }  // namespace
 
 parse_result parse(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -109,27 +177,34 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
   std::string level;
   std::string json, csv, trace, html;
   const auto add_output_options = [&](CLI::App* sub) {
-    sub->add_option("--json", json, "Write results as JSON to this file ('-' for stdout)");
+    sub->add_option("--json", json, "Write results as JSON to this file ('-' for stdout)")
+        ->check(non_empty());
     sub->add_option("--csv", csv,
-                    "Write tables as CSV (several tables: <stem>.<table>.csv beside PATH)");
+                    "Write tables as CSV (several tables: <stem>.<table>.csv beside PATH)")
+        ->check(non_empty());
   };
   const auto add_run_options = [&](CLI::App* sub, bool traces) {
     sub->add_option("-c,--config", o.config_path,
-                    "YAML configuration file (default: the built-in configs/gpu_basics.yaml)");
+                    "YAML configuration file (default: the built-in configs/gpu_basics.yaml)")
+        ->check(non_empty());
     sub->add_option("-s,--set", o.overrides,
                     "Override one configuration key, e.g. --set transfer.num_streams=8 "
                     "(repeatable)")
-        ->allow_extra_args(false);
+        ->allow_extra_args(false)
+        ->check(non_empty());
     sub->add_option("--log-level", level,
-                    "trace, debug, info, warn or error (overrides logging.level)");
+                    "trace, debug, info, warn or error (overrides logging.level)")
+        ->check(non_empty());
     add_output_options(sub);
     sub->add_option("--html", html,
-                    "Write a one-file HTML report with charts of this run to PATH (opens offline)");
+                    "Write a one-file HTML report with charts of this run to PATH (opens offline)")
+        ->check(non_empty());
     if (traces)
       sub->add_option(
-          "--trace", trace,
-          "Write a Chrome/Perfetto trace of the lesson's workload (CUPTI kernels, copies, API "
-          "calls, ranges, counters) to PATH; PATH.gz is gzip-compressed");
+             "--trace", trace,
+             "Write a Chrome/Perfetto trace of the lesson's workload (CUPTI kernels, copies, API "
+             "calls, ranges, counters) to PATH; PATH.gz is gzip-compressed")
+          ->check(non_empty());
   };
   for (const auto& l : lessons::registry()) {
     CLI::App* sub = app.add_subcommand(std::string(l.name), std::string(l.description));
@@ -140,15 +215,18 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
                   false);
   CLI::App* show = app.add_subcommand(
       "show", "Render a saved run (--json output, any schema version) again, without a GPU");
-  show->add_option("results", o.input_path, "A results file written by --json")->required();
+  show->add_option("results", o.input_path, "A results file written by --json")
+      ->required()
+      ->check(non_empty());
   add_output_options(show);
   CLI::App* rep = app.add_subcommand(
       "report",
       "Draw saved runs (--json output) as one self-contained HTML file with charts; several "
       "runs overlay in the same charts. No GPU needed");
   rep->add_option("results", o.input_paths, "Results files written by --json (one or more)")
-      ->required();
-  rep->add_option("-o,--output", html, "The HTML file to write")->required();
+      ->required()
+      ->check(non_empty());
+  rep->add_option("-o,--output", html, "The HTML file to write")->required()->check(non_empty());
   CLI::App* cmp = app.add_subcommand(
       "compare",
       "Compare NEW.json with BASELINE.json figure by figure (same, better, worse), or, with "
@@ -159,6 +237,7 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
   cmp->add_option("-s,--set", o.overrides, "Override one configuration key (repeatable)")
       ->allow_extra_args(false);
   add_output_options(cmp);
+  if (!check_command_word(args, err)) return {std::nullopt, exit_usage};
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   if (!reversed.empty()) reversed.pop_back();  // argv[0]
   try {
@@ -168,7 +247,7 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
       app.exit(e, out, err);
       return {std::nullopt, exit_ok};
     }
-    err << "gpu-basics: " << e.what() << " (see 'gpu-basics --help')\n";
+    err << "gpu-basics: " << usage_message(app, e) << " (see 'gpu-basics --help')\n";
     return {std::nullopt, exit_usage};
   }
   for (const auto* sub : app.get_subcommands()) o.command = sub->get_name();

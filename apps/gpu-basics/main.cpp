@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "exit_codes.hpp"
+#include "gpu_basics/core/interrupt.hpp"
 #include "run.hpp"
 
 int main(int argc, char** argv) {
@@ -12,8 +14,16 @@ int main(int argc, char** argv) {
   // launch of a kernel can wait for the device to go idle, which never happens while a blocking
   // kernel holds a stream for a measurement. A user's own setting wins.
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);
-  std::vector<std::string> args(argv, argv + argc);
-  const auto parsed = gpu_basics::cli::parse(args, std::cout, std::cerr);
-  if (!parsed.opts) return parsed.exit_code;
-  return gpu_basics::cli::run(*parsed.opts, std::cout, std::cerr);
+  // Ctrl-C or SIGTERM stops the run at the next safe point (exit 130 / 143); a second one ends
+  // the process at once.
+  gpu_basics::install_interrupt_handlers();
+  try {
+    std::vector<std::string> args(argv, argv + argc);
+    const auto parsed = gpu_basics::cli::parse(args, std::cout, std::cerr);
+    if (!parsed.opts) return parsed.exit_code;
+    return gpu_basics::cli::run(*parsed.opts, std::cout, std::cerr);
+  } catch (...) {  // run() catches everything; this is for parsing, so nothing can abort
+    std::cerr << "gpu-basics: internal error while reading the command line\n";
+    return gpu_basics::cli::exit_internal;
+  }
 }

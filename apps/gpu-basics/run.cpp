@@ -8,9 +8,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include "exit_codes.hpp"
+
 #include "gpu_basics/core/environment.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/core/logging.hpp"
 #include "gpu_basics/lessons/record.hpp"
 #include "gpu_basics/lessons/registry.hpp"
@@ -31,6 +34,7 @@ void print(const lessons::run_record& rec, const std::vector<presentation::repor
 
 void write_outputs(const options& o, const lessons::run_record& rec,
                    const std::vector<presentation::report>& reports, std::ostream& out) {
+  throw_if_interrupted();  // an interrupted run writes nothing
   if (o.json_path && *o.json_path == "-") {
     out << lessons::to_json(rec, reports).dump(2) << "\n";
   } else if (o.json_path) {
@@ -56,8 +60,12 @@ namespace {
 
 /// The exit code and message for an error escaping a command.
 std::pair<int, std::string> classify(const std::exception& e) {
+  if (const auto* i = dynamic_cast<const interrupted*>(&e))
+    return {i->signal_number() == SIGTERM ? exit_terminated : exit_interrupted, e.what()};
   if (dynamic_cast<const no_device_error*>(&e)) return {exit_no_gpu, e.what()};
   if (dynamic_cast<const out_of_memory*>(&e)) return {exit_out_of_memory, e.what()};
+  if (dynamic_cast<const std::bad_alloc*>(&e))
+    return {exit_out_of_memory, std::string("out of host memory (") + e.what() + ")"};
   if (dynamic_cast<const verification_error*>(&e))
     return {exit_verification, std::string("verification failed: ") + e.what()};
   if (dynamic_cast<const nccl_error*>(&e)) return {exit_nccl, e.what()};
@@ -68,16 +76,29 @@ std::pair<int, std::string> classify(const std::exception& e) {
   return {exit_internal, std::string("internal error: ") + e.what()};
 }
 
-/// A one-line progress display on stderr, only when stderr is a terminal.
+/// A one-line progress display on stderr, only when stderr is a terminal. Every report is also
+/// the lesson's check for Ctrl-C / SIGTERM: an `interrupted` error unwinds it from there.
 lessons::progress_fn terminal_progress(const std::string& lesson) {
-  if (isatty(2) == 0) return {};
+  if (isatty(2) == 0) return [](const std::string&, int, int) { throw_if_interrupted(); };
   return [lesson](const std::string& item, int done, int total) {
+    throw_if_interrupted();
     if (done >= total)
       std::fprintf(stderr, "\r\033[K");
     else
       std::fprintf(stderr, "\r\033[K[%s %d/%d] %s", lesson.c_str(), done, total, item.c_str());
     std::fflush(stderr);
   };
+}
+
+/// Fails before any measuring when an output cannot be written (exit 7 then, not after minutes).
+void check_outputs(const options& o, const config* cfg) {
+  if (o.json_path && *o.json_path != "-") check_writable(*o.json_path);
+  if (o.csv_path) check_writable(*o.csv_path);
+  if (o.trace_path) check_writable(*o.trace_path);
+  if (o.html_path && o.command != "report") check_writable(*o.html_path);
+  // The lessons that write files of their own write them under output.directory.
+  if (cfg && (o.command == "transfer" || o.command == "profile" || o.command == "all"))
+    check_writable_directory(cfg->output.directory);
 }
 
 /// `report`: saved runs drawn as one HTML file. Every failure is the input's or the output
@@ -100,6 +121,7 @@ int run_report(const options& o, std::ostream& out, std::ostream& err) {
 
 /// `show`: a saved run rendered again; no GPU, no configuration.
 int run_show(const options& o, std::ostream& out, std::ostream& err) {
+  check_outputs(o, nullptr);
   lessons::run_record rec;
   try {
     rec = lessons::load_record(o.input_path);
@@ -126,6 +148,7 @@ int measure(const options& o, lessons::context& ctx, lessons::run_record& rec,
   int code = exit_ok;
   for (const auto& l : lessons::registry()) {
     if (o.command == "all" ? !l.in_all : l.name != o.command) continue;
+    throw_if_interrupted();
     const std::string name(l.name);
     ctx.progress = terminal_progress(name);
     nlohmann::json result;
@@ -133,6 +156,8 @@ int measure(const options& o, lessons::context& ctx, lessons::run_record& rec,
       result = l.measure(ctx);
     } catch (const no_device_error&) {
       throw;  // nothing else can run either
+    } catch (const interrupted&) {
+      throw;  // the user asked to stop everything
     } catch (const std::exception& e) {
       if (o.command != "all") throw;
       const auto [rc, message] = classify(e);
@@ -157,24 +182,23 @@ int run(const options& o, std::ostream& out, std::ostream& err) {
     err << "gpu-basics: " << message << "\n";
     return code;
   };
-  if (o.command == "show" || o.command == "report") {
+  if (o.command == "show" || o.command == "report" || o.command == "compare") {
     try {
+      if (o.command == "compare") return run_compare(o, out, err);
       return o.command == "show" ? run_show(o, out, err) : run_report(o, out, err);
     } catch (const std::exception& e) {
       const auto [code, message] = classify(e);
       return fail(code, message);
+    } catch (...) {
+      return fail(exit_internal, "internal error: an exception that is not a std::exception");
     }
   }
-  if (o.command == "compare") return run_compare(o, out, err);
-  config cfg;
   try {
-    // The configuration is validated before any GPU is touched.
-    cfg = load_config(o.config_path, o.overrides);
+    // The configuration and the outputs are checked before any GPU is touched.
+    config cfg = load_config(o.config_path, o.overrides);
     if (o.log_level) cfg.logging.level = *parse_log_level(*o.log_level);
-  } catch (const config_error& e) {
-    return fail(exit_usage, e.what());
-  }
-  try {
+    check_outputs(o, &cfg);
+    throw_if_interrupted();
     setup_logging(cfg.logging.level);
     const auto baseline = load_baseline(o);  // bad input is exit 2 before any GPU work
     if (o.from_path) return judge_saved(o, cfg, baseline, out, err);
@@ -195,6 +219,8 @@ int run(const options& o, std::ostream& out, std::ostream& err) {
   } catch (const std::exception& e) {
     const auto [code, message] = classify(e);
     return fail(code, message);
+  } catch (...) {  // nothing may escape the front door
+    return fail(exit_internal, "internal error: an exception that is not a std::exception");
   }
 }
 

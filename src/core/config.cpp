@@ -6,12 +6,17 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <limits>
 #include <set>
 #include <sstream>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 #include <nlohmann/json.hpp>
 
@@ -146,6 +151,8 @@ struct parse_context {
   std::string source;
   std::string key;
   source_location where;
+  int key_pos = -1;   // where the key was written (text offset); -1: --set
+  std::string alias;  // " (through an alias of line N)" when the value came through one
 };
 
 source_location location_of(const std::string& source, const YAML::Node& node) {
@@ -154,8 +161,22 @@ source_location location_of(const std::string& source, const YAML::Node& node) {
   return {source, m.line + 1, m.column + 1};
 }
 
+/// The context of `node`, a part of ctx's value named `key`. A node written before its key came
+/// through an alias: its mark is the anchor's, so the error points at the key and names the
+/// anchor's line instead.
+parse_context part_of(const parse_context& ctx, std::string key, const YAML::Node& node) {
+  parse_context part{ctx.source, std::move(key), location_of(ctx.source, node), ctx.key_pos,
+                     ctx.alias};
+  if (ctx.key_pos >= 0 && node.Mark().pos >= 0 && node.Mark().pos < ctx.key_pos) {
+    part.alias = " (through an alias of line " + std::to_string(part.where.line) + ")";
+    part.where = ctx.where;
+  }
+  return part;
+}
+
 [[noreturn]] void fail(const parse_context& ctx, const std::string& message) {
-  throw config_error(ctx.where.source, ctx.where.line, ctx.where.column, ctx.key, message);
+  throw config_error(ctx.where.source, ctx.where.line, ctx.where.column, ctx.key,
+                     message + ctx.alias);
 }
 
 [[noreturn]] void fail_at(const source_location& where, const std::string& key,
@@ -179,8 +200,8 @@ std::string describe(const YAML::Node& node) {
   const std::string& s = node.Scalar();
   double d = 0;
   const auto r = std::from_chars(s.data(), s.data() + s.size(), d);
-  if (!s.empty() && r.ec == std::errc{} && r.ptr == s.data() + s.size()) return s;
-  return "\"" + s + "\"";
+  if (!s.empty() && s.size() <= 32 && r.ec == std::errc{} && r.ptr == s.data() + s.size()) return s;
+  return quote_for_message(s);
 }
 
 std::optional<std::int64_t> scalar_int(const YAML::Node& node) {
@@ -188,7 +209,7 @@ std::optional<std::int64_t> scalar_int(const YAML::Node& node) {
   const std::string& s = node.Scalar();
   std::int64_t v = 0;
   const char* begin = s.data();
-  if (!s.empty() && s[0] == '+') ++begin;
+  if (s.size() > 1 && s[0] == '+' && std::isdigit(static_cast<unsigned char>(s[1]))) ++begin;
   const auto r = std::from_chars(begin, s.data() + s.size(), v);
   if (s.empty() || r.ec != std::errc{} || r.ptr != s.data() + s.size()) return std::nullopt;
   return v;
@@ -240,6 +261,14 @@ std::string join_names(std::string_view prefix, const auto& table) {
   return out;
 }
 
+/// Fails when the list `n` has more than `limit` entries.
+void check_list_length(const YAML::Node& n, const parse_context& ctx, std::size_t limit,
+                       std::string_view what) {
+  if (n.size() > limit)
+    fail(ctx, "a list of " + std::to_string(n.size()) + " " + std::string(what) + "; at most " +
+                  std::to_string(limit) + " are allowed");
+}
+
 /// A list of shapes (each a non-empty list of integers; `rank` > 0 requires that many). Records
 /// where every shape and dimension was given; positivity and size are checked in validate().
 std::vector<tensor_shape> read_shape_list(config& c, const YAML::Node& n, const parse_context& ctx,
@@ -247,21 +276,21 @@ std::vector<tensor_shape> read_shape_list(config& c, const YAML::Node& n, const 
   if (!n.IsSequence() || n.size() == 0)
     fail(ctx, "expected " + std::string(expect) + ", got " +
                   (n.IsSequence() ? std::string("an empty list") : describe(n)));
+  check_list_length(n, ctx, config_limits::shapes, "shapes");
   std::vector<tensor_shape> shapes;
   for (std::size_t i = 0; i < n.size(); ++i) {
     const YAML::Node s = n[i];
-    parse_context sctx{ctx.source, ctx.key + "[" + std::to_string(i) + "]",
-                       location_of(ctx.source, s)};
+    const parse_context sctx = part_of(ctx, ctx.key + "[" + std::to_string(i) + "]", s);
     if (!s.IsSequence() || s.size() == 0)
       fail(sctx, "expected a shape (a non-empty list of positive integers), got " +
                      (s.IsSequence() ? std::string("an empty list") : describe(s)));
     if (rank && s.size() != rank)
       fail(sctx,
            "expected " + std::to_string(rank) + " dimensions, got " + std::to_string(s.size()));
+    check_list_length(s, sctx, config_limits::dims, "dimensions");
     tensor_shape shape;
     for (std::size_t j = 0; j < s.size(); ++j) {
-      parse_context dctx{sctx.source, sctx.key + "[" + std::to_string(j) + "]",
-                         location_of(ctx.source, s[j])};
+      const parse_context dctx = part_of(sctx, sctx.key + "[" + std::to_string(j) + "]", s[j]);
       const auto v = scalar_int(s[j]);
       if (!v) fail(dctx, "expected a positive integer dimension, got " + describe(s[j]));
       shape.dims.push_back(*v);
@@ -404,16 +433,17 @@ const std::vector<key_spec>& schema() {
          if (!n.IsSequence() || n.size() == 0)
            fail(ctx, "expected " + std::string(kRatioExpect) + ", got " +
                          (n.IsSequence() ? std::string("an empty list") : describe(n)));
+         check_list_length(n, ctx, config_limits::ratios, "ratios");
          std::vector<double> v;
          for (std::size_t i = 0; i < n.size(); ++i) {
-           parse_context ictx{ctx.source, ctx.key + "[" + std::to_string(i) + "]",
-                              location_of(ctx.source, n[i])};
+           const parse_context ictx = part_of(ctx, ctx.key + "[" + std::to_string(i) + "]", n[i]);
            double d = 0;
            const std::string s = n[i].IsScalar() ? n[i].Scalar() : std::string();
            const auto r = std::from_chars(s.data(), s.data() + s.size(), d);
            if (s.empty() || r.ec != std::errc{} || r.ptr != s.data() + s.size())
              fail(ictx, "expected a ratio in 0.01..100, got " + describe(n[i]));
-           if (!(d >= 0.01 && d <= 100)) fail(ictx, "expected a ratio in 0.01..100, got " + s);
+           if (!(d >= 0.01 && d <= 100))
+             fail(ictx, "expected a ratio in 0.01..100, got " + describe(n[i]));
            v.push_back(d);
          }
          c.transfer.double_buffer.compute_to_copy = std::move(v);
@@ -463,10 +493,10 @@ const std::vector<key_spec>& schema() {
          if (!n.IsSequence() || n.size() == 0)
            fail(ctx, "expected " + std::string(expect) + ", got " +
                          (n.IsSequence() ? std::string("an empty list") : describe(n)));
+         check_list_length(n, ctx, config_limits::precisions, "precisions");
          std::vector<std::string> v;
          for (std::size_t i = 0; i < n.size(); ++i) {
-           parse_context ictx{ctx.source, ctx.key + "[" + std::to_string(i) + "]",
-                              location_of(ctx.source, n[i])};
+           const parse_context ictx = part_of(ctx, ctx.key + "[" + std::to_string(i) + "]", n[i]);
            const std::string p = n[i].IsScalar() ? lower(n[i].Scalar()) : std::string();
            if (p != "fp16" && p != "bf16" && p != "tf32" && p != "fp32")
              fail(ictx, "expected one of fp16, bf16, tf32, fp32, got " + describe(n[i]));
@@ -539,6 +569,21 @@ std::string unknown_key_message(const std::string& key) {
   }();
 }
 
+/// Fails unless `name` is a plain key a file may hold: short, and not dotted (a dotted key
+/// would be a second way to set a nested key, and could set it twice).
+void check_key_name(const std::string& name, const std::string& prefix,
+                    const source_location& where) {
+  if (name.size() > config_limits::key_chars)
+    fail_at(where, prefix,
+            "a key of " + std::to_string(name.size()) + " characters, " +
+                quote_for_message(name, 24) + "; a key name is at most " +
+                std::to_string(config_limits::key_chars));
+  if (const auto dot = name.find('.'); dot != std::string::npos)
+    fail_at(where, prefix.empty() ? name : prefix + "." + name,
+            "a dotted key; in a file, nest it: '" + name.substr(0, dot) + ":' with '" +
+                name.substr(dot + 1) + ": ...' indented under it (dotted keys are for --set)");
+}
+
 void walk_map(config& cfg, const YAML::Node& map, const std::string& prefix,
               const std::string& source) {
   std::map<std::string, int> seen;  // key -> line first given
@@ -548,15 +593,22 @@ void walk_map(config& cfg, const YAML::Node& map, const std::string& prefix,
     const source_location key_loc = location_of(source, key_node);
     if (!key_node.IsScalar()) fail_at(key_loc, prefix, "expected a plain key name");
     const std::string& name = key_node.Scalar();
+    check_key_name(name, prefix, key_loc);
     const std::string full = prefix.empty() ? name : prefix + "." + name;
     if (const auto [pos, inserted] = seen.emplace(name, key_loc.line); !inserted)
       fail_at(key_loc, full,
               "duplicate key (first given at line " + std::to_string(pos->second) + ")");
+    if (value.IsScalar() && value.Scalar().size() > config_limits::value_chars)
+      fail_at(location_of(source, value), full,
+              "a value of " + std::to_string(value.Scalar().size()) + " characters, " +
+                  quote_for_message(value.Scalar(), 24) + "; a value is at most " +
+                  std::to_string(config_limits::value_chars));
 
     if (const key_spec* spec = find_spec(full)) {
-      const source_location value_loc = value.IsNull() ? key_loc : location_of(source, value);
-      spec->apply(cfg, value, parse_context{source, full, value_loc});
-      cfg.origins[full] = value_loc;
+      const parse_context key_ctx{source, full, key_loc, key_node.Mark().pos, ""};
+      const parse_context value_ctx = value.IsNull() ? key_ctx : part_of(key_ctx, full, value);
+      spec->apply(cfg, value, value_ctx);
+      cfg.origins[full] = value_ctx.where;
     } else if (is_section(full)) {
       if (value.IsNull()) continue;  // an empty section keeps its defaults
       if (!value.IsMap())
@@ -567,6 +619,108 @@ void walk_map(config& cfg, const YAML::Node& map, const std::string& prefix,
       fail_at(key_loc, full, unknown_key_message(full));
     }
   }
+}
+
+std::string trim(std::string_view s) {
+  const auto first = s.find_first_not_of(" \t");
+  if (first == std::string_view::npos) return {};
+  return std::string(s.substr(first, s.find_last_not_of(" \t") - first + 1));
+}
+
+/// yaml-cpp's terse parser messages in a user's words; others are kept as they are.
+std::string yaml_message(const std::string& msg) {
+  static const std::pair<std::string_view, std::string_view> words[] = {
+      {YAML::ErrorMsg::MAP_VALUE,
+       "a ':' where no value can start: a key longer than 1024 characters, or a second "
+       "'key: value' on one line?"},
+      {YAML::ErrorMsg::MAP_KEY, "a '?' where no key can start"},
+      {YAML::ErrorMsg::END_OF_MAP, "a mapping that is not closed or not indented evenly"},
+      {YAML::ErrorMsg::END_OF_MAP_FLOW, "a '{' without its '}'"},
+      {YAML::ErrorMsg::END_OF_SEQ, "a list that is not indented evenly"},
+      {YAML::ErrorMsg::END_OF_SEQ_FLOW, "a '[' without its ']'"},
+      {YAML::ErrorMsg::FLOW_END, "a ']' or '}' without its opening bracket"},
+      {YAML::ErrorMsg::BLOCK_ENTRY, "a '- ' list item where a key or value was expected"},
+      {YAML::ErrorMsg::TAB_IN_INDENTATION, "a tab in the indentation (indent with spaces)"},
+      {YAML::ErrorMsg::EOF_IN_SCALAR, "a quoted value that is never closed"},
+      {YAML::ErrorMsg::UNKNOWN_ANCHOR, "an alias (*name) whose anchor (&name) is not defined"},
+      {YAML::ErrorMsg::UNKNOWN_TOKEN, "a character YAML does not allow here"},
+  };
+  for (const auto& [terse, plain] : words)
+    if (msg == terse) return std::string(plain);
+  return msg;
+}
+
+/// Counts the documents a parser finds; keeps where the second one starts.
+struct document_counter : YAML::EventHandler {
+  int documents = 0;
+  YAML::Mark second_start;
+  void OnDocumentStart(const YAML::Mark& mark) override {
+    if (++documents == 2) second_start = mark;
+  }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+/// Control characters other than tab, newline and carriage return: never YAML text.
+bool is_control(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return (u < 0x20 && c != '\t' && c != '\n' && c != '\r') || u == 0x7f;
+}
+
+/// Parses `text` as exactly one YAML document (none: a null node). `key` names the --set key.
+YAML::Node load_document(std::string_view text, const std::string& source, const std::string& key) {
+  if (text.size() > config_limits::file_bytes)
+    throw config_error(source, 0, 0, key,
+                       "the text is " + std::to_string(text.size()) + " bytes; at most " +
+                           std::to_string(config_limits::file_bytes / 1024) + " KiB (" +
+                           std::to_string(config_limits::file_bytes) + " bytes) is read");
+  const bool from_file = key.empty();
+  const std::string what =
+      from_file ? "invalid YAML: " : "invalid YAML value " + quote_for_message(text) + ": ";
+  const auto at = [&](const YAML::Mark& m, const std::string& message) {
+    return from_file && m.line >= 0 ? config_error(source, m.line + 1, m.column + 1, key, message)
+                                    : config_error(source, 0, 0, key, message);
+  };
+  if (const auto bad = std::find_if(text.begin(), text.end(), is_control); bad != text.end()) {
+    const auto offset = static_cast<std::size_t>(bad - text.begin());
+    const auto line_start = text.rfind('\n', offset == 0 ? 0 : offset - 1);
+    const int line = static_cast<int>(std::count(text.begin(), bad, '\n')) + 1;
+    const int column = static_cast<int>(
+        line_start == std::string_view::npos || offset == 0 ? offset + 1 : offset - line_start);
+    throw config_error(source, from_file ? line : 0, from_file ? column : 0, key,
+                       "a control character (" + printable(std::string(1, *bad)) +
+                           ") in the text; a configuration is YAML text (escape it in a quoted "
+                           "string)");
+  }
+  YAML::Node document;
+  try {
+    // At most two documents are parsed: yaml-cpp can find endless empty documents in some
+    // malformed input, and YAML::LoadAll would collect them until memory runs out.
+    std::istringstream in{std::string(text)};
+    YAML::Parser parser(in);
+    document_counter counter;
+    if (parser.HandleNextDocument(counter) && parser.HandleNextDocument(counter))
+      throw at(counter.second_start,
+               "a second YAML document (after '---' or '...'); a configuration is one document");
+    document = YAML::Load(std::string(text));
+  } catch (const YAML::DeepRecursion& e) {
+    throw at(e.mark, what + "nested more than " + std::to_string(config_limits::yaml_depth) +
+                         " levels deep");
+  } catch (const YAML::ParserException& e) {
+    throw at(e.mark, what + yaml_message(e.msg));
+  } catch (const YAML::Exception& e) {
+    throw at(e.mark, what + yaml_message(e.msg));
+  }
+  return document;
 }
 
 }  // namespace
@@ -580,6 +734,8 @@ std::vector<std::string> known_config_keys() {
 }
 
 std::optional<std::string> nearest_config_key(std::string_view key) {
+  // No known key is near a long name; and the search costs length x length.
+  if (key.size() > 2 * config_limits::key_chars) return std::nullopt;
   const auto leaf = [](std::string_view k) {
     const auto p = k.rfind('.');
     return p == std::string_view::npos ? k : k.substr(p + 1);
@@ -606,28 +762,65 @@ std::optional<std::string> nearest_config_key(std::string_view key) {
   return std::nullopt;
 }
 
+std::optional<std::string> nearest_word(std::string_view word,
+                                        const std::vector<std::string>& names) {
+  if (word.size() > 2 * config_limits::key_chars) return std::nullopt;
+  const std::string w = lower(word);
+  std::optional<std::string> best;
+  std::size_t best_d = std::numeric_limits<std::size_t>::max();
+  for (const auto& n : names) {
+    const std::size_t d = edit_distance(w, lower(n));
+    if (d < best_d) {
+      best_d = d;
+      best = n;
+    }
+  }
+  if (best && best_d <= std::max<std::size_t>(2, word.size() / 3) && *best != word) return best;
+  return std::nullopt;
+}
+
 std::string read_config_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw config_error(
-        path, 0, 0, "",
-        "cannot read the configuration file (" + std::string(std::strerror(errno)) + ")");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw config_error(path, 0, 0, "", "error while reading the configuration file");
-  return ss.str();
+  const auto refuse = [&](const std::string& why) { return config_error(path, 0, 0, "", why); };
+  // O_NONBLOCK: opening a FIFO with no writer must not wait; fstat then refuses it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    throw refuse("cannot read the configuration file (" + std::string(std::strerror(errno)) + ")");
+  const struct closer {
+    int fd;
+    ~closer() { ::close(fd); }
+  } close_fd{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    throw refuse("cannot read the configuration file (" + std::string(std::strerror(errno)) + ")");
+  if (S_ISDIR(st.st_mode)) throw refuse("is a directory, not a configuration file");
+  if (!S_ISREG(st.st_mode))
+    throw refuse("is not a regular file (a device, FIFO or socket); give a YAML file");
+  const auto too_big = [&](std::uint64_t bytes) {
+    return refuse("the configuration file is " + std::to_string(bytes) + " bytes; at most " +
+                  std::to_string(config_limits::file_bytes / 1024) + " KiB (" +
+                  std::to_string(config_limits::file_bytes) + " bytes) is read");
+  };
+  if (static_cast<std::uint64_t>(st.st_size) > config_limits::file_bytes) throw too_big(st.st_size);
+  std::string text(config_limits::file_bytes + 1, '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw refuse("error while reading the configuration file (" +
+                   std::string(std::strerror(errno)) + ")");
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  if (got > config_limits::file_bytes) throw too_big(got);  // it grew while read
+  text.resize(got);
+  return text;
 }
 
 config parse_config(std::string_view text, std::string_view source_name, const config& base) {
   const std::string source(source_name);
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(text));
-  } catch (const YAML::ParserException& e) {
-    throw config_error(source, e.mark.line + 1, e.mark.column + 1, "", "invalid YAML: " + e.msg);
-  } catch (const YAML::Exception& e) {
-    throw config_error(source, 0, 0, "", std::string("invalid YAML: ") + e.what());
-  }
+  const YAML::Node root = load_document(text, source, "");
   config cfg = base;
   if (root.IsNull()) return cfg;  // an empty file: every default
   if (!root.IsMap())
@@ -645,11 +838,19 @@ config parse_config(std::string_view text, std::string_view source_name, const c
 void apply_override(config& cfg, std::string_view assignment) {
   const std::string source = "--set";
   const auto eq = assignment.find('=');
-  if (eq == std::string_view::npos || eq == 0)
+  const std::string key(eq == std::string_view::npos ? "" : trim(assignment.substr(0, eq)));
+  if (key.empty())
     throw config_error(source, 0, 0, "",
-                       "expected key=value, got \"" + std::string(assignment) + "\"");
-  const std::string key(assignment.substr(0, eq));
+                       "expected key=value, got " + quote_for_message(assignment));
   const std::string value(assignment.substr(eq + 1));
+  if (key.size() > 2 * config_limits::key_chars)
+    throw config_error(source, 0, 0, "",
+                       "a key of " + std::to_string(key.size()) + " characters, " +
+                           quote_for_message(key, 24) + "; no key is that long");
+  if (key.find_first_of(" \t\r\n") != std::string::npos)
+    throw config_error(
+        source, 0, 0, "",
+        "a key with a space in it: " + quote_for_message(key) + "; expected key=value");
   const key_spec* spec = find_spec(key);
   if (!spec) {
     if (is_section(key))
@@ -661,14 +862,9 @@ void apply_override(config& cfg, std::string_view assignment) {
           }() + "=...");
     throw config_error(source, 0, 0, key, unknown_key_message(key));
   }
-  YAML::Node node;
-  try {
-    node = YAML::Load(value);
-  } catch (const YAML::Exception& e) {
-    throw config_error(source, 0, 0, key, "invalid YAML value \"" + value + "\": " + e.msg);
-  }
+  const YAML::Node node = load_document(value, source, key);
   const source_location where{source, 0, 0};
-  spec->apply(cfg, node, parse_context{source, key, where});
+  spec->apply(cfg, node, parse_context{source, key, where, -1, ""});
   // List items keep their origin keys; point them at --set too.
   for (auto& [k, loc] : cfg.origins)
     if (k.rfind(key + "[", 0) == 0) loc = where;

@@ -1,5 +1,7 @@
 #include "gpu_basics/core/errors.hpp"
 
+#include <csignal>
+#include <limits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -7,13 +9,63 @@
 namespace gpu_basics {
 
 namespace {
+
+/// Bytes of the UTF-8 sequence starting at `s[i]` when it is valid and printable (not a C1
+/// control), else 0.
+std::size_t printable_sequence(std::string_view s, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char lead = byte(i);
+  if (lead >= 0x20 && lead < 0x7f) return 1;
+  std::size_t n = 0;
+  if (lead >= 0xc2 && lead <= 0xdf)
+    n = 2;
+  else if (lead >= 0xe0 && lead <= 0xef)
+    n = 3;
+  else if (lead >= 0xf0 && lead <= 0xf4)
+    n = 4;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k)
+    if ((byte(i + k) & 0xc0) != 0x80) return 0;
+  if (lead == 0xc2 && byte(i + 1) < 0xa0) return 0;  // U+0080..U+009F: C1 controls
+  if (lead == 0xe0 && byte(i + 1) < 0xa0) return 0;  // overlong
+  if (lead == 0xf0 && byte(i + 1) < 0x90) return 0;  // overlong
+  if (lead == 0xf4 && byte(i + 1) > 0x8f) return 0;  // above U+10FFFF
+  if (lead == 0xed && byte(i + 1) > 0x9f) return 0;  // surrogates
+  return n;
+}
+
+/// Appends `s` escaped, at most `max_chars` characters of it; returns the characters in `s`.
+std::size_t append_escaped(std::string& out, std::string_view s, std::size_t max_chars) {
+  std::size_t chars = 0;
+  for (std::size_t i = 0; i < s.size(); ++chars) {
+    const std::size_t n = printable_sequence(s, i);
+    const char c = s[i];
+    if (chars < max_chars) {
+      if (c == '"' || c == '\\')
+        out += {'\\', c};
+      else if (n > 0)
+        out.append(s.substr(i, n));
+      else if (c == '\n')
+        out += "\\n";
+      else if (c == '\t')
+        out += "\\t";
+      else if (c == '\r')
+        out += "\\r";
+      else
+        out += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+    }
+    i += n > 0 ? n : 1;
+  }
+  return chars;
+}
+
 std::string format_config_message(const std::string& source, int line, int column,
                                   const std::string& key, const std::string& message) {
-  std::string where = source;
+  std::string where = printable(source);
   if (line > 0)
     where += column > 0 ? fmt::format(":{}:{}", line, column) : fmt::format(":{}", line);
   return key.empty() ? fmt::format("{}: {}", where, message)
-                     : fmt::format("{}: {}: {}", where, key, message);
+                     : fmt::format("{}: {}: {}", where, printable(key), message);
 }
 }  // namespace
 
@@ -25,6 +77,24 @@ config_error::config_error(std::string source, int line, int column, std::string
       column_(column),
       key_(std::move(key)),
       detail_(std::move(message)) {}
+
+interrupted::interrupted(int signal_number)
+    : error(signal_number == SIGTERM ? "interrupted (SIGTERM)" : "interrupted (SIGINT)"),
+      signal_number_(signal_number) {}
+
+std::string quote_for_message(std::string_view text, std::size_t max_chars) {
+  std::string out = "\"";
+  const std::size_t chars = append_escaped(out, text, max_chars);
+  out += '"';
+  if (chars > max_chars) out += fmt::format("... ({} characters)", chars);
+  return out;
+}
+
+std::string printable(std::string_view text) {
+  std::string out;
+  (void)append_escaped(out, text, std::numeric_limits<std::size_t>::max());
+  return out;
+}
 
 cuda_error::cuda_error(int code, std::string name, const std::string& description,
                        const std::string& call, const char* file, int line)

@@ -7,11 +7,17 @@
 #include <sstream>
 #include <system_error>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <fmt/format.h>
 
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/interrupt.hpp"
 
 namespace gpu_basics::presentation {
 
@@ -146,6 +152,13 @@ std::string render_csv(const table& t) {
 
 std::vector<std::string> write_csv(const std::vector<table>& tables, const std::string& path) {
   std::vector<std::string> written;
+  if (tables.size() > 1 && writes_in_place(path)) {  // a device or FIFO: one stream of tables
+    std::string all;
+    for (const auto& t : tables) all += (all.empty() ? "" : "\n") + render_csv(t);
+    write_file_atomically(path, all);
+    written.push_back(path);
+    return written;
+  }
   if (tables.size() == 1) {
     write_file_atomically(path, render_csv(tables.front()));
     written.push_back(path);
@@ -166,8 +179,98 @@ std::vector<std::string> write_csv(const std::vector<table>& tables, const std::
 
 namespace gpu_basics {
 
+namespace {
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+/// Writes `contents` to an existing special file, without creating, truncating or renaming it.
+void write_in_place(const std::string& path, const std::string& contents) {
+  int fd = -1;
+  while ((fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC)) < 0) {
+    if (errno != EINTR) throw io_error("cannot write " + printable(path) + ": " + errno_text());
+    throw_if_interrupted();  // a FIFO waiting for a reader
+  }
+  const struct closer {
+    int fd;
+    ~closer() { ::close(fd); }
+  } close_fd{fd};
+  std::size_t done = 0;
+  while (done < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
+    if (n < 0) {
+      if (errno != EINTR) throw io_error("cannot write " + printable(path) + ": " + errno_text());
+      throw_if_interrupted();
+      continue;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+/// The deepest directory of `dir` or above it that exists ("." for a relative path's start).
+std::filesystem::path nearest_existing(std::filesystem::path dir) {
+  std::error_code ec;
+  while (!dir.empty() && !std::filesystem::exists(dir, ec) && dir.has_relative_path())
+    dir = dir.parent_path();
+  return dir.empty() ? std::filesystem::path(".") : dir;
+}
+
+/// Checks that `dir` is a directory that can take new files, or that the nearest directory above
+/// it that exists can (the missing ones are made when writing). `what` begins the message.
+void check_can_create_in(const std::filesystem::path& dir, const std::string& what) {
+  const std::filesystem::path existing = nearest_existing(dir);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(existing, ec))
+    throw io_error(what + ": " + printable(existing.string()) + " is not a directory");
+  if (::access(existing.c_str(), W_OK | X_OK) != 0)
+    throw io_error(what + ": cannot create files in " + printable(existing.string()) + " (" +
+                   errno_text() + ")");
+}
+
+}  // namespace
+
+bool writes_in_place(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) return true;
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string dir =
+      std::filesystem::canonical(parent.empty() ? std::filesystem::path(".") : parent, ec).string();
+  if (ec) return false;
+  return dir == "/dev" || dir.rfind("/dev/", 0) == 0 || dir.rfind("/proc/", 0) == 0;
+}
+
+void check_writable(const std::string& path) {
+  namespace fs = std::filesystem;
+  const std::string shown = printable(path);
+  const fs::path target(path);
+  if (!target.has_filename())
+    throw io_error("cannot write " + shown + ": it names a directory, not a file");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw io_error("cannot write " + shown + ": it is a directory");
+    if (writes_in_place(path)) {
+      if (::access(path.c_str(), W_OK) != 0)
+        throw io_error("cannot write " + shown + ": " + errno_text());
+      return;
+    }
+  } else if (errno != ENOENT) {
+    throw io_error("cannot write " + shown + ": " + errno_text());
+  }
+  check_can_create_in(target.parent_path(), "cannot write " + shown);
+}
+
+void check_writable_directory(const std::string& path) {
+  check_can_create_in(path, "cannot write into the directory " + printable(path));
+}
+
 void write_file_atomically(const std::string& path, const std::string& contents) {
   namespace fs = std::filesystem;
+  if (writes_in_place(path)) {
+    write_in_place(path, contents);
+    return;
+  }
   const fs::path target(path);
   std::error_code ec;
   if (target.has_parent_path()) {

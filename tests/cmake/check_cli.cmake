@@ -1,11 +1,18 @@
 # Runs the gpu-basics binary the way a user would and checks exit code, messages and files.
-# -DEXE=<binary> -DWORK=<scratch dir> -DMODE=no_gpu|bad_config
+# -DEXE=<binary> -DWORK=<scratch dir> -DMODE=no_gpu|bad_config|hostile [-DDATA=<tests/data>]
 file(REMOVE_RECURSE ${WORK}/${MODE})
 file(MAKE_DIRECTORY ${WORK}/${MODE})
 set(dir ${WORK}/${MODE})
 
 function(expect_run expected_rc stderr_regex)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  string(TIMESTAMP start "%s%f")
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  WORKING_DIRECTORY ${dir} TIMEOUT 10)
+  string(TIMESTAMP stop "%s%f")
+  math(EXPR elapsed_ms "(${stop} - ${start}) / 1000")
+  if(elapsed_ms GREATER 1000)
+    message(FATAL_ERROR "${ARGN}: took ${elapsed_ms} ms (at most 1000)")
+  endif()
   if(NOT rc STREQUAL "${expected_rc}")
     message(FATAL_ERROR "${ARGN}: exit ${rc}, expected ${expected_rc}\nstdout: ${out}\nstderr: ${err}")
   endif()
@@ -44,5 +51,113 @@ elseif(MODE STREQUAL "bad_config")
   expect_run(0 "" ${EXE} info --help)
   if(NOT last_out MATCHES "--config" OR NOT last_out MATCHES "--json")
     message(FATAL_ERROR "info --help does not list --config and --json:\n${last_out}")
+  endif()
+elseif(MODE STREQUAL "hostile")
+  # Bad input as a new user or a hostile file gives it: one line, exit code 2 (7 for an output
+  # that cannot be written), within a second, and nothing written. No GPU is needed: every case
+  # is refused before one is looked for.
+  set(in ${WORK}/${MODE}_inputs)
+  file(REMOVE_RECURSE ${in})
+  file(MAKE_DIRECTORY ${in}/a_directory)
+  execute_process(COMMAND mkfifo ${in}/fifo)
+  set(gpu ${CMAKE_COMMAND} -E env CUDA_VISIBLE_DEVICES= ${EXE})
+  function(yaml name text)
+    file(WRITE ${in}/${name}.yaml "${text}")
+  endfunction()
+  string(REPEAT "k" 10485760 key10m)
+  yaml(key10m "${key10m}: 1\n")
+  string(REPEAT "k" 60000 key60k)
+  yaml(key60k "${key60k}: 1\n")
+  string(REPEAT "k" 1100 key1100)
+  yaml(key1100 "${key1100}: 1\n")
+  string(REPEAT "k" 100 key100)
+  yaml(key100 "transfer:\n  ${key100}: 1\n")
+  string(REPEAT "[1]," 15000 shapes)
+  yaml(shapes "transfer:\n  tensor_shapes: [${shapes}[1]]\n")
+  string(REPEAT "x" 60000 dtype)
+  yaml(dtype "transfer:\n  dtype: ${dtype}\n")
+  yaml(escapes "transfer:\n  dtype: \"\\e[31mred\\0\"\n")
+  yaml(two_documents "device: 0\n---\ndevice: 1\n")
+  yaml(empty_documents "---\n---\ntransfer:\n  num_streams: 0\n")
+  yaml(dotted "transfer.num_streams: 8\ntransfer:\n  num_streams: 2\n")
+  yaml(plus_minus "device: +-0\n")
+  string(REPEAT "[" 600 open)
+  string(REPEAT "]" 600 close)
+  yaml(deep "device: ${open}${close}\n")
+  yaml(alias "transfer:\n  dtype: &a float32\n  num_streams: *a\n")
+  file(WRITE ${in}/a_file "x")
+
+  set(not_regular "is not a regular file \\(a device, FIFO or socket\\); give a YAML file")
+  expect_run(2 "^gpu-basics: /dev/zero: ${not_regular}\n$" ${gpu} info --config /dev/zero)
+  expect_run(2 "^gpu-basics: /dev/urandom: ${not_regular}\n$" ${gpu} info --config /dev/urandom)
+  expect_run(2 "^gpu-basics: [^\n]*/fifo: ${not_regular}\n$" ${gpu} info --config ${in}/fifo)
+  expect_run(2 "/a_directory: is a directory, not a configuration file\n$"
+             ${gpu} info --config ${in}/a_directory)
+  expect_run(2 "^gpu-basics: /proc/self/mem: error while reading the configuration file"
+             ${gpu} info --config /proc/self/mem)
+  expect_run(2 "key10m.yaml: the configuration file is 10485764 bytes; at most 64 KiB"
+             ${gpu} info --config ${in}/key10m.yaml)
+  expect_run(2 "key60k.yaml:1:60001: invalid YAML: a ':' where no value can start: a key longer than 1024"
+             ${gpu} info --config ${in}/key60k.yaml)
+  expect_run(2 "key1100.yaml:1:1101: invalid YAML: a ':' where no value can start"
+             ${gpu} info --config ${in}/key1100.yaml)
+  expect_run(2 "key100.yaml:2:3: transfer: a key of 100 characters, \"k+\"\\.\\.\\. \\(100 characters\\); a key name is at most 64\n$"
+             ${gpu} info --config ${in}/key100.yaml)
+  expect_run(2 "shapes.yaml:2:18: transfer.tensor_shapes: a list of 15001 shapes; at most 64 are allowed\n$"
+             ${gpu} info --config ${in}/shapes.yaml)
+  expect_run(2 "dtype.yaml:2:10: transfer.dtype: a value of 60000 characters, \"x+\"\\.\\.\\. \\(60000 characters\\); a value is at most 4096\n$"
+             ${gpu} info --config ${in}/dtype.yaml)
+  expect_run(2 "transfer.dtype: expected one of [^\n]*, got \"\\\\x1b\\[31mred\\\\x00\"\n$"
+             ${gpu} info --config ${in}/escapes.yaml)
+  expect_run(2 "two_documents.yaml:2:1: a second YAML document"
+             ${gpu} info --config ${in}/two_documents.yaml)
+  expect_run(2 "empty_documents.yaml:2:1: a second YAML document"
+             ${gpu} info --config ${in}/empty_documents.yaml)
+  expect_run(2 "dotted.yaml:1:1: transfer.num_streams: a dotted key; in a file, nest it"
+             ${gpu} info --config ${in}/dotted.yaml)
+  expect_run(2 "plus_minus.yaml:1:9: device: expected a device index \\(an integer >= 0\\), got \"\\+-0\"\n$"
+             ${gpu} info --config ${in}/plus_minus.yaml)
+  expect_run(2 "deep.yaml:1:[0-9]+: invalid YAML: nested more than 500 levels deep\n$"
+             ${gpu} info --config ${in}/deep.yaml)
+  expect_run(2 "alias.yaml:3:3: transfer.num_streams: expected an integer in 1..64, got \"float32\" \\(through an alias of line 2\\)\n$"
+             ${gpu} info --config ${in}/alias.yaml)
+  # An empty argument does not survive a CMake list: bash passes it.
+  foreach(option --config --log-level --json --csv --set)
+    expect_run(2 "^gpu-basics: ${option}: needs a value, got an empty one"
+               bash -c "\"$0\" info ${option} ''" ${EXE})
+    expect_run(2 "^gpu-basics: ${option}: needs a value \\(" ${gpu} info ${option}=)
+  endforeach()
+  expect_run(2 "^gpu-basics: --trace: needs a value, got an empty one"
+             bash -c "\"$0\" profile --trace ''" ${EXE})
+  expect_run(2 "^gpu-basics: unknown command \"\"; expected one of" bash -c "\"$0\" ''" ${EXE})
+  expect_run(2 "^gpu-basics: --trace \"\\.gz\": '\\.gz' alone is not a file name"
+             ${gpu} profile --trace .gz)
+  expect_run(2 "^gpu-basics: unknown command \"bogus\"; expected one of info, memory" ${gpu} bogus)
+  expect_run(2 "^gpu-basics: unknown command \"INFO\"; did you mean 'info'\\?\n$" ${gpu} INFO)
+  expect_run(2 "^gpu-basics: \"--config\": options come after the command"
+             ${gpu} --config x.yaml info)
+  expect_run(2 "^gpu-basics: unexpected arguments: \"x.yaml\" \"y.yaml\"" ${gpu} info x.yaml y.yaml)
+  expect_run(2 "^gpu-basics: --set: a key with a space in it: \"transfer.num streams\""
+             ${gpu} info --set "transfer.num streams=8")
+  expect_run(2 "^gpu-basics: --set: a key of 60000 characters, " ${gpu} info --set "${dtype}=1")
+  # Spaces around '=' are fine: the run goes on to look for a GPU.
+  expect_run(3 "^gpu-basics: no NVIDIA GPU visible" ${gpu} info --set "transfer.num_streams = 8")
+  # Outputs are checked before the GPU is looked for: exit 7, not 3.
+  expect_run(7 "^gpu-basics: cannot write [^\n]*a_file/run.json: Not a directory\n$"
+             ${gpu} all --json ${in}/a_file/run.json)
+  expect_run(7 "^gpu-basics: cannot write [^\n]*a_directory: it is a directory\n$"
+             ${gpu} info --csv ${in}/a_directory)
+  expect_run(7 "^gpu-basics: cannot write into the directory [^\n]*a_file: [^\n]*a_file is not a directory\n$"
+             ${gpu} transfer --set output.directory=${in}/a_file)
+  # Special files are written in place, never replaced.
+  expect_run(0 "" ${EXE} show ${DATA}/h200_all.json --json /dev/null)
+  expect_run(0 "" ${EXE} show ${DATA}/h200_all.json --csv /dev/null)
+  execute_process(COMMAND stat -c %F /dev/null OUTPUT_VARIABLE kind)
+  if(NOT kind MATCHES "character special file")
+    message(FATAL_ERROR "/dev/null was replaced: it is now a ${kind}")
+  endif()
+  file(GLOB left ${dir}/* ${dir}/.*)
+  if(left)
+    message(FATAL_ERROR "bad input left files behind: ${left}")
   endif()
 endif()

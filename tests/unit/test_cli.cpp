@@ -5,6 +5,7 @@
 
 #include "cli.hpp"
 #include "exit_codes.hpp"
+#include "gpu_basics/core/config.hpp"
 #include "run.hpp"
 
 using namespace gpu_basics;
@@ -134,4 +135,127 @@ TEST(Cli, TraceIsOfferedWhereALessonTracesAndChecksItsPath) {
     EXPECT_EQ(gz.exit_code, 2);
     EXPECT_NE(err.find("no zlib"), std::string::npos) << err;
   }
+}
+
+struct usage_case {
+  std::vector<std::string> args;
+  std::string message;  // the whole line on stderr
+};
+
+TEST(Cli, BadArgumentsGetOneLineNamingThem) {
+  const usage_case cases[] = {
+      {{},
+       "gpu-basics: a command is required: one of info, memory, transfer, profile, all, show "
+       "(see 'gpu-basics --help')"},
+      {{"bogus"},
+       "gpu-basics: unknown command \"bogus\"; expected one of info, memory, transfer, "
+       "profile, all, show"},
+      {{"INFO"}, "gpu-basics: unknown command \"INFO\"; did you mean 'info'?"},
+      {{""},
+       "gpu-basics: unknown command \"\"; expected one of info, memory, transfer, profile, "
+       "all, show"},
+      {{"--config", "x.yaml", "info"},
+       "gpu-basics: \"--config\": options come after the command: gpu-basics <command> [options] "
+       "(commands: info, memory, transfer, profile, all, show)"},
+      {{"info", "x.yaml", "y.yaml"},
+       "gpu-basics: unexpected arguments: \"x.yaml\" \"y.yaml\" (see 'gpu-basics --help')"},
+      {{"info", "--config", ""},
+       "gpu-basics: --config: needs a value, got an empty one (see 'gpu-basics --help')"},
+      {{"info", "--log-level", ""},
+       "gpu-basics: --log-level: needs a value, got an empty one (see 'gpu-basics --help')"},
+      {{"info", "--json", ""},
+       "gpu-basics: --json: needs a value, got an empty one (see 'gpu-basics --help')"},
+      {{"info", "--csv", ""},
+       "gpu-basics: --csv: needs a value, got an empty one (see 'gpu-basics --help')"},
+      {{"info", "--set", ""},
+       "gpu-basics: --set: needs a value, got an empty one (see 'gpu-basics --help')"},
+      {{"profile", "--trace", ""},
+       "gpu-basics: --trace: needs a value, got an empty one (see 'gpu-basics --help')"},
+      {{"show", ""},
+       "gpu-basics: results: needs a value, got an empty one (see 'gpu-basics --help')"},
+      {{"profile", "--trace", ".gz"},
+       "gpu-basics: --trace \".gz\": '.gz' alone is not a file name; give one, e.g. trace.json.gz"},
+      {{"profile", "--trace", "out/.gz"},
+       "gpu-basics: --trace \"out/.gz\": '.gz' alone is not a file name; give one, e.g. "
+       "trace.json.gz"},
+      {{"info", "--log-level", "\x1b[31m"},
+       "gpu-basics: --log-level: expected one of trace, debug, info, warn, error, got "
+       "\"\\x1b[31m\""},
+  };
+  for (const auto& c : cases) {
+    std::string out, err;
+    const auto r = parse(c.args, &out, &err);
+    EXPECT_FALSE(r.opts);
+    EXPECT_EQ(r.exit_code, cli::exit_usage);
+    EXPECT_EQ(err, c.message + "\n");
+    EXPECT_TRUE(out.empty()) << out;
+  }
+}
+
+TEST(Cli, NearestWordIgnoresCaseAndFarNames) {
+  const std::vector<std::string> names = {"info", "memory", "show"};
+  EXPECT_EQ(nearest_word("INFO", names), "info");
+  EXPECT_EQ(nearest_word("memroy", names), "memory");
+  EXPECT_FALSE(nearest_word("bogus", names).has_value());
+  EXPECT_FALSE(nearest_word("info", names).has_value());  // itself: nothing to suggest
+  EXPECT_FALSE(nearest_word(std::string(1u << 20, 'x'), names).has_value());
+}
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+
+#include "gpu_basics/core/interrupt.hpp"
+
+namespace {
+/// Runs `o` after `signal_number` arrived (handlers installed, so it only set the flag); returns
+/// the exit code and stderr. Restores the default actions afterwards.
+std::pair<int, std::string> run_after_signal(const cli::options& o, int signal_number) {
+  install_interrupt_handlers();
+  std::raise(signal_number);
+  EXPECT_EQ(interrupt_signal(), signal_number);
+  std::ostringstream out, err;
+  const int code = cli::run(o, out, err);
+  clear_interrupt();
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  return {code, err.str()};
+}
+}  // namespace
+
+TEST(Cli, ASignalStopsTheRunWithItsExitCodeAndWritesNothing) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "cli_interrupt";
+  std::filesystem::remove_all(dir);
+  cli::options o;
+  o.command = "transfer";  // stopped before the GPU is looked for
+  o.json_path = (dir / "run.json").string();
+  EXPECT_EQ(run_after_signal(o, SIGTERM),
+            std::make_pair(143, std::string("gpu-basics: interrupted (SIGTERM)\n")));
+  cli::options show;
+  show.command = "show";  // stopped before its outputs are written
+  show.input_path = std::string(GPU_BASICS_SOURCE_DIR) + "/tests/data/h200_all.json";
+  show.json_path = (dir / "again.json").string();
+  EXPECT_EQ(run_after_signal(show, SIGINT),
+            std::make_pair(130, std::string("gpu-basics: interrupted (SIGINT)\n")));
+  EXPECT_FALSE(std::filesystem::exists(dir));
+  EXPECT_EQ(interrupt_signal(), 0);
+  EXPECT_NO_THROW(throw_if_interrupted());
+}
+
+TEST(Cli, TheSecondSignalTakesTheDefaultAction) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    install_interrupt_handlers();
+    std::raise(SIGINT);  // recorded
+    if (interrupt_signal() != SIGINT) ::_exit(10);
+    std::raise(SIGINT);  // the default action: the process ends here
+    ::_exit(11);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGINT);
 }

@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -111,6 +115,10 @@ TEST(Config, BadOverridesNameTheKey) {
       {"no_equals_sign", "--set: expected key=value, got \"no_equals_sign\""},
       {"transfer=4", "--set: transfer: is a section"},
       {"transfer.tensor_shapes=[[1, 2]", "--set: transfer.tensor_shapes: invalid YAML value"},
+      {"transfer.num streams=8", "--set: a key with a space in it: \"transfer.num streams\""},
+      {" =8", "--set: expected key=value, got \" =8\""},
+      {"device=0\n---\n1", "--set: device: a second YAML document"},
+      {"transfer.dtype=\"\\e]0;title\\a\"", "got \"\\x1b]0;title\\x07\""},
   };
   for (const auto& bc : cases) {
     config c;
@@ -127,11 +135,17 @@ TEST(Config, BadOverridesNameTheKey) {
 
 struct bad_input {
   const char* name;
-  const char* yaml;
+  std::string yaml;
   const char* key;  // the key the error must name ("" = none: malformed YAML)
   int line;
   const char* message;  // a substring of the message
 };
+
+std::string repeat(const std::string& s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
 
 class BadConfig : public ::testing::TestWithParam<bad_input> {};
 
@@ -217,7 +231,49 @@ INSTANTIATE_TEST_SUITE_P(
         bad_input{"directory_not_a_string", "output:\n  directory: [a, b]\n", "output.directory", 2,
                   "expected a directory path, got a list"},
         bad_input{"empty_value", "transfer:\n  num_streams:\n", "transfer.num_streams", 2,
-                  "got nothing"}),
+                  "got nothing"},
+        bad_input{"plus_minus_zero", "device: +-0\n", "device", 1, "got \"+-0\""},
+        bad_input{"dotted_key", "transfer.num_streams: 8\n", "transfer.num_streams", 1,
+                  "a dotted key; in a file, nest it: 'transfer:' with 'num_streams: ...'"},
+        bad_input{"dotted_key_in_section", "transfer:\n  sweep.enabled: true\n",
+                  "transfer.sweep.enabled", 2, "a dotted key"},
+        bad_input{"second_document", "device: 0\n---\ndevice: 1\n", "", 2,
+                  "a second YAML document"},
+        bad_input{"only_document_markers", "---\n---\ndevice: 1\n", "", 2,
+                  "a second YAML document"},
+        bad_input{"key_too_long", "transfer:\n  " + std::string(100, 'k') + ": 1\n", "transfer", 2,
+                  "a key of 100 characters, \"kkkkkkkkkkkkkkkkkkkkkkkk\"... (100 characters); a "
+                  "key name is at most 64"},
+        bad_input{"key_over_yaml_limit", std::string(1100, 'k') + ": 1\n", "", 1,
+                  "invalid YAML: a ':' where no value can start: a key longer than 1024"},
+        bad_input{"value_too_long", "transfer:\n  dtype: " + std::string(5000, 'x') + "\n",
+                  "transfer.dtype", 2, "a value of 5000 characters"},
+        bad_input{"too_deep", "device: " + std::string(600, '[') + std::string(600, ']') + "\n", "",
+                  1, "invalid YAML: nested more than 500 levels deep"},
+        bad_input{"too_many_shapes",
+                  "transfer:\n  tensor_shapes: [" + repeat("[1], ", 64) + "[1]]\n",
+                  "transfer.tensor_shapes", 2, "a list of 65 shapes; at most 64 are allowed"},
+        bad_input{"too_many_dims", "transfer:\n  tensor_shapes: [[1, 1, 1, 1, 1, 1, 1, 1, 1]]\n",
+                  "transfer.tensor_shapes[0]", 2, "a list of 9 dimensions; at most 8"},
+        bad_input{
+            "too_many_ratios",
+            "transfer:\n  double_buffer:\n    compute_to_copy: [" + repeat("1, ", 64) + "1]\n",
+            "transfer.double_buffer.compute_to_copy", 3, "a list of 65 ratios; at most 64"},
+        bad_input{"too_many_precisions",
+                  "profiler:\n  matmul:\n    precisions: [" + repeat("fp16, ", 16) + "fp32]\n",
+                  "profiler.matmul.precisions", 3, "a list of 17 precisions; at most 16"},
+        bad_input{"control_characters", "transfer:\n  dtype: \"\\e[31m\\0x\"\n", "transfer.dtype",
+                  2, "got \"\\x1b[31m\\x00x\""},
+        bad_input{"nul_byte", std::string("device: 0\ntransfer:\0\n", 20), "", 2,
+                  "a control character (\\x00) in the text"},
+        bad_input{"unclosed_list", "transfer:\n  tensor_shapes: [[1, 2]\n", "", 3,
+                  "invalid YAML: a '[' without its ']'"},
+        bad_input{"value_through_alias", "transfer:\n  dtype: &a float32\n  num_streams: *a\n",
+                  "transfer.num_streams", 3, "got \"float32\" (through an alias of line 2)"},
+        bad_input{"shape_through_alias",
+                  "transfer:\n  tensor_shapes: &s [[1, 2]]\nprofiler:\n  matmul:\n    shapes: *s\n",
+                  "profiler.matmul.shapes[0]", 5,
+                  "expected 3 dimensions, got 2 (through an alias of line 2)"}),
     [](const ::testing::TestParamInfo<bad_input>& p) { return std::string(p.param.name); });
 
 TEST(Config, ErrorColumnPointsAtTheValue) {
@@ -254,4 +310,119 @@ TEST(Config, ShapeBytes) {
   EXPECT_FALSE(shape_bytes({{1LL << 62, 4}}, dtype::float32).has_value());
   EXPECT_FALSE(shape_bytes({{1LL << 61}}, dtype::int64).has_value());  // exactly 2^64
   EXPECT_EQ(shape_bytes({{1LL << 60}}, dtype::int64), 1ull << 63);
+}
+
+TEST(Config, OverridesTolerateSpacesAroundTheEqualsSign) {
+  config c;
+  apply_override(c, "transfer.num_streams = 8");
+  apply_override(c, "  device=1 ");
+  EXPECT_EQ(c.transfer.num_streams, 8);
+  EXPECT_EQ(c.device, 1);
+  EXPECT_EQ(c.origins.at("transfer.num_streams").source, "--set");
+}
+
+TEST(Config, LongKeysAreRejectedBeforeTheNearestKeySearch) {
+  const std::string key(10u << 20, 'k');  // 10 MiB
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(nearest_config_key(key).has_value());
+  config c;
+  try {
+    apply_override(c, key + "=1");
+    FAIL();
+  } catch (const config_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("a key of 10485760 characters"), std::string::npos) << what.substr(0, 200);
+    EXPECT_LT(what.size(), 200u);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
+TEST(Config, TextOverTheSizeLimitIsRejectedUnparsed) {
+  const std::string text = "x: [" + std::string(config_limits::file_bytes, '1') + "]\n";
+  try {
+    (void)parse_config(text, "big.yaml");
+    FAIL();
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 64 KiB (65536 bytes)"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Config, AWholeFileOfShapesLoadsInUnderASecond) {
+  // The worst a file under the limit can do: as many list entries as fit.
+  std::string text = "transfer:\n  tensor_shapes: [";
+  while (text.size() + 4 < config_limits::file_bytes) text += "1, ";
+  text += "1]\n";
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW((void)parse_config(text, "many.yaml"), config_error);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
+namespace {
+/// The message of the config_error that reading `path` throws ("" if none).
+std::string read_error(const std::string& path) {
+  try {
+    (void)read_config_file(path);
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Config, OnlyARegularFileOfBoundedSizeIsRead) {
+  const std::string dir = ::testing::TempDir() + "config_files";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  EXPECT_EQ(read_error(dir), dir + ": is a directory, not a configuration file");
+  EXPECT_EQ(read_error("/dev/zero"),
+            "/dev/zero: is not a regular file (a device, FIFO or socket); give a YAML file");
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();  // a FIFO with no writer: no wait
+  EXPECT_EQ(read_error(fifo),
+            fifo + ": is not a regular file (a device, FIFO or socket); give a YAML file");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  const std::string big = dir + "/big.yaml";
+  std::ofstream(big) << std::string(config_limits::file_bytes + 1, '#');
+  EXPECT_EQ(read_error(big), big +
+                                 ": the configuration file is 65537 bytes; at most 64 KiB "
+                                 "(65536 bytes) is read");
+  const std::string fits = dir + "/fits.yaml";
+  std::ofstream(fits) << std::string(config_limits::file_bytes, '#');
+  EXPECT_EQ(read_config_file(fits).size(), config_limits::file_bytes);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Config, MessagesQuoteCutAndEscapeValues) {
+  EXPECT_EQ(quote_for_message("four"), "\"four\"");
+  EXPECT_EQ(quote_for_message("a\"b\\c"), "\"a\\\"b\\\\c\"");
+  EXPECT_EQ(quote_for_message(std::string("\x1b[2J\0\n\t", 7)), "\"\\x1b[2J\\x00\\n\\t\"");
+  EXPECT_EQ(quote_for_message("abcdef", 3), "\"abc\"... (6 characters)");
+  EXPECT_EQ(quote_for_message("gr\xc3\xb6\xc3\x9f"
+                              "e"),
+            "\"gr\xc3\xb6\xc3\x9f"
+            "e\"");  // UTF-8 kept
+  EXPECT_EQ(quote_for_message("\xc2\x9b"
+                              "1m"),
+            "\"\\xc2\\x9b1m\"");                               // C1 control (CSI)
+  EXPECT_EQ(quote_for_message("\xff\xc3"), "\"\\xff\\xc3\"");  // not UTF-8
+  EXPECT_EQ(printable("a\nb"), "a\\nb");
+}
+
+TEST(Config, EndlessEmptyDocumentsStopAtTheSecond) {
+  // Found by the fuzzer: yaml-cpp reads endless empty documents from this text, and loading all
+  // of them ran out of memory. Now parsing stops at the second document.
+  std::ifstream in(repo_file("fuzz/corpus/config/regress_endless_documents_no_nul"),
+                   std::ios::binary);
+  const std::string input((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(input.size(), 1u);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    (void)parse_config(std::string_view(input).substr(1), "test.yaml");  // byte 0: the harness's
+    FAIL();
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("a second YAML document"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
 }

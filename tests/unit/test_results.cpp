@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <thread>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -90,6 +94,67 @@ TEST(Results, WriteIntoADirectoryPathFailsCleanly) {
   temp_dir d;
   std::filesystem::create_directories(d.path / "taken");
   EXPECT_THROW(write_file_atomically((d.path / "taken").string(), "x"), io_error);
+}
+
+TEST(Results, SpecialFilesAreWrittenInPlaceNotReplaced) {
+  temp_dir d;
+  std::filesystem::create_directories(d.path);
+  const std::string fifo = (d.path / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_TRUE(writes_in_place(fifo));
+  EXPECT_TRUE(writes_in_place("/dev/null"));
+  EXPECT_TRUE(writes_in_place("/dev/stdout"));  // whatever stdout is, never renamed over
+  EXPECT_FALSE(writes_in_place((d.path / "new.json").string()));
+  std::string got;
+  std::thread reader([&] { got = slurp(fifo); });
+  write_file_atomically(fifo, "through the fifo\n");
+  reader.join();
+  EXPECT_EQ(got, "through the fifo\n");
+  struct stat st {};
+  ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));  // still a FIFO, not a regular file renamed over it
+  write_file_atomically("/dev/null", "discarded");
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  std::size_t files = 0;  // no temporary left beside the FIFO
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(d.path)) ++files;
+  EXPECT_EQ(files, 1u);
+}
+
+TEST(Results, OutputPathsAreCheckedWithoutWriting) {
+  temp_dir d;
+  std::filesystem::create_directories(d.path);
+  const auto p = [&](const std::string& rel) { return (d.path / rel).string(); };
+  std::ofstream(p("file")) << "x";
+  std::filesystem::create_directories(p("dir"));
+  EXPECT_NO_THROW(check_writable(p("new.json")));
+  EXPECT_NO_THROW(check_writable(p("missing/sub/new.json")));  // directories made when writing
+  EXPECT_NO_THROW(check_writable(p("file")));
+  EXPECT_NO_THROW(check_writable("/dev/null"));
+  EXPECT_NO_THROW(check_writable_directory(p("dir")));
+  EXPECT_NO_THROW(check_writable_directory(p("missing/results")));
+  const auto message = [](const auto& f) {
+    try {
+      f();
+    } catch (const io_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([&] { check_writable(p("dir")); }),
+            "cannot write " + p("dir") + ": it is a directory");
+  EXPECT_EQ(message([&] { check_writable(p("dir") + "/"); }),
+            "cannot write " + p("dir") + "/: it names a directory, not a file");
+  EXPECT_EQ(message([&] { check_writable(p("file/out.json")); }),
+            "cannot write " + p("file/out.json") + ": Not a directory");
+  EXPECT_EQ(message([&] { check_writable(p("file/a/out.json")); }),
+            "cannot write " + p("file/a/out.json") + ": Not a directory");
+  EXPECT_EQ(
+      message([&] { check_writable_directory(p("file")); }),
+      "cannot write into the directory " + p("file") + ": " + p("file") + " is not a directory");
+  std::size_t files = 0;  // nothing was made
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(d.path)) ++files;
+  EXPECT_EQ(files, 2u);
 }
 
 TEST(Results, CsvEscapesAndLeavesNoValueEmpty) {

@@ -3,6 +3,7 @@
 // Each step is testable from a string. Host-only: no CUDA and no YAML header leaks from here.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -46,6 +47,19 @@ struct tensor_shape {
 /// Parses a byte size: an integer, or a number with a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB,
 /// TB; case-insensitive, space optional): "4096", "8 MiB", "1GiB", "1.5 GB".
 [[nodiscard]] std::optional<std::uint64_t> parse_byte_size(std::string_view text);
+
+/// Limits on configuration input, so that no file or --set value can make loading slow or large.
+/// Each is documented in the README; going over one is a config_error naming it.
+namespace config_limits {
+inline constexpr std::size_t file_bytes = 64u << 10;  // a configuration file or --set value
+inline constexpr std::size_t key_chars = 64;          // one key name ("num_streams")
+inline constexpr std::size_t value_chars = 4096;      // one scalar value (a path, a name)
+inline constexpr std::size_t shapes = 64;             // entries of a list of shapes
+inline constexpr std::size_t dims = 8;                // dimensions of one shape
+inline constexpr std::size_t ratios = 64;             // transfer.double_buffer.compute_to_copy
+inline constexpr std::size_t precisions = 16;         // profiler.matmul.precisions
+inline constexpr int yaml_depth = 500;  // yaml-cpp's own limit on nesting while parsing
+}  // namespace config_limits
 
 /// Where a configuration value came from (file and 1-based line/column, or "--set").
 struct source_location {
@@ -138,17 +152,21 @@ struct config {
 /// The default configuration file's text, built into the binary.
 [[nodiscard]] std::string_view default_config_text() noexcept;
 
-/// Reads a file into a string.
-/// @throws config_error (naming the file) when it cannot be read.
+/// Reads a configuration file into a string. Only a regular file of at most
+/// config_limits::file_bytes is read; a FIFO, device or directory is refused without blocking.
+/// @throws config_error (naming the file) when it is not such a file or cannot be read.
 [[nodiscard]] std::string read_config_file(const std::string& path);
 
 /// Parses YAML text over `base` (keys not given keep base's values). `source_name` appears in
 /// errors.
-/// @throws config_error for malformed YAML, unknown or duplicate keys, wrong types.
+/// Keys are nested mappings (dotted keys are for --set only); one YAML document; config_limits.
+/// @throws config_error for malformed YAML, unknown, dotted or duplicate keys, wrong types, and
+/// input over a limit.
 [[nodiscard]] config parse_config(std::string_view text, std::string_view source_name,
                                   const config& base = config{});
 
-/// Applies one `key=value` override (value in YAML syntax). Same parsing as the file.
+/// Applies one `key=value` override (value in YAML syntax). Same parsing as the file; spaces
+/// around the key and the '=' are ignored.
 /// @throws config_error (source "--set") for a missing '=', an unknown key, a section, or a
 /// value of the wrong type.
 void apply_override(config& cfg, std::string_view assignment);
@@ -167,6 +185,11 @@ void validate(const config& cfg);
 
 /// The known key closest to `key` (edit distance), if one is close enough to suggest.
 [[nodiscard]] std::optional<std::string> nearest_config_key(std::string_view key);
+
+/// The name in `names` closest to `word` (edit distance, ignoring case) when it is close enough
+/// to suggest (at most 2 edits, or a third of the word's length) and is not `word` itself.
+[[nodiscard]] std::optional<std::string> nearest_word(std::string_view word,
+                                                      const std::vector<std::string>& names);
 
 /// The effective configuration as JSON (for results' environment block).
 void to_json(nlohmann::json& j, const config& cfg);

@@ -7,6 +7,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace gpu_basics {
 
@@ -114,12 +115,34 @@ class io_error : public error {
   using error::error;
 };
 
+/// A run stopped by a signal (SIGINT from Ctrl-C, SIGTERM): thrown where the work checks for an
+/// interruption (core/interrupt.hpp), so everything on the way out is released by its destructor.
+class interrupted : public error {
+ public:
+  /// `signal_number` is the signal that arrived (SIGINT, SIGTERM).
+  explicit interrupted(int signal_number);
+  /// The signal that arrived.
+  [[nodiscard]] int signal_number() const noexcept { return signal_number_; }
+
+ private:
+  int signal_number_;
+};
+
 /// A file that is not what it should be: a results file that is not JSON, is not gpu-basics
 /// output, or has a schema version or a lesson this build does not know.
 class format_error : public error {
  public:
   using error::error;
 };
+
+/// `text` as it may appear in a one-line message: in double quotes, cut to `max_chars` characters
+/// (the rest is counted, not shown), with quotes, backslashes, control characters and bytes that
+/// are not UTF-8 escaped (\n, \t, \x1b, \"), so no input can break the line or drive a terminal.
+[[nodiscard]] std::string quote_for_message(std::string_view text, std::size_t max_chars = 48);
+
+/// `text` escaped like quote_for_message() but neither quoted nor cut: for paths and keys in
+/// messages.
+[[nodiscard]] std::string printable(std::string_view text);
 
 }  // namespace gpu_basics
 

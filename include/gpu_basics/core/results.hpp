@@ -14,9 +14,26 @@
 namespace gpu_basics {
 
 /// Writes text to `path` through a temporary file renamed into place, so a failure never leaves
-/// a half-written file. Creates missing parent directories.
-/// @throws io_error when the directory or the file cannot be written.
+/// a half-written file. Creates missing parent directories. A path that is not a regular file or
+/// a new one (a device, a FIFO, /dev/stdout, anything under /dev or /proc) is written in place
+/// instead: renaming over it would replace it.
+/// @throws io_error when the directory or the file cannot be written; interrupted when a signal
+/// stops a write that blocks (a FIFO with no reader).
 void write_file_atomically(const std::string& path, const std::string& contents);
+
+/// Whether write_file_atomically() writes `path` in place (a special file) rather than by rename.
+[[nodiscard]] bool writes_in_place(const std::string& path);
+
+/// Checks, writing nothing, that a file can be written at `path`: it names a file (not a
+/// directory), and either it is a special file open for writing, or the nearest directory above it
+/// that exists can take new files (missing ones below it are made when writing).
+/// @throws io_error naming the path and why it cannot be written.
+void check_writable(const std::string& path);
+
+/// Checks, writing nothing, that files can be created in the directory `path` (or in the missing
+/// directories below its nearest existing parent, once made).
+/// @throws io_error naming the directory and why not.
+void check_writable_directory(const std::string& path);
 
 namespace presentation {
 
