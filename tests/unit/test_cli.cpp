@@ -145,18 +145,19 @@ struct usage_case {
 TEST(Cli, BadArgumentsGetOneLineNamingThem) {
   const usage_case cases[] = {
       {{},
-       "gpu-basics: a command is required: one of info, memory, transfer, profile, all, show "
+       "gpu-basics: a command is required: one of info, memory, transfer, profile, check, all, "
+       "show, report, compare "
        "(see 'gpu-basics --help')"},
       {{"bogus"},
-       "gpu-basics: unknown command \"bogus\"; expected one of info, memory, transfer, "
-       "profile, all, show"},
+       "gpu-basics: unknown command \"bogus\"; expected one of info, memory, transfer, profile, "
+       "check, all, show, report, compare"},
       {{"INFO"}, "gpu-basics: unknown command \"INFO\"; did you mean 'info'?"},
       {{""},
-       "gpu-basics: unknown command \"\"; expected one of info, memory, transfer, profile, "
-       "all, show"},
+       "gpu-basics: unknown command \"\"; expected one of info, memory, transfer, profile, check, "
+       "all, show, report, compare"},
       {{"--config", "x.yaml", "info"},
        "gpu-basics: \"--config\": options come after the command: gpu-basics <command> [options] "
-       "(commands: info, memory, transfer, profile, all, show)"},
+       "(commands: info, memory, transfer, profile, check, all, show, report, compare)"},
       {{"info", "x.yaml", "y.yaml"},
        "gpu-basics: unexpected arguments: \"x.yaml\" \"y.yaml\" (see 'gpu-basics --help')"},
       {{"info", "--config", ""},
