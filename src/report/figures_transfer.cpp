@@ -28,16 +28,28 @@ double gbps(const copy_figure& f) {
 void reference_lines(json& config, const std::string& key, const std::vector<double>& values,
                      const std::string& label, const std::string& colour,
                      const std::string& position = "end") {
-  std::vector<double> seen;
+  // Values within 2% of each other (several runs of one kind of node) share one line, labelled
+  // with their range: lines that close would draw their labels over each other.
+  std::vector<std::pair<double, double>> groups;  // min, max
   for (double v : values) {
     if (!(v > 0)) continue;
-    if (std::any_of(seen.begin(), seen.end(), [&](double s) { return std::abs(s - v) < 1e-9 * v; }))
-      continue;
-    auto line = reference_line(v, fmt::format("{} {:.1f} GB/s", label, v), colour);
+    const auto near = std::find_if(groups.begin(), groups.end(), [&](const auto& g) {
+      return v >= g.first / 1.02 && v <= g.second * 1.02;
+    });
+    if (near == groups.end())
+      groups.emplace_back(v, v);
+    else
+      *near = {std::min(near->first, v), std::max(near->second, v)};
+  }
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const auto [lo, hi] = groups[i];
+    const std::string figure = fmt::format("{:.1f}", lo) == fmt::format("{:.1f}", hi)
+                                   ? fmt::format("{:.1f} GB/s", lo)
+                                   : fmt::format("{:.1f}-{:.1f} GB/s", lo, hi);
+    auto line = reference_line(hi, label + " " + figure, colour);
     line["label"]["position"] = position;
     if (position == "start") line["label"]["yAdjust"] = 9;  // below the line
-    annotate(config, key + std::to_string(seen.size()), std::move(line));
-    seen.push_back(v);
+    annotate(config, key + std::to_string(i), std::move(line));
   }
 }
 
