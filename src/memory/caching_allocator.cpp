@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <deque>
 #include <set>
 #include <thread>
@@ -34,6 +35,21 @@ std::size_t round_request(std::size_t bytes) noexcept {
   if (bytes < kMinBlock) return kMinBlock;
   return (bytes + kMinBlock - 1) / kMinBlock * kMinBlock;
 }
+std::size_t round_request(std::size_t bytes, const allocator_options& o) noexcept {
+  if (bytes < kMinBlock) return kMinBlock;
+  const std::size_t log2 = static_cast<std::size_t>(std::bit_width(bytes) - 1);
+  const std::size_t index = std::min(log2 > 20 ? log2 - 20 : 0, kRoundupIntervals - 1);
+  const std::size_t divisions = o.roundup_power2_divisions[index];
+  if (divisions <= 1 || bytes <= kMinBlock * divisions) return round_request(bytes);
+  // PyTorch's roundup_power2_next_division: equal steps between two powers of two.
+  if (std::has_single_bit(bytes)) return bytes;
+  const std::size_t floor = std::bit_floor(bytes);
+  const std::size_t step = floor >> static_cast<unsigned>(std::bit_width(divisions) - 1);
+  if (step == 0) return floor << 1;
+  const std::size_t down = bytes & ~(step - 1);
+  return down == bytes ? bytes : down + step;
+}
+
 bool is_small_request(std::size_t rounded) noexcept {
   return rounded <= kSmallRequest;
 }
@@ -69,6 +85,12 @@ std::string_view to_string(history_kind k) noexcept {
       return "segment_free";
     case history_kind::oom:
       return "oom";
+    case history_kind::free_completed:
+      return "free_completed";
+    case history_kind::segment_map:
+      return "segment_map";
+    case history_kind::segment_unmap:
+      return "segment_unmap";
   }
   return "?";
 }
@@ -590,6 +612,41 @@ std::vector<history_event> caching_allocator::history() const {
   return {m.hist.begin(), m.hist.end()};
 }
 
+std::vector<segment_view> caching_allocator::segments() const {
+  auto& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  m.coalesce();
+  std::vector<segment_view> out;
+  for (const block* h : m.segments) {
+    segment_view sv;
+    sv.ptr = h->ptr;
+    sv.total_size = h->segment_bytes;
+    sv.stream = h->stream;
+    sv.small = h->small;
+    for (const block* b = h; b; b = b->next) {
+      block_view bv;
+      bv.ptr = b->ptr;
+      bv.size = b->size;
+      if (b->allocated) {
+        bv.requested = b->requested;
+        bv.state = "active_allocated";
+        sv.allocated_size += b->size;
+        sv.active_size += b->size;
+        sv.requested_size += b->requested;
+      } else if (b->pending_events > 0) {
+        bv.state = "active_pending_free";
+        sv.active_size += b->size;
+      } else {
+        bv.state = "inactive";
+      }
+      sv.blocks.push_back(bv);
+    }
+    out.push_back(std::move(sv));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.ptr < b.ptr; });
+  return out;
+}
+
 void caching_allocator::set_trace_callback(std::function<void(const alloc_trace&)> cb) {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
@@ -656,7 +713,14 @@ std::vector<memory_usage_point> memory_usage(const std::vector<history_event>& h
       case history_kind::segment_free:
         now.reserved_bytes -= bytes;
         break;
+      case history_kind::segment_map:
+        now.reserved_bytes += bytes;
+        break;
+      case history_kind::segment_unmap:
+        now.reserved_bytes -= bytes;
+        break;
       case history_kind::oom:
+      case history_kind::free_completed:
         continue;
     }
     now.time_ns = e.time_ns;

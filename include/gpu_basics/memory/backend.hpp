@@ -38,6 +38,29 @@ class allocator_backend {
   [[nodiscard]] virtual std::pair<std::size_t, std::size_t> memory_info() = 0;
   /// A short name for messages ("cuda", "fake").
   [[nodiscard]] virtual const char* name() const noexcept = 0;
+
+  // Virtual memory, for expandable segments: address space is reserved once and memory is
+  // mapped into it and unmapped again page by page. Backends without it keep the defaults.
+  /// Whether reserve_address / map / unmap work.
+  [[nodiscard]] virtual bool supports_virtual_memory() const noexcept { return false; }
+  /// Reserves `bytes` of address space (no memory behind it), aligned to 2 MiB; 0 when it cannot.
+  /// @throws cuda_error (CUDA backends) for a failure other than running out of address space.
+  [[nodiscard]] virtual std::uintptr_t reserve_address(std::size_t /*bytes*/) { return 0; }
+  /// Returns a range from reserve_address(), with its size; everything in it is unmapped.
+  virtual void release_address(std::uintptr_t /*base*/, std::size_t /*bytes*/) noexcept {}
+  /// Backs [ptr, ptr + bytes) inside a reserved range with memory (one page of the allocator: 2
+  /// or 20 MiB, a multiple of 2 MiB); false when out of memory.
+  /// @throws cuda_error (CUDA backends) for a failure other than running out of memory.
+  [[nodiscard]] virtual bool map(std::uintptr_t /*ptr*/, std::size_t /*bytes*/) { return false; }
+  /// Returns the memory of one earlier map() call, with the same ptr and bytes.
+  virtual void unmap(std::uintptr_t /*ptr*/, std::size_t /*bytes*/) noexcept {}
+  /// The address space one expandable range reserves: PyTorch reserves the device's memory plus
+  /// an eighth.
+  /// @throws cuda_error (CUDA backends) when the query fails.
+  [[nodiscard]] virtual std::size_t address_space_bytes() {
+    const std::size_t total = memory_info().second;
+    return total + total / 8;
+  }
 };
 
 }  // namespace gpu_basics

@@ -1,16 +1,25 @@
-// A caching device allocator in the PyTorch mould: requests are rounded to 512 bytes and served
-// from cached segments (2 MiB for requests up to 1 MiB, 20 MiB for 1-10 MiB, rounded to 2 MiB
-// above); blocks split and freed neighbours coalesce; a freed block is reused on the stream it
-// was allocated on, and one used on other streams (record_stream) only after events on those
-// streams complete. The bookkeeping is host-only over an allocator_backend, so it is tested on
-// a CPU with fake_backend. Thread-safe: one lock guards it, so threads allocating at once
-// serialize (8 threads on the H200 host: ~530 ns a pair against ~45 ns alone); sharding by
-// stream would lift that.
+// A caching device allocator in the PyTorch mould: requests are rounded to 512 bytes (or to
+// PyTorch's roundup_power2_divisions) and served best-fit from cached segments (2 MiB for
+// requests up to 1 MiB, 20 MiB for 1-10 MiB, rounded to 2 MiB above); blocks split, and a freed
+// block merges with its free neighbours at once (as PyTorch's free_block does); a freed block is
+// reused on the stream it was allocated on, and one used on other streams (record_stream) only
+// after events on those streams complete. With expandable_segments, each stream's pool is one
+// virtual address range that grows by mapping physical pages and shrinks by unmapping them.
+//
+// Threads: the cache itself is guarded by one lock, and each thread keeps a small cache of the
+// small blocks it freed last (thread_cache_blocks), so a thread that frees and allocates again
+// the same size on the same stream touches no shared state. The thread caches are emptied into
+// the shared cache before the allocator asks the backend for memory, so they never make it
+// reserve more. The bookkeeping is host-only over an allocator_backend, so it is tested on a
+// CPU with fake_backend.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string_view>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,15 +32,49 @@
 
 namespace gpu_basics {
 
+/// Power-of-two intervals of roundup_power2_divisions: [0, 2 MiB), [2, 4 MiB), ... [32 GiB, inf).
+inline constexpr std::size_t kRoundupIntervals = 16;
+
 struct allocator_options {
-  /// Blocks at least this large are never split, and requests below it never take them (limits
-  /// fragmentation from large blocks). SIZE_MAX: no limit.
+  /// PyTorch's max_split_size_mb: blocks at least this large are never split for requests below
+  /// it, and requests below it never take them; a request at least this large takes a cached
+  /// block only if it wastes less than 20 MiB. SIZE_MAX: no limit.
   std::size_t max_split_size = SIZE_MAX;
-  /// Upper bound on reserved (cached + in use) bytes; SIZE_MAX: none.
+  /// Upper bound on reserved (cached + in use) bytes, as PyTorch's per-process memory fraction;
+  /// SIZE_MAX: none.
   std::size_t reserved_limit = SIZE_MAX;
   /// Keep the last `history_capacity` events (0 = no history).
   std::size_t history_capacity = 0;
+  /// PyTorch's roundup_power2_divisions: a request in the power-of-two interval i (index 0 up to
+  /// 2 MiB, then one per doubling, the last from 32 GiB) is rounded up to the next of
+  /// divisions[i] equal steps of that interval; 0 or 1 keep plain 512-byte rounding.
+  std::array<std::size_t, kRoundupIntervals> roundup_power2_divisions{};
+  /// PyTorch's garbage_collection_threshold (0 = off): with a reserved_limit, once reserved
+  /// passes this fraction of it, whole cached blocks that have been free longest are returned to
+  /// the backend before a new segment is requested.
+  double garbage_collection_threshold = 0;
+  /// PyTorch's expandable_segments: one growable virtual range per stream and pool, mapped in
+  /// 2 MiB (small pool) or 20 MiB (large pool) pages. Needs a backend with virtual memory
+  /// (supports_virtual_memory()); without one the allocator falls back to plain segments.
+  bool expandable_segments = false;
+  /// Freed small blocks (up to 1 MiB) each thread keeps for its next allocation of the same size
+  /// and stream without taking the shared lock (0 = none).
+  std::size_t thread_cache_blocks = 8;
+
+  bool operator==(const allocator_options&) const = default;
 };
+
+/// Options from a conf string in PYTORCH_CUDA_ALLOC_CONF's syntax, applied over `base`:
+/// "expandable_segments:True,max_split_size_mb:128,roundup_power2_divisions:[256:1,>:4],
+/// garbage_collection_threshold:0.6". Keys of PyTorch that do not change this allocator's policy
+/// (backend:native, release_lock_on_cudamalloc, pinned_*) are accepted and ignored.
+/// @throws logic_error naming the bad part ("max_split_size_mb: expected an integer > 20 (MiB),
+/// got 'x'") for an unknown key, a bad value or bad syntax.
+[[nodiscard]] allocator_options parse_allocator_conf(std::string_view conf,
+                                                     allocator_options base = {});
+/// The conf string of the policy options that differ from the defaults (empty for defaults), in
+/// the syntax parse_allocator_conf reads.
+[[nodiscard]] std::string to_conf_string(const allocator_options& o);
 
 /// current / peak / total counts of one quantity.
 struct memory_stat {
@@ -93,7 +136,19 @@ struct empty_cache_report {
   std::size_t kept_pending_segments = 0;  // segments with a block awaiting stream events
 };
 
-enum class history_kind { alloc, free, segment_alloc, segment_free, oom };
+/// History events, named as PyTorch's memory snapshot names them: `free` is the free request
+/// (free_requested); a block used on other streams is free_completed only after their events.
+/// With expandable segments, segment_map / segment_unmap grow and shrink a stream's range.
+enum class history_kind {
+  alloc,
+  free,
+  segment_alloc,
+  segment_free,
+  oom,
+  free_completed,
+  segment_map,
+  segment_unmap
+};
 
 struct history_event {
   history_kind kind;
@@ -105,17 +160,47 @@ struct history_event {
 
 /// For logs: "hit", "split", "new segment", "new segment after freeing the cache".
 [[nodiscard]] std::string_view to_string(alloc_source s) noexcept;
-/// For history JSON: "alloc", "free", "segment_alloc", "segment_free", "oom".
+/// For history JSON: "alloc", "free", "segment_alloc", "segment_free", "oom", "free_completed",
+/// "segment_map", "segment_unmap".
 [[nodiscard]] std::string_view to_string(history_kind k) noexcept;
 
 // Request size rounding and pool choice, as the allocator applies them.
 /// `bytes` rounded up to a multiple of 512 (512 at least).
 [[nodiscard]] std::size_t round_request(std::size_t bytes) noexcept;
+/// `bytes` rounded as the allocator rounds it under `o` (roundup_power2_divisions, as PyTorch's
+/// round_size: divisions apply only above 512 x divisions bytes).
+[[nodiscard]] std::size_t round_request(std::size_t bytes, const allocator_options& o) noexcept;
 /// Whether a rounded request is served from the small pool (up to 1 MiB).
 [[nodiscard]] bool is_small_request(std::size_t rounded) noexcept;
 /// The segment a rounded request takes from the backend when the cache cannot serve it: 2 MiB
 /// up to 1 MiB, 20 MiB below 10 MiB, else the request rounded up to 2 MiB.
 [[nodiscard]] std::size_t segment_size_for(std::size_t rounded) noexcept;
+
+/// One block of a segment, for snapshots (PyTorch's memory_viz "blocks").
+struct block_view {
+  std::uintptr_t ptr = 0;
+  std::size_t size = 0;
+  std::size_t requested = 0;  // 0 unless allocated
+  /// "active_allocated", "active_pending_free" (freed, awaiting other streams' events) or
+  /// "inactive" (free in the cache, or in a thread cache).
+  std::string_view state;
+  bool mapped = true;  // false for the unmapped part of an expandable segment (not listed)
+};
+
+/// One segment (or, with expandable segments, one stream's range) and its blocks in address
+/// order. Unmapped parts of an expandable range are left out of `blocks`; total_size counts
+/// mapped bytes only.
+struct segment_view {
+  std::uintptr_t ptr = 0;
+  std::size_t total_size = 0;
+  std::size_t allocated_size = 0;
+  std::size_t active_size = 0;
+  std::size_t requested_size = 0;
+  stream_handle stream = 0;
+  bool small = false;
+  bool expandable = false;
+  std::vector<block_view> blocks;
+};
 
 class caching_allocator {
  public:
@@ -157,6 +242,8 @@ class caching_allocator {
   void reset_peak_stats();
   /// The last options().history_capacity events, oldest first.
   [[nodiscard]] std::vector<history_event> history() const;
+  /// Every segment and its blocks now, by address (for memory snapshots).
+  [[nodiscard]] std::vector<segment_view> segments() const;
 
   /// Called (under the allocator's lock) for each allocation: keep it cheap.
   void set_trace_callback(std::function<void(const alloc_trace&)> cb);

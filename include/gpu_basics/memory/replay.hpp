@@ -1,0 +1,57 @@
+// Replaying an allocation trace through the caching allocator's host-only logic on the fake
+// backend: what would a policy (allocator_options) have reserved for the same requests? Used by
+// `gpu-basics replay` (traces from PyTorch memory snapshots) and by the allocator benchmarks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "gpu_basics/memory/caching_allocator.hpp"
+
+namespace gpu_basics {
+
+/// One request of a trace. `id` names the block (the address it had when recorded): a free
+/// refers to the alloc with the same id before it.
+struct replay_event {
+  enum class op : std::uint8_t { alloc, free };
+  op kind = op::alloc;
+  std::uint64_t id = 0;
+  std::size_t bytes = 0;  // requested size (allocs; ignored for frees)
+  stream_handle stream = 0;
+};
+
+struct replay_result {
+  std::size_t events = 0;
+  std::size_t peak_reserved = 0;
+  std::size_t peak_allocated = 0;  // rounded block sizes, as the allocator counts them
+  std::size_t peak_requested = 0;  // the trace's own peak of live requested bytes
+  std::int64_t backend_allocations = 0;  // segments created, or pages mapped (expandable)
+  double fragmentation_at_peak = 0;      // 1 - largest free block / free bytes, at peak reserved
+  double seconds = 0;                    // wall time of the replay loop alone
+  [[nodiscard]] double events_per_second() const noexcept {
+    return seconds > 0 ? static_cast<double>(events) / seconds : 0;
+  }
+  /// peak_reserved / peak_requested (0 for an empty trace).
+  [[nodiscard]] double reserved_ratio() const noexcept {
+    return peak_requested ? static_cast<double>(peak_reserved) / static_cast<double>(peak_requested)
+                          : 0;
+  }
+};
+
+/// Replays `trace` on a fresh allocator with `o` over a fake backend of `capacity` bytes (made-up
+/// addresses: nothing is touched). Frees of ids never allocated in the trace are skipped (they
+/// are counted in `skipped` when given); allocations still live at the end stay live.
+/// @throws out_of_memory when the capacity cannot hold the trace under this policy.
+[[nodiscard]] replay_result replay_trace(const std::vector<replay_event>& trace,
+                                         const allocator_options& o,
+                                         std::size_t capacity = std::size_t{1} << 46,
+                                         std::size_t* skipped = nullptr);
+
+/// Synthetic traces of the benchmarks (fixed seeds): `mixed`: log-uniform sizes 512 B - 32 MiB,
+/// at most 256 live blocks; `transformer`: activations of a layered forward pass kept for the
+/// backward pass and freed in reverse, with varying batch sizes.
+[[nodiscard]] std::vector<replay_event> mixed_trace(std::size_t ops = 4096, std::uint64_t seed = 42);
+[[nodiscard]] std::vector<replay_event> transformer_trace(int steps = 40, std::uint64_t seed = 7);
+
+}  // namespace gpu_basics

@@ -1,0 +1,180 @@
+// PYTORCH_CUDA_ALLOC_CONF's syntax for allocator_options: "key:value,key:value", where
+// roundup_power2_divisions also takes a list "[256:1,512:2,>:4]" (interval start in MiB:
+// divisions). Names and meanings are PyTorch's (c10/cuda/CUDAAllocatorConfig).
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/memory/caching_allocator.hpp"
+
+namespace gpu_basics {
+
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr std::size_t kMinMaxSplitMb = 20;  // PyTorch: max_split_size_mb must exceed kLargeBuffer
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+[[noreturn]] void bad(std::string_view key, std::string_view expect, std::string_view got) {
+  throw logic_error(fmt::format("allocator conf: {}: expected {}, got '{}'", key, expect, got));
+}
+
+std::size_t read_uint(std::string_view key, std::string_view v, std::string_view expect) {
+  std::size_t n = 0;
+  const auto r = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (v.empty() || r.ec != std::errc{} || r.ptr != v.data() + v.size()) bad(key, expect, v);
+  return n;
+}
+
+bool read_bool(std::string_view key, std::string_view v) {
+  if (v == "True" || v == "true" || v == "1") return true;
+  if (v == "False" || v == "false" || v == "0") return false;
+  bad(key, "True or False", v);
+}
+
+/// Splits on commas outside brackets.
+std::vector<std::string_view> split_top(std::string_view s) {
+  std::vector<std::string_view> parts;
+  int depth = 0;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '[') ++depth;
+    if (s[i] == ']') --depth;
+    if (s[i] == ',' && depth == 0) {
+      parts.push_back(s.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  parts.push_back(s.substr(start));
+  return parts;
+}
+
+void read_divisions(std::string_view v, allocator_options& o) {
+  constexpr std::string_view key = "roundup_power2_divisions";
+  constexpr std::string_view expect_div = "a power of two or 0 (divisions)";
+  if (v.empty() || v.front() != '[') {
+    const std::size_t d = read_uint(key, v, "a power of two, or a list such as [256:1,>:4]");
+    if (d != 0 && !std::has_single_bit(d)) bad(key, expect_div, v);
+    o.roundup_power2_divisions.fill(d);
+    return;
+  }
+  if (v.back() != ']') bad(key, "a list closed by ']'", v);
+  const std::string_view inner = v.substr(1, v.size() - 2);
+  if (trim(inner).empty()) bad(key, "a list of interval:divisions pairs", v);
+  bool first = true;
+  std::size_t last = 0;
+  for (std::string_view item : split_top(inner)) {
+    item = trim(item);
+    const auto colon = item.find(':');
+    if (colon == std::string_view::npos) bad(key, "interval:divisions (e.g. 256:2 or >:4)", item);
+    const std::string_view iv = trim(item.substr(0, colon)), dv = trim(item.substr(colon + 1));
+    const std::size_t d = read_uint(key, dv, expect_div);
+    if (d != 0 && !std::has_single_bit(d)) bad(key, expect_div, dv);
+    if (iv == ">") {
+      for (std::size_t i = first ? 0 : last + 1; i < kRoundupIntervals; ++i)
+        o.roundup_power2_divisions[i] = d;
+      last = kRoundupIntervals - 1;
+      first = false;
+      continue;
+    }
+    const std::size_t mb = read_uint(key, iv, "an interval start in MiB, a power of two, or '>'");
+    if (!std::has_single_bit(mb)) bad(key, "an interval start in MiB that is a power of two", iv);
+    const std::size_t index =
+        std::min<std::size_t>(static_cast<std::size_t>(std::countr_zero(mb)), kRoundupIntervals - 1);
+    if (first) {
+      for (std::size_t i = 0; i < index; ++i) o.roundup_power2_divisions[i] = d;
+      first = false;
+    } else if (index <= last) {
+      bad(key, "interval starts in increasing order", iv);
+    }
+    o.roundup_power2_divisions[index] = d;
+    last = index;
+  }
+}
+
+}  // namespace
+
+allocator_options parse_allocator_conf(std::string_view conf, allocator_options base) {
+  allocator_options o = base;
+  conf = trim(conf);
+  if (conf.empty()) return o;
+  for (std::string_view item : split_top(conf)) {
+    item = trim(item);
+    if (item.empty()) throw logic_error("allocator conf: an empty entry (two commas in a row?)");
+    const auto colon = item.find(':');
+    if (colon == std::string_view::npos)
+      throw logic_error(fmt::format("allocator conf: '{}': expected key:value", item));
+    const std::string_view key = trim(item.substr(0, colon)), v = trim(item.substr(colon + 1));
+    if (key == "max_split_size_mb") {
+      const std::string_view expect = "an integer > 20 (MiB)";
+      const std::size_t mb = read_uint(key, v, expect);
+      if (mb <= kMinMaxSplitMb || mb > (SIZE_MAX / kMiB)) bad(key, expect, v);
+      o.max_split_size = mb * kMiB;
+    } else if (key == "roundup_power2_divisions") {
+      read_divisions(v, o);
+    } else if (key == "garbage_collection_threshold") {
+      double t = 0;
+      const auto r = std::from_chars(v.data(), v.data() + v.size(), t);
+      if (v.empty() || r.ec != std::errc{} || r.ptr != v.data() + v.size() || !(t > 0 && t < 1))
+        bad(key, "a fraction strictly between 0 and 1", v);
+      o.garbage_collection_threshold = t;
+    } else if (key == "expandable_segments") {
+      o.expandable_segments = read_bool(key, v);
+    } else if (key == "backend") {
+      if (v != "native") bad(key, "native (this allocator is the native one)", v);
+    } else if (key == "release_lock_on_cudamalloc" || key == "pinned_use_cuda_host_register" ||
+               key == "pinned_use_host_register") {
+      (void)read_bool(key, v);
+    } else if (key == "pinned_num_register_threads") {
+      (void)read_uint(key, v, "an integer");
+    } else {
+      throw logic_error(fmt::format(
+          "allocator conf: unknown key '{}' (known: max_split_size_mb, roundup_power2_divisions, "
+          "garbage_collection_threshold, expandable_segments, backend, release_lock_on_cudamalloc, "
+          "pinned_use_cuda_host_register, pinned_num_register_threads)",
+          key));
+    }
+  }
+  return o;
+}
+
+std::string to_conf_string(const allocator_options& o) {
+  const allocator_options d;
+  std::vector<std::string> parts;
+  if (o.expandable_segments != d.expandable_segments)
+    parts.push_back(fmt::format("expandable_segments:{}", o.expandable_segments ? "True" : "False"));
+  if (o.max_split_size != d.max_split_size)
+    parts.push_back(fmt::format("max_split_size_mb:{}", o.max_split_size / kMiB));
+  if (o.roundup_power2_divisions != d.roundup_power2_divisions) {
+    const auto& r = o.roundup_power2_divisions;
+    if (std::all_of(r.begin(), r.end(), [&](std::size_t x) { return x == r[0]; })) {
+      parts.push_back(fmt::format("roundup_power2_divisions:{}", r[0]));
+    } else {
+      // Every interval up to the last change, then '>' for the rest (an interval left out of a
+      // list keeps its old value, so none may be skipped).
+      std::size_t tail = r.size() - 1;
+      while (tail > 0 && r[tail - 1] == r.back()) --tail;
+      std::string list;
+      for (std::size_t i = 0; i < tail; ++i)
+        list += fmt::format("{}:{},", std::size_t{1} << i, r[i]);
+      list += fmt::format(">:{}", r.back());
+      parts.push_back(fmt::format("roundup_power2_divisions:[{}]", list));
+    }
+  }
+  if (o.garbage_collection_threshold != d.garbage_collection_threshold)
+    parts.push_back(fmt::format("garbage_collection_threshold:{}", o.garbage_collection_threshold));
+  return fmt::format("{}", fmt::join(parts, ","));
+}
+
+}  // namespace gpu_basics

@@ -1,0 +1,119 @@
+#include "gpu_basics/memory/replay.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <unordered_map>
+
+#include "gpu_basics/memory/fake_backend.hpp"
+
+namespace gpu_basics {
+
+replay_result replay_trace(const std::vector<replay_event>& trace, const allocator_options& o,
+                           std::size_t capacity, std::size_t* skipped) {
+  auto backend = std::make_shared<fake_backend>(capacity, true);
+  allocator_options opts = o;
+  opts.history_capacity = 0;
+  caching_allocator a(backend, opts);
+  std::unordered_map<std::uint64_t, std::pair<void*, std::size_t>> live;
+  live.reserve(1024);
+  replay_result r;
+  std::size_t requested = 0, skip = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const replay_event& e : trace) {
+    if (e.kind == replay_event::op::alloc) {
+      void* p = a.allocate(e.bytes, e.stream);
+      auto [it, fresh] = live.try_emplace(e.id, p, e.bytes);
+      if (!fresh) {  // an id allocated twice without a free: the first one leaks, as recorded
+        requested -= it->second.second;
+        it->second = {p, e.bytes};
+      }
+      requested += e.bytes;
+      r.peak_requested = std::max(r.peak_requested, requested);
+      const std::size_t reserved = backend->used();
+      if (reserved > r.peak_reserved) {
+        r.peak_reserved = reserved;
+        r.fragmentation_at_peak = a.stats().fragmentation;
+      }
+    } else {
+      const auto it = live.find(e.id);
+      if (it == live.end()) {
+        ++skip;
+        continue;
+      }
+      a.deallocate(it->second.first);
+      requested -= it->second.second;
+      live.erase(it);
+    }
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.events = trace.size();
+  const allocator_stats s = a.stats();
+  r.peak_allocated = static_cast<std::size_t>(s.allocated_bytes.peak);
+  r.backend_allocations = s.device_allocations;
+  if (skipped) *skipped = skip;
+  for (auto& [id, pb] : live) a.deallocate(pb.first);
+  return r;
+}
+
+std::vector<replay_event> mixed_trace(std::size_t ops, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> ls(std::log(512.0), std::log(32.0 * 1024 * 1024));
+  constexpr std::size_t kSlots = 256;
+  std::vector<replay_event> v;
+  v.reserve(ops + kSlots);
+  std::vector<bool> live(kSlots, false);
+  for (std::size_t i = 0; i < ops; ++i) {
+    const std::size_t slot = rng() % kSlots;
+    const auto bytes = static_cast<std::size_t>(std::exp(ls(rng)));
+    v.push_back({live[slot] ? replay_event::op::free : replay_event::op::alloc, slot, bytes, 0});
+    live[slot] = !live[slot];
+  }
+  for (std::size_t s = 0; s < kSlots; ++s)
+    if (live[s]) v.push_back({replay_event::op::free, s, 0, 0});
+  return v;
+}
+
+std::vector<replay_event> transformer_trace(int steps, std::uint64_t seed) {
+  // Per step: a batch of varying size runs through 24 layers; each layer keeps 4 activations for
+  // the backward pass and makes 2 temporaries; the backward pass frees the activations in
+  // reverse, making gradient temporaries on the way; weights (allocated once) stay.
+  std::mt19937_64 rng(seed);
+  std::vector<replay_event> v;
+  std::uint64_t next_id = 1;
+  auto alloc = [&](std::size_t bytes) {
+    v.push_back({replay_event::op::alloc, next_id, bytes, 0});
+    return next_id++;
+  };
+  auto release = [&](std::uint64_t id) { v.push_back({replay_event::op::free, id, 0, 0}); };
+  constexpr int kLayers = 24;
+  constexpr std::size_t kHidden = 2048;
+  for (int l = 0; l < kLayers; ++l) {
+    (void)alloc(4 * kHidden * kHidden * 2);  // weights, bf16
+    (void)alloc(kHidden * 4);                // bias / norm
+  }
+  std::uniform_int_distribution<int> batch(2, 16), seq(256, 2048);
+  for (int s = 0; s < steps; ++s) {
+    const std::size_t tokens = static_cast<std::size_t>(batch(rng)) * static_cast<std::size_t>(seq(rng));
+    std::vector<std::uint64_t> saved;
+    for (int l = 0; l < kLayers; ++l) {
+      const auto t1 = alloc(tokens * kHidden * 2 * 3);  // qkv temporaries
+      saved.push_back(alloc(tokens * kHidden * 2));
+      saved.push_back(alloc(tokens * kHidden * 2 * 4));  // mlp up
+      saved.push_back(alloc(tokens * 4));                // norm stats
+      const auto t2 = alloc(tokens * kHidden * 2);
+      release(t1);
+      saved.push_back(alloc(tokens * kHidden * 2));
+      release(t2);
+    }
+    for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
+      const auto g = alloc(tokens * kHidden * 2);  // gradient temporary
+      release(*it);
+      release(g);
+    }
+  }
+  return v;
+}
+
+}  // namespace gpu_basics
