@@ -98,10 +98,19 @@ std::string_view to_string(history_kind k) noexcept {
 namespace {
 
 struct block;
+struct thread_cache;
+struct expandable_range;
+
+/// Free blocks best-fit: by stream, then size, then address (PyTorch's BlockComparatorSize).
 struct block_less {
   bool operator()(const block* a, const block* b) const noexcept;
 };
+/// Unmapped parts of expandable ranges: by stream, then address (BlockComparatorAddress).
+struct block_address_less {
+  bool operator()(const block* a, const block* b) const noexcept;
+};
 using free_set = std::set<block*, block_less>;
+using unmapped_set = std::set<block*, block_address_less>;
 
 struct block {
   std::uintptr_t ptr = 0;
@@ -111,13 +120,16 @@ struct block {
   bool small = false;
   bool allocated = false;
   bool in_free_set = false;
-  bool queued = false;  // listed in impl::unmerged
+  bool mapped = true;  // false: an unmapped part of an expandable range
   int pending_events = 0;
   block* prev = nullptr;
   block* next = nullptr;
-  std::size_t segment_bytes = 0;  // set on a segment's first block
+  std::size_t segment_bytes = 0;      // set on a plain segment's first block
+  expandable_range* range = nullptr;  // the expandable range this block is part of
+  thread_cache* owner = nullptr;      // the thread cache holding it (cached or handed out)
+  std::uint64_t gc_count_base = 0;    // the pool's lookup count when it was last freed
   std::vector<stream_handle> stream_uses;
-  // Container nodes kept while the block is outside the container, so the hot path reinserts
+  // Container node kept while the block is outside the free set, so the hot path reinserts
   // without allocating.
   free_set::node_type free_node;
 
@@ -130,6 +142,22 @@ bool block_less::operator()(const block* a, const block* b) const noexcept {
   if (a->size != b->size) return a->size < b->size;
   return a->ptr < b->ptr;
 }
+
+bool block_address_less::operator()(const block* a, const block* b) const noexcept {
+  if (a->stream != b->stream) return a->stream < b->stream;
+  return a->ptr < b->ptr;
+}
+
+/// One stream's growable address range (expandable segments): reserved once, mapped in pages.
+struct expandable_range {
+  std::uintptr_t base = 0;
+  std::size_t bytes = 0;  // address space reserved
+  std::size_t page = 0;   // mapping unit: 2 MiB (small pool) or 20 MiB (large pool)
+  stream_handle stream = 0;
+  bool small = false;
+  block* head = nullptr;  // the block at `base` (blocks only merge into their left neighbour)
+  std::size_t mapped_bytes = 0;
+};
 
 /// Live allocations by address: open addressing with linear probing and backward-shift
 /// deletion over a power-of-two table (no per-insert allocation, no modulo by a prime).
@@ -203,8 +231,6 @@ inline void cpu_relax() noexcept {
 #endif
 }
 
-}  // namespace
-
 /// A test-and-test-and-set lock: the allocator's critical sections are a few dozen
 /// nanoseconds, shorter than a futex round trip, so waiters spin briefly and then yield.
 class spin_lock {
@@ -227,21 +253,126 @@ class spin_lock {
   std::atomic<bool> flag_{false};
 };
 
+/// Changes of one counter made by a thread's fast path since it was last folded into the
+/// allocator's stats: `now` is the net change, `high` its highest value since the fold.
+struct stat_delta {
+  std::int64_t now = 0, high = 0, added = 0, removed = 0;
+  void add(std::int64_t n) noexcept {
+    now += n;
+    added += n;
+    high = std::max(high, now);
+  }
+  void sub(std::int64_t n) noexcept {
+    now -= n;
+    removed += n;
+  }
+  /// Folds into `s`: the peak reached while only this thread moved the counter is s.current at
+  /// the last fold plus `high`.
+  void fold_into(memory_stat& s) noexcept {
+    s.peak = std::max(s.peak, s.current + high);
+    s.current += now;
+    s.allocated += added;
+    s.freed += removed;
+    *this = {};
+  }
+};
+
+/// A thread's cache of small blocks it freed (`cached`), and of those it handed out again from
+/// there (`out`): both without the allocator's lock. Its own lock is taken by the owning thread
+/// on every fast operation (uncontended: one atomic exchange) and by the allocator when it
+/// empties the cache or looks for a pointer handed out by it.
+struct thread_cache {
+  explicit thread_cache(std::size_t capacity) : cached(capacity), out(capacity) {}
+  spin_lock lock;
+  std::vector<block*> cached;  // free blocks, not in any free set
+  std::vector<block*> out;     // allocated blocks handed out by the fast path
+  std::size_t n_cached = 0, n_out = 0;
+  stat_delta bytes, requested, count;
+  std::atomic<bool> orphaned{false};  // its thread has ended (or forgot it): the allocator frees it
+};
+
+// Which thread cache the calling thread uses for which allocator: a few slots per thread,
+// keyed by an allocator id that is never reused. A registry of live ids lets a thread that ends
+// tell the allocators it used (and only live ones) that its caches are orphaned.
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::unordered_set<std::uint64_t>& live_allocators() {
+  static std::unordered_set<std::uint64_t> ids;
+  return ids;
+}
+std::atomic<std::uint64_t> next_allocator_id{1};
+
+struct thread_slots {
+  static constexpr std::size_t kSlots = 4;
+  std::uint64_t ids[kSlots] = {};
+  thread_cache* caches[kSlots] = {};
+  std::size_t next = 0;
+  /// Marks a cache orphaned if its allocator is still alive.
+  static void orphan(std::uint64_t id, thread_cache* c) noexcept {
+    std::lock_guard lock(registry_mutex());
+    if (live_allocators().count(id)) c->orphaned.store(true, std::memory_order_release);
+  }
+  ~thread_slots() {
+    for (std::size_t i = 0; i < kSlots; ++i)
+      if (ids[i]) orphan(ids[i], caches[i]);
+  }
+  [[nodiscard]] thread_cache* find(std::uint64_t id) const noexcept {
+    for (std::size_t i = 0; i < kSlots; ++i)
+      if (ids[i] == id) return caches[i];
+    return nullptr;
+  }
+  void put(std::uint64_t id, thread_cache* c) noexcept {
+    const std::size_t i = next++ % kSlots;
+    if (ids[i]) orphan(ids[i], caches[i]);
+    ids[i] = id;
+    caches[i] = c;
+  }
+};
+thread_local thread_slots tls_caches;
+
+constexpr std::size_t kMaxThreadCache = 64;
+
+}  // namespace
+
 struct caching_allocator::impl {
   allocator_backend& backend;
   allocator_options o;
+  const std::uint64_t id = next_allocator_id.fetch_add(1);
+  const bool vmm;      // expandable segments in use
+  const bool fast_ok;  // thread caches in use
+  std::atomic<bool> traced{false};
   mutable spin_lock mutex;
   free_set small_free, large_free;
+  unmapped_set small_unmapped, large_unmapped;
+  std::uint64_t small_lookups = 0, large_lookups = 0;  // for garbage collection ages
   pointer_map active;
-  std::unordered_set<block*> segments;  // first block of each segment
+  std::unordered_set<block*> segments;  // first block of each plain segment
+  std::vector<std::unique_ptr<expandable_range>> ranges;
   std::vector<std::pair<event_handle, block*>> pending;
+  std::vector<std::unique_ptr<thread_cache>> caches;
   allocator_stats st;
   std::deque<history_event> hist;
   std::function<void(const alloc_trace&)> trace;
   // Retired block records, reused with their container nodes: a warm split/merge cycle then
   // allocates nothing.
   std::vector<block*> spare;
-  std::vector<block*> unmerged;  // freed split blocks not yet merged with their neighbours
+
+  impl(allocator_backend& b, allocator_options opts)
+      : backend(b),
+        o(opts),
+        vmm(opts.expandable_segments && b.supports_virtual_memory()),
+        fast_ok(opts.thread_cache_blocks > 0 && opts.history_capacity == 0) {
+    o.thread_cache_blocks = std::min(o.thread_cache_blocks, kMaxThreadCache);
+    std::lock_guard lock(registry_mutex());
+    live_allocators().insert(id);
+  }
+  ~impl() {
+    for (block* b : spare) delete b;
+  }
+  impl(const impl&) = delete;
+  impl& operator=(const impl&) = delete;
 
   block* new_block() {
     if (spare.empty()) return new block;
@@ -251,19 +382,22 @@ struct caching_allocator::impl {
   }
   void retire(block* b) {
     b->prev = b->next = nullptr;
-    b->allocated = b->in_free_set = b->queued = false;
+    b->allocated = b->in_free_set = false;
+    b->mapped = true;
     b->pending_events = 0;
     b->segment_bytes = 0;
+    b->range = nullptr;
+    b->owner = nullptr;
     b->stream_uses.clear();
     spare.push_back(b);
   }
-  ~impl() {
-    for (block* b : spare) delete b;
-  }
-
-  impl(allocator_backend& b, allocator_options opts) : backend(b), o(opts) {}
 
   free_set& pool_of(const block* b) { return b->small ? small_free : large_free; }
+  unmapped_set& unmapped_of(const block* b) { return b->small ? small_unmapped : large_unmapped; }
+  std::uint64_t& lookups_of(bool small) { return small ? small_lookups : large_lookups; }
+  [[nodiscard]] bool gc_enabled() const {
+    return o.garbage_collection_threshold > 0 && o.reserved_limit != SIZE_MAX;
+  }
 
   void record(history_kind k, std::uintptr_t p, std::size_t n, stream_handle s) {
     if (o.history_capacity == 0) return;
@@ -280,6 +414,7 @@ struct caching_allocator::impl {
       p.insert(b);
     }
     b->in_free_set = true;
+    b->gc_count_base = lookups_of(b->small);
     if (b->is_split()) {
       st.inactive_split_bytes.add(static_cast<std::int64_t>(b->size));
       st.inactive_split_count.add(1);
@@ -296,62 +431,74 @@ struct caching_allocator::impl {
     }
   }
 
+  /// Best fit on `stream` under PyTorch's rules for oversize blocks (max_split_size). With
+  /// expandable ranges, a free block at the mapped end of a range counts as large as it could
+  /// grow, as PyTorch's get_free_block does.
   block* find_free(stream_handle stream, std::size_t rounded, bool small) {
     free_set& p = small ? small_free : large_free;
+    if (gc_enabled()) ++lookups_of(small);
     block key;
     key.stream = stream;
     key.size = rounded;
-    const auto it = p.lower_bound(&key);
+    auto it = p.lower_bound(&key);
     if (it == p.end() || (*it)->stream != stream) return nullptr;
+    if ((*it)->range) {
+      const auto growable = [](const block* b) {
+        return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
+      };
+      for (auto next = std::next(it); (*it)->range && next != p.end() &&
+                                      (*next)->stream == stream &&
+                                      growable(*next) < growable(*it);
+           ++next)
+        it = next;
+    }
     block* b = *it;
     if (rounded < o.max_split_size && b->size >= o.max_split_size) return nullptr;
     if (rounded >= o.max_split_size && b->size >= rounded + kLargeSlack) return nullptr;
     return b;
   }
 
-  bool should_split(const block* b, std::size_t rounded) const {
+  [[nodiscard]] bool should_split(const block* b, std::size_t rounded) const {
     const std::size_t remaining = b->size - rounded;
-    if (b->small) return remaining >= kMinBlock;
-    return remaining > kSmallRequest && b->size < o.max_split_size;
+    if (b->small || o.expandable_segments) return remaining >= kMinBlock;
+    return rounded < o.max_split_size && remaining > kSmallRequest;
   }
 
-  /// A block that just became free goes back to the cache as it is. Merging with free
-  /// neighbours is deferred to coalesce() (run before a miss turns into a new segment, and by
-  /// empty_cache and stats): a warm allocate/free pair then finds its own block again, exactly
-  /// sized, instead of splitting and re-merging a segment every time.
+  /// A block that just became free merges with its free neighbours at once (as PyTorch's
+  /// free_block), so the cache always holds the largest blocks it can: deferring the merge lets
+  /// later requests split fragments that a merged block would have served whole.
   void free_block(block* b) {
     st.active_bytes.sub(static_cast<std::int64_t>(b->size));
     st.active_count.sub(1);
+    merge_and_insert(b);
+  }
+
+  void merge_and_insert(block* b) {
+    if (b->prev && b->prev->in_free_set) {
+      block* a = b->prev;
+      remove_free(a);
+      absorb(a, b);
+      b = a;
+    }
+    if (b->next && b->next->in_free_set) {
+      block* n = b->next;
+      remove_free(n);
+      absorb(b, n);
+    }
     insert_free(b);
-    if (b->is_split() && !b->queued) {
-      b->queued = true;
-      unmerged.push_back(b);
-    }
   }
 
-  /// Merges the blocks freed since the last call with their free neighbours. Entries may be
-  /// stale (merged away, or allocated again since): the `queued` flag tells.
-  void coalesce() {
-    for (block* b : unmerged) {
-      if (!b->queued) continue;
-      b->queued = false;
-      if (!b->in_free_set) continue;
-      while (b->prev && b->prev->in_free_set) b = merge(b->prev, b);
-      while (b->next && b->next->in_free_set) b = merge(b, b->next);
-    }
-    unmerged.clear();
-  }
-
-  /// a absorbs its free right neighbour n; both are free. Returns a.
-  block* merge(block* a, block* n) {
-    remove_free(a);
-    remove_free(n);
+  /// a takes in its right neighbour n (both outside every set). n is retired.
+  void absorb(block* a, block* n) {
     a->size += n->size;
     a->next = n->next;
     if (n->next) n->next->prev = a;
     retire(n);
-    insert_free(a);
-    return a;
+  }
+
+  void complete_free(block* b) {
+    record(history_kind::free_completed, b->ptr, b->size, b->stream);
+    free_block(b);
   }
 
   void process_events() {
@@ -360,39 +507,369 @@ struct caching_allocator::impl {
         pending, [&](const auto& entry) { return backend.event_done(entry.first); },
         [&](const auto& entry) {
           backend.release_event(entry.first);
-          if (--entry.second->pending_events == 0) free_block(entry.second);
+          if (--entry.second->pending_events == 0) complete_free(entry.second);
         });
   }
 
-  std::uintptr_t alloc_segment(std::size_t bytes) {
-    if (o.reserved_limit != SIZE_MAX &&
-        static_cast<std::size_t>(st.reserved_bytes.current) + bytes > o.reserved_limit)
-      return 0;
-    void* p = backend.allocate(bytes);
-    return reinterpret_cast<std::uintptr_t>(p);
+  // ---- thread caches (all under the allocator's lock) ----------------------------------------
+
+  thread_cache* my_cache() const noexcept { return fast_ok ? tls_caches.find(id) : nullptr; }
+
+  thread_cache* my_cache_or_new() {
+    if (!fast_ok) return nullptr;
+    if (thread_cache* c = tls_caches.find(id)) return c;
+    caches.push_back(std::make_unique<thread_cache>(o.thread_cache_blocks));
+    tls_caches.put(id, caches.back().get());
+    return caches.back().get();
+  }
+
+  void fold(thread_cache& c) {
+    // The fast path hands out and takes back blocks with no pending events: active moves with
+    // allocated.
+    st.active_bytes.peak = std::max(st.active_bytes.peak, st.active_bytes.current + c.bytes.high);
+    st.active_bytes.current += c.bytes.now;
+    st.active_count.peak = std::max(st.active_count.peak, st.active_count.current + c.count.high);
+    st.active_count.current += c.count.now;
+    c.bytes.fold_into(st.allocated_bytes);
+    c.requested.fold_into(st.requested_bytes);
+    c.count.fold_into(st.allocation_count);
+  }
+
+  void fold_mine() {
+    if (thread_cache* c = my_cache()) {
+      std::lock_guard lock(c->lock);
+      fold(*c);
+    }
+  }
+
+  /// Folds every thread cache's counters; with `empty`, also returns their cached blocks to the
+  /// shared cache (merged); orphaned caches give their handed-out blocks to the shared map and
+  /// are deleted.
+  void sweep_caches(bool empty) {
+    for (std::size_t i = 0; i < caches.size();) {
+      thread_cache& c = *caches[i];
+      const bool orphan = c.orphaned.load(std::memory_order_acquire);
+      {
+        std::lock_guard lock(c.lock);
+        fold(c);
+        if (empty || orphan) {
+          for (std::size_t k = 0; k < c.n_cached; ++k) {
+            block* b = c.cached[k];
+            b->owner = nullptr;
+            merge_and_insert(b);
+          }
+          c.n_cached = 0;
+        }
+        if (orphan) {
+          for (std::size_t k = 0; k < c.n_out; ++k) {
+            c.out[k]->owner = nullptr;
+            active.insert(c.out[k]->ptr, c.out[k]);
+          }
+          c.n_out = 0;
+        }
+      }
+      if (orphan) {
+        caches[i] = std::move(caches.back());
+        caches.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+
+  /// A live allocation handed out by some thread's fast path: moved into the shared map (its
+  /// counters with it), so the caller can treat it as any other.
+  block* adopt_from_caches(std::uintptr_t p) {
+    for (auto& cp : caches) {
+      thread_cache& c = *cp;
+      std::lock_guard lock(c.lock);
+      for (std::size_t k = 0; k < c.n_out; ++k) {
+        block* b = c.out[k];
+        if (b->ptr != p) continue;
+        c.out[k] = c.out[--c.n_out];
+        fold(c);
+        b->owner = nullptr;
+        active.insert(b->ptr, b);
+        return b;
+      }
+    }
+    return nullptr;
+  }
+
+  block* find_live(std::uintptr_t p) {
+    block* b = active.find(p);
+    return b ? b : adopt_from_caches(p);
+  }
+
+  [[nodiscard]] bool caches_hold_blocks() const {
+    for (const auto& c : caches)
+      if (c->n_cached) return true;
+    return false;
+  }
+
+  // ---- segments and expandable ranges -----------------------------------------------------
+
+  [[nodiscard]] bool within_limit(std::size_t bytes) const {
+    return o.reserved_limit == SIZE_MAX ||
+           static_cast<std::size_t>(st.reserved_bytes.current) + bytes <= o.reserved_limit;
+  }
+
+  /// A new plain segment for `rounded`, outside every set; nullptr when the backend has none.
+  block* new_segment(std::size_t rounded, bool small, stream_handle stream) {
+    const std::size_t seg = small ? kSmallSegment : segment_size_for(rounded);
+    if (!within_limit(seg)) return nullptr;
+    const auto p = reinterpret_cast<std::uintptr_t>(backend.allocate(seg));
+    if (!p) return nullptr;
+    block* b = new_block();
+    b->ptr = p;
+    b->size = seg;
+    b->stream = stream;
+    b->small = small;
+    b->segment_bytes = seg;
+    segments.insert(b);
+    st.reserved_bytes.add(static_cast<std::int64_t>(seg));
+    st.segment_count.add(1);
+    ++st.device_allocations;
+    record(history_kind::segment_alloc, p, seg, stream);
+    return b;
+  }
+
+  expandable_range* new_range(stream_handle stream, bool small) {
+    const std::size_t page = small ? kSmallSegment : kLargeSegment;
+    const std::size_t want = backend.address_space_bytes();
+    const std::size_t bytes = std::max(page, (want + page - 1) / page * page);
+    const std::uintptr_t base = backend.reserve_address(bytes);
+    if (!base) return nullptr;
+    auto r = std::make_unique<expandable_range>();
+    r->base = base;
+    r->bytes = bytes;
+    r->page = page;
+    r->stream = stream;
+    r->small = small;
+    block* b = new_block();
+    b->ptr = base;
+    b->size = bytes;
+    b->stream = stream;
+    b->small = small;
+    b->mapped = false;
+    b->range = r.get();
+    r->head = b;
+    unmapped_of(b).insert(b);
+    ranges.push_back(std::move(r));
+    st.segment_count.add(1);
+    return ranges.back().get();
+  }
+
+  /// Maps the first `bytes` (rounded up to pages) of the unmapped block `u`; the mapped part
+  /// becomes a free block merged with free neighbours. False when the backend has no memory.
+  bool map_block(block* u, std::size_t bytes) {
+    expandable_range& r = *u->range;
+    const std::size_t n = std::min(u->size, (bytes + r.page - 1) / r.page * r.page);
+    if (!within_limit(n)) return false;
+    std::size_t done = 0;
+    for (; done < n; done += r.page)
+      if (!backend.map(u->ptr + done, r.page)) break;
+    if (done < n) {
+      for (std::size_t k = 0; k < done; k += r.page) backend.unmap(u->ptr + k, r.page);
+      return false;
+    }
+    unmapped_of(u).erase(u);
+    if (n < u->size) {  // the rest stays unmapped, after u
+      block* rest = new_block();
+      rest->ptr = u->ptr + n;
+      rest->size = u->size - n;
+      rest->stream = u->stream;
+      rest->small = u->small;
+      rest->mapped = false;
+      rest->range = u->range;
+      rest->prev = u;
+      rest->next = u->next;
+      if (u->next) u->next->prev = rest;
+      u->next = rest;
+      u->size = n;
+      unmapped_of(rest).insert(rest);
+    }
+    u->mapped = true;
+    r.mapped_bytes += n;
+    st.reserved_bytes.add(static_cast<std::int64_t>(n));
+    ++st.device_allocations;
+    record(history_kind::segment_map, u->ptr, n, u->stream);
+    merge_and_insert(u);
+    return true;
+  }
+
+  /// A free block of at least `rounded` bytes on `stream` in an expandable range, mapping what
+  /// is missing (PyTorch's try_allocate_expandable_block); it stays in the free set.
+  block* expandable_block(std::size_t rounded, bool small, stream_handle stream) {
+    const auto usable = [](const block* b) { return b && b->in_free_set; };
+    unmapped_set& u = small ? small_unmapped : large_unmapped;
+    block key;
+    key.stream = stream;
+    key.ptr = 0;
+    block* c = nullptr;
+    for (auto it = u.lower_bound(&key); it != u.end() && (*it)->stream == stream; ++it) {
+      block* cand = (*it)->prev && usable((*it)->prev) ? (*it)->prev : *it;
+      std::size_t room = 0;
+      for (block* b = cand; b && room < rounded && (usable(b) || !b->mapped); b = b->next)
+        room += b->size;
+      if (room >= rounded) {
+        c = cand;
+        break;
+      }
+    }
+    if (!c) {
+      expandable_range* r = new_range(stream, small);
+      if (!r) return nullptr;
+      c = r->head;
+      if (c->size < rounded) return nullptr;
+    }
+    // c is unmapped, or free and followed by unmapped space: map until it is large enough.
+    if (!c->mapped) {
+      block* prev = c->prev;
+      const bool prev_free = prev && prev->in_free_set;
+      if (!map_block(c, rounded)) return nullptr;
+      if (prev_free) c = prev;  // map_block merged the mapped part into its free neighbour
+    }
+    while (c->size < rounded) {
+      block* u2 = c->next;
+      if (!u2 || u2->mapped) return nullptr;
+      if (!map_block(u2, rounded - c->size)) return nullptr;  // merges into c
+    }
+    return c;
+  }
+
+  /// Unmaps the whole pages inside the free block b of an expandable range (PyTorch's
+  /// unmap_block): what lies before and after them stays a free mapped block.
+  void unmap_block(block* b) {
+    expandable_range& r = *b->range;
+    const std::uintptr_t first = r.base + (b->ptr - r.base + r.page - 1) / r.page * r.page;
+    const std::uintptr_t last = r.base + (b->ptr + b->size - r.base) / r.page * r.page;
+    if (last <= first) return;
+    remove_free(b);
+    block* mid = b;
+    if (first > b->ptr) {  // b keeps the part before; mid is new
+      mid = new_block();
+      mid->ptr = first;
+      mid->size = b->ptr + b->size - first;
+      mid->stream = b->stream;
+      mid->small = b->small;
+      mid->range = b->range;
+      mid->prev = b;
+      mid->next = b->next;
+      if (b->next) b->next->prev = mid;
+      b->next = mid;
+      b->size = first - b->ptr;
+      insert_free(b);
+    }
+    if (mid->ptr + mid->size > last) {  // the part after stays free
+      block* after = new_block();
+      after->ptr = last;
+      after->size = mid->ptr + mid->size - last;
+      after->stream = mid->stream;
+      after->small = mid->small;
+      after->range = mid->range;
+      after->prev = mid;
+      after->next = mid->next;
+      if (mid->next) mid->next->prev = after;
+      mid->next = after;
+      mid->size = last - mid->ptr;
+      insert_free(after);
+    }
+    for (std::uintptr_t p = mid->ptr; p < mid->ptr + mid->size; p += r.page)
+      backend.unmap(p, r.page);
+    mid->mapped = false;
+    r.mapped_bytes -= mid->size;
+    st.reserved_bytes.sub(static_cast<std::int64_t>(mid->size));
+    ++st.device_frees;
+    record(history_kind::segment_unmap, mid->ptr, mid->size, mid->stream);
+    unmapped_set& u = unmapped_of(mid);
+    if (mid->prev && !mid->prev->mapped) {  // merge with unmapped neighbours
+      block* a = mid->prev;
+      u.erase(a);
+      absorb(a, mid);
+      mid = a;
+    }
+    if (mid->next && !mid->next->mapped) {
+      block* n = mid->next;
+      u.erase(n);
+      absorb(mid, n);
+    }
+    u.insert(mid);
+  }
+
+  void release_segment(block* h) {
+    remove_free(h);
+    backend.deallocate(reinterpret_cast<void*>(h->ptr), h->segment_bytes);
+    st.reserved_bytes.sub(static_cast<std::int64_t>(h->segment_bytes));
+    st.segment_count.sub(1);
+    ++st.device_frees;
+    record(history_kind::segment_free, h->ptr, h->segment_bytes, h->stream);
+    segments.erase(h);
+    retire(h);
+  }
+
+  /// PyTorch's garbage_collect_cached_blocks: past the threshold of the reserved limit, return
+  /// whole free large segments that have waited longest (older than the average first).
+  void garbage_collect() {
+    const auto threshold =
+        static_cast<std::size_t>(o.garbage_collection_threshold * static_cast<double>(o.reserved_limit));
+    const auto reserved = static_cast<std::size_t>(st.reserved_bytes.current);
+    if (reserved <= threshold) return;
+    const std::size_t target = reserved - threshold;
+    std::vector<block*> candidates;
+    std::uint64_t total_age = 0;
+    for (block* b : large_free)
+      if (!b->is_split() && !b->range) {
+        candidates.push_back(b);
+        total_age += large_lookups - b->gc_count_base;
+      }
+    std::size_t reclaimed = 0;
+    bool freed = true;
+    while (reclaimed < target && freed && !candidates.empty()) {
+      const double threshold_age =
+          static_cast<double>(total_age) / static_cast<double>(candidates.size());
+      freed = false;
+      for (std::size_t i = 0; i < candidates.size();) {
+        block* b = candidates[i];
+        const std::uint64_t age = large_lookups - b->gc_count_base;
+        if (static_cast<double>(age) >= threshold_age) {
+          reclaimed += b->size;
+          total_age -= age;
+          candidates[i] = candidates.back();
+          candidates.pop_back();
+          release_segment(b);
+          freed = true;
+        } else {
+          ++i;
+        }
+      }
+    }
   }
 
   empty_cache_report release_cached() {
-    coalesce();
+    sweep_caches(true);
     empty_cache_report r;
     for (auto it = segments.begin(); it != segments.end();) {
       block* h = *it;
+      ++it;
       if (!h->next && h->is_free() && h->in_free_set) {
-        remove_free(h);
-        backend.deallocate(reinterpret_cast<void*>(h->ptr), h->segment_bytes);
-        st.reserved_bytes.sub(static_cast<std::int64_t>(h->segment_bytes));
-        st.segment_count.sub(1);
-        ++st.device_frees;
-        record(history_kind::segment_free, h->ptr, h->segment_bytes, h->stream);
         r.released_bytes += h->segment_bytes;
         ++r.released_segments;
-        it = segments.erase(it);
-        retire(h);
-        continue;
+        release_segment(h);
       }
+    }
+    for (const auto& rg : ranges) {
+      const std::size_t before = rg->mapped_bytes;
+      std::vector<block*> free_blocks;
+      for (block* b = rg->head; b; b = b->next)
+        if (b->in_free_set) free_blocks.push_back(b);
+      for (block* b : free_blocks) unmap_block(b);
+      r.released_bytes += before - rg->mapped_bytes;
+    }
+    for (const block* h : segments) {
       r.kept_bytes += h->segment_bytes;
       bool in_use = false, waiting = false;
-      for (block* b = h; b; b = b->next) {
+      for (const block* b = h; b; b = b->next) {
         in_use |= b->allocated;
         waiting |= !b->allocated && b->pending_events > 0;
       }
@@ -400,7 +877,18 @@ struct caching_allocator::impl {
         ++r.kept_in_use_segments;
       else if (waiting)
         ++r.kept_pending_segments;
-      ++it;
+    }
+    for (const auto& rg : ranges) {
+      r.kept_bytes += rg->mapped_bytes;
+      bool in_use = false, waiting = false;
+      for (const block* b = rg->head; b; b = b->next) {
+        in_use |= b->allocated;
+        waiting |= !b->allocated && b->pending_events > 0;
+      }
+      if (in_use)
+        ++r.kept_in_use_segments;
+      else if (waiting)
+        ++r.kept_pending_segments;
     }
     return r;
   }
@@ -411,6 +899,11 @@ struct caching_allocator::impl {
       for (const block* b : *p) {
         total += b->size;
         largest = std::max(largest, b->size);
+      }
+    for (const auto& c : caches)
+      for (std::size_t k = 0; k < c->n_cached; ++k) {
+        total += c->cached[k]->size;
+        largest = std::max(largest, c->cached[k]->size);
       }
     s.cached_free_bytes = total;
     s.largest_free_block = largest;
@@ -437,6 +930,106 @@ struct caching_allocator::impl {
                     limit, backend.name(), mib(dev_free), mib(dev_total)),
         bytes);
   }
+
+  /// A block for `rounded` from the backend: a mapped part of an expandable range, or a new
+  /// segment. Free (in its free set) for a range, outside every set for a segment.
+  block* from_backend(std::size_t rounded, bool small, stream_handle stream) {
+    if (vmm) return expandable_block(rounded, small, stream);
+    return new_segment(rounded, small, stream);
+  }
+
+  void* allocate_slow(std::size_t bytes, stream_handle stream) {
+    fold_mine();
+    process_events();
+    const std::size_t rounded = round_request(bytes, o);
+    const bool small = is_small_request(rounded);
+    alloc_source source = alloc_source::cache_hit;
+    block* b = find_free(stream, rounded, small);
+    if (!b && caches_hold_blocks()) {  // blocks kept by threads may fit, alone or merged
+      sweep_caches(true);
+      b = find_free(stream, rounded, small);
+    }
+    if (!b) {
+      if (gc_enabled()) garbage_collect();
+      source = alloc_source::new_segment;
+      b = from_backend(rounded, small, stream);
+      if (!b) {
+        // Free what the cache holds (after letting pending stream work finish) and try again.
+        backend.synchronize();
+        process_events();
+        (void)release_cached();
+        b = from_backend(rounded, small, stream);
+        if (!b) throw_oom(bytes, rounded, stream);
+        ++st.alloc_retries;
+        source = alloc_source::after_retry;
+      }
+    }
+    if (b->in_free_set) remove_free(b);
+    if (should_split(b, rounded)) {
+      auto* rest = new_block();
+      rest->ptr = b->ptr + rounded;
+      rest->size = b->size - rounded;
+      rest->stream = b->stream;
+      rest->small = b->small;
+      rest->range = b->range;
+      rest->prev = b;
+      rest->next = b->next;
+      if (b->next) b->next->prev = rest;
+      b->next = rest;
+      b->size = rounded;
+      insert_free(rest);
+      if (source == alloc_source::cache_hit) source = alloc_source::split;
+    }
+    b->allocated = true;
+    b->requested = bytes;
+    active.insert(b->ptr, b);
+    st.allocated_bytes.add(static_cast<std::int64_t>(b->size));
+    st.requested_bytes.add(static_cast<std::int64_t>(bytes));
+    st.active_bytes.add(static_cast<std::int64_t>(b->size));
+    st.allocation_count.add(1);
+    st.active_count.add(1);
+    record(history_kind::alloc, b->ptr, b->size, stream);
+    if (trace)
+      trace({bytes, rounded, small, stream, source, st.allocated_bytes.current,
+             st.reserved_bytes.current});
+    return reinterpret_cast<void*>(b->ptr);
+  }
+
+  void deallocate_slow(std::uintptr_t p) {
+    fold_mine();
+    block* b = find_live(p);
+    if (!b)
+      throw logic_error(fmt::format("deallocate({:#x}): not a live allocation of this allocator", p));
+    active.erase(p);
+    st.allocated_bytes.sub(static_cast<std::int64_t>(b->size));
+    st.requested_bytes.sub(static_cast<std::int64_t>(b->requested));
+    st.allocation_count.sub(1);
+    b->allocated = false;
+    record(history_kind::free, b->ptr, b->size, b->stream);
+    if (!b->stream_uses.empty()) {
+      for (stream_handle s : b->stream_uses) {
+        pending.emplace_back(backend.record_event(s), b);
+        ++b->pending_events;
+      }
+      b->stream_uses.clear();
+      return;
+    }
+    record(history_kind::free_completed, b->ptr, b->size, b->stream);
+    // A small block goes to the freeing thread's cache, for its next request of the size.
+    if (b->small && !b->range && !traced.load(std::memory_order_relaxed)) {
+      if (thread_cache* c = my_cache_or_new()) {
+        std::lock_guard lock(c->lock);
+        if (c->n_cached + c->n_out < c->cached.size()) {
+          st.active_bytes.sub(static_cast<std::int64_t>(b->size));
+          st.active_count.sub(1);
+          b->owner = c;
+          c->cached[c->n_cached++] = b;
+          return;
+        }
+      }
+    }
+    free_block(b);
+  }
 };
 
 namespace {
@@ -452,121 +1045,89 @@ caching_allocator::caching_allocator(std::shared_ptr<allocator_backend> backend,
     : backend_(checked(std::move(backend))), o_(o), impl_(std::make_unique<impl>(*backend_, o)) {}
 
 caching_allocator::~caching_allocator() {
-  std::lock_guard lock(impl_->mutex);
+  auto& m = *impl_;
+  {
+    std::lock_guard lock(registry_mutex());
+    live_allocators().erase(m.id);  // threads that end from now on leave its caches alone
+  }
+  std::lock_guard lock(m.mutex);
   try {
-    impl_->backend.synchronize();
+    m.backend.synchronize();
   } catch (...) {
   }
-  impl_->process_events();
-  (void)impl_->release_cached();
-  for (auto& [e, b] : impl_->pending) impl_->backend.release_event(e);
-  for (block* h : impl_->segments) {  // still in use: the memory stays with its users
+  m.process_events();
+  (void)m.release_cached();
+  for (auto& [e, b] : m.pending) m.backend.release_event(e);
+  // Still in use: the memory stays with its users.
+  const auto delete_chain = [](block* h) {
     for (block* b = h; b;) {
       block* n = b->next;
       delete b;
       b = n;
     }
+  };
+  for (block* h : m.segments) delete_chain(h);
+  for (const auto& r : m.ranges) {
+    const bool empty = r->mapped_bytes == 0;
+    delete_chain(r->head);
+    if (empty) m.backend.release_address(r->base, r->bytes);
   }
 }
 
 void* caching_allocator::allocate(std::size_t bytes, stream_handle stream) {
   auto& m = *impl_;
-  std::lock_guard lock(m.mutex);
-  m.process_events();
-  const std::size_t rounded = round_request(bytes);
-  const bool small = is_small_request(rounded);
-  alloc_source source = alloc_source::cache_hit;
-  block* b = m.find_free(stream, rounded, small);
-  if (!b && !m.unmerged.empty()) {  // merged neighbours may fit where no single block did
-    m.coalesce();
-    b = m.find_free(stream, rounded, small);
-  }
-  if (b) {
-    m.remove_free(b);
-  } else {
-    const std::size_t seg = small ? kSmallSegment : segment_size_for(rounded);
-    std::uintptr_t p = m.alloc_segment(seg);
-    source = alloc_source::new_segment;
-    if (!p) {
-      // Free what the cache holds (after letting pending stream work finish) and try again.
-      m.backend.synchronize();
-      m.process_events();
-      (void)m.release_cached();
-      p = m.alloc_segment(seg);
-      if (!p) m.throw_oom(bytes, rounded, stream);
-      ++m.st.alloc_retries;
-      source = alloc_source::after_retry;
+  if (m.fast_ok && !m.traced.load(std::memory_order_relaxed)) {
+    if (thread_cache* c = m.my_cache()) {
+      const std::size_t rounded = round_request(bytes, m.o);
+      if (is_small_request(rounded)) {
+        std::lock_guard lock(c->lock);
+        for (std::size_t k = 0; k < c->n_cached; ++k) {
+          block* b = c->cached[k];
+          if (b->stream != stream || b->size < rounded || b->size - rounded >= kMinBlock) continue;
+          c->cached[k] = c->cached[--c->n_cached];
+          c->out[c->n_out++] = b;
+          b->allocated = true;
+          b->requested = bytes;
+          c->bytes.add(static_cast<std::int64_t>(b->size));
+          c->requested.add(static_cast<std::int64_t>(bytes));
+          c->count.add(1);
+          return reinterpret_cast<void*>(b->ptr);
+        }
+      }
     }
-    b = m.new_block();
-    b->ptr = p;
-    b->size = seg;
-    b->stream = stream;
-    b->small = small;
-    b->segment_bytes = seg;
-    m.segments.insert(b);
-    m.st.reserved_bytes.add(static_cast<std::int64_t>(seg));
-    m.st.segment_count.add(1);
-    ++m.st.device_allocations;
-    m.record(history_kind::segment_alloc, p, seg, stream);
   }
-  if (m.should_split(b, rounded)) {
-    auto* rest = m.new_block();
-    rest->ptr = b->ptr + rounded;
-    rest->size = b->size - rounded;
-    rest->stream = b->stream;
-    rest->small = b->small;
-    rest->prev = b;
-    rest->next = b->next;
-    if (b->next) b->next->prev = rest;
-    b->next = rest;
-    b->size = rounded;
-    m.insert_free(rest);
-    if (source == alloc_source::cache_hit) source = alloc_source::split;
-  }
-  b->allocated = true;
-  b->requested = bytes;
-  m.active.insert(b->ptr, b);
-  auto& st = m.st;
-  st.allocated_bytes.add(static_cast<std::int64_t>(b->size));
-  st.requested_bytes.add(static_cast<std::int64_t>(bytes));
-  st.active_bytes.add(static_cast<std::int64_t>(b->size));
-  st.allocation_count.add(1);
-  st.active_count.add(1);
-  m.record(history_kind::alloc, b->ptr, b->size, stream);
-  if (m.trace)
-    m.trace({bytes, rounded, small, stream, source, st.allocated_bytes.current,
-             st.reserved_bytes.current});
-  return reinterpret_cast<void*>(b->ptr);
+  std::lock_guard lock(m.mutex);
+  return m.allocate_slow(bytes, stream);
 }
 
 void caching_allocator::deallocate(void* p) {
   if (!p) return;
   auto& m = *impl_;
-  std::lock_guard lock(m.mutex);
-  block* b = m.active.erase(reinterpret_cast<std::uintptr_t>(p));
-  if (!b)
-    throw logic_error(fmt::format("deallocate({}): not a live allocation of this allocator", p));
-  auto& st = m.st;
-  st.allocated_bytes.sub(static_cast<std::int64_t>(b->size));
-  st.requested_bytes.sub(static_cast<std::int64_t>(b->requested));
-  st.allocation_count.sub(1);
-  b->allocated = false;
-  m.record(history_kind::free, b->ptr, b->size, b->stream);
-  if (!b->stream_uses.empty()) {
-    for (stream_handle s : b->stream_uses) {
-      m.pending.emplace_back(m.backend.record_event(s), b);
-      ++b->pending_events;
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  thread_cache* c = m.traced.load(std::memory_order_relaxed) ? nullptr : m.my_cache();
+  if (c) {
+    std::lock_guard lock(c->lock);
+    for (std::size_t k = 0; k < c->n_out; ++k) {
+      block* b = c->out[k];
+      if (b->ptr != addr) continue;
+      if (!b->stream_uses.empty()) break;  // used on other streams: events, on the slow path
+      c->out[k] = c->out[--c->n_out];
+      c->cached[c->n_cached++] = b;
+      b->allocated = false;
+      c->bytes.sub(static_cast<std::int64_t>(b->size));
+      c->requested.sub(static_cast<std::int64_t>(b->requested));
+      c->count.sub(1);
+      return;
     }
-    b->stream_uses.clear();
-    return;
   }
-  m.free_block(b);
+  std::lock_guard lock(m.mutex);
+  m.deallocate_slow(addr);
 }
 
 void caching_allocator::record_stream(void* p, stream_handle stream) {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
-  block* b = m.active.find(reinterpret_cast<std::uintptr_t>(p));
+  block* b = m.find_live(reinterpret_cast<std::uintptr_t>(p));
   if (!b) throw logic_error(fmt::format("record_stream({}): not a live allocation", p));
   if (stream == b->stream) return;  // the owning stream orders its own reuse
   if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
@@ -576,7 +1137,7 @@ void caching_allocator::record_stream(void* p, stream_handle stream) {
 std::size_t caching_allocator::block_size(void* p) const {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
-  const block* b = m.active.find(reinterpret_cast<std::uintptr_t>(p));
+  const block* b = m.find_live(reinterpret_cast<std::uintptr_t>(p));
   if (!b) throw logic_error(fmt::format("block_size({}): not a live allocation", p));
   return b->size;
 }
@@ -591,7 +1152,7 @@ empty_cache_report caching_allocator::empty_cache() {
 allocator_stats caching_allocator::stats() const {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
-  m.coalesce();  // report the cache as it is after merging
+  m.sweep_caches(true);  // report the cache merged, as it is after thread caches are emptied
   allocator_stats s = m.st;
   m.fill_free_stats(s);
   return s;
@@ -600,6 +1161,7 @@ allocator_stats caching_allocator::stats() const {
 void caching_allocator::reset_peak_stats() {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
+  m.sweep_caches(false);
   for (memory_stat* s : {&m.st.allocated_bytes, &m.st.requested_bytes, &m.st.reserved_bytes,
                          &m.st.active_bytes, &m.st.inactive_split_bytes, &m.st.allocation_count,
                          &m.st.segment_count, &m.st.active_count, &m.st.inactive_split_count})
@@ -615,18 +1177,30 @@ std::vector<history_event> caching_allocator::history() const {
 std::vector<segment_view> caching_allocator::segments() const {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
-  m.coalesce();
   std::vector<segment_view> out;
-  for (const block* h : m.segments) {
+  // One view per plain segment, and per run of mapped blocks of an expandable range (as
+  // PyTorch's snapshot reports expandable segments).
+  const auto view = [&](const block* h, bool expandable) {
     segment_view sv;
-    sv.ptr = h->ptr;
-    sv.total_size = h->segment_bytes;
-    sv.stream = h->stream;
-    sv.small = h->small;
+    const auto flush = [&] {
+      if (!sv.blocks.empty()) out.push_back(std::move(sv));
+      sv = {};
+    };
     for (const block* b = h; b; b = b->next) {
+      if (!b->mapped) {
+        flush();
+        continue;
+      }
+      if (sv.blocks.empty()) {
+        sv.ptr = b->ptr;
+        sv.stream = b->stream;
+        sv.small = b->small;
+        sv.expandable = expandable;
+      }
       block_view bv;
       bv.ptr = b->ptr;
       bv.size = b->size;
+      sv.total_size += b->size;
       if (b->allocated) {
         bv.requested = b->requested;
         bv.state = "active_allocated";
@@ -641,8 +1215,10 @@ std::vector<segment_view> caching_allocator::segments() const {
       }
       sv.blocks.push_back(bv);
     }
-    out.push_back(std::move(sv));
-  }
+    flush();
+  };
+  for (const block* h : m.segments) view(h, false);
+  for (const auto& r : m.ranges) view(r->head, true);
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.ptr < b.ptr; });
   return out;
 }
@@ -650,6 +1226,8 @@ std::vector<segment_view> caching_allocator::segments() const {
 void caching_allocator::set_trace_callback(std::function<void(const alloc_trace&)> cb) {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
+  m.traced.store(static_cast<bool>(cb));
+  m.sweep_caches(true);
   m.trace = std::move(cb);
 }
 

@@ -1,6 +1,9 @@
 #include "gpu_basics/memory/fake_backend.hpp"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
+#include <iterator>
 #include <new>
 
 namespace gpu_basics {
@@ -10,6 +13,8 @@ fake_backend::fake_backend(std::size_t capacity, bool fake_addresses)
 
 fake_backend::~fake_backend() {
   for (auto* e : events_) delete e;
+  if (!fake_addresses_)
+    for (auto& [base, n] : reservations_) munmap(reinterpret_cast<void*>(base), n);
   if (!fake_addresses_)
     for (auto& [p, n] : live_) std::free(p);
 }
@@ -102,6 +107,110 @@ std::size_t fake_backend::bad_deallocations() const {
 std::size_t fake_backend::live_events() const {
   std::lock_guard lock(mutex_);
   return events_.size();
+}
+
+}  // namespace gpu_basics
+
+namespace gpu_basics {
+
+namespace {
+constexpr std::size_t kAlign = std::size_t{2} << 20;
+}
+
+std::uintptr_t fake_backend::reserve_address(std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  if (!virtual_memory_ || bytes == 0) return 0;
+  bytes = (bytes + kAlign - 1) / kAlign * kAlign;
+  std::uintptr_t base = 0;
+  if (fake_addresses_) {
+    next_fake_ = (next_fake_ + kAlign - 1) / kAlign * kAlign;
+    base = next_fake_;
+    next_fake_ += bytes + kAlign;
+  } else {
+    // Over-reserve by one alignment unit and trim, so the range starts on a 2 MiB boundary.
+    void* p = mmap(nullptr, bytes + kAlign, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED) return 0;
+    const auto raw = reinterpret_cast<std::uintptr_t>(p);
+    base = (raw + kAlign - 1) / kAlign * kAlign;
+    if (base > raw) munmap(p, base - raw);
+    const std::uintptr_t end = raw + bytes + kAlign;
+    if (end > base + bytes) munmap(reinterpret_cast<void*>(base + bytes), end - (base + bytes));
+  }
+  reservations_.emplace(base, bytes);
+  return base;
+}
+
+void fake_backend::release_address(std::uintptr_t base, std::size_t bytes) noexcept {
+  std::lock_guard lock(mutex_);
+  bytes = (bytes + kAlign - 1) / kAlign * kAlign;
+  const auto it = reservations_.find(base);
+  const auto m = mappings_.lower_bound(base);
+  if (it == reservations_.end() || it->second != bytes ||
+      (m != mappings_.end() && m->first < base + bytes)) {  // unknown, or still mapped inside
+    ++bad_deallocations_;
+    return;
+  }
+  if (!fake_addresses_) munmap(reinterpret_cast<void*>(base), bytes);
+  reservations_.erase(it);
+}
+
+bool fake_backend::map(std::uintptr_t ptr, std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  if (fail_next_ > 0) {
+    --fail_next_;
+    return false;
+  }
+  if (bytes == 0 || bytes > capacity_ - used_) return false;
+  // Inside one reservation, and overlapping no mapping.
+  auto r = reservations_.upper_bound(ptr);
+  bool inside = r != reservations_.begin();
+  if (inside) {
+    --r;
+    inside = ptr + bytes <= r->first + r->second;
+  }
+  const auto next = mappings_.lower_bound(ptr);
+  const bool overlaps = (next != mappings_.end() && next->first < ptr + bytes) ||
+                        (next != mappings_.begin() && std::prev(next)->first +
+                                                              std::prev(next)->second > ptr);
+  if (!inside || overlaps) {
+    ++bad_deallocations_;
+    return false;
+  }
+  if (!fake_addresses_ &&
+      mprotect(reinterpret_cast<void*>(ptr), bytes, PROT_READ | PROT_WRITE) != 0)
+    return false;
+  mappings_.emplace(ptr, bytes);
+  used_ += bytes;
+  mapped_ += bytes;
+  ++maps_;
+  return true;
+}
+
+void fake_backend::unmap(std::uintptr_t ptr, std::size_t bytes) noexcept {
+  std::lock_guard lock(mutex_);
+  const auto it = mappings_.find(ptr);
+  if (it == mappings_.end() || it->second != bytes) {
+    ++bad_deallocations_;
+    return;
+  }
+  if (!fake_addresses_) {
+    madvise(reinterpret_cast<void*>(ptr), bytes, MADV_DONTNEED);
+    mprotect(reinterpret_cast<void*>(ptr), bytes, PROT_NONE);
+  }
+  mappings_.erase(it);
+  used_ -= bytes;
+  mapped_ -= bytes;
+}
+
+std::size_t fake_backend::maps() const {
+  std::lock_guard lock(mutex_);
+  return maps_;
+}
+
+std::size_t fake_backend::mapped() const {
+  std::lock_guard lock(mutex_);
+  return mapped_;
 }
 
 }  // namespace gpu_basics

@@ -281,11 +281,14 @@ TEST(CachingAllocator, HistoryIsBoundedAndExported) {
   for (int i = 0; i < 5; ++i) f.alloc.deallocate(f.alloc.allocate(1 * KiB, 7));
   const auto h = f.alloc.history();
   ASSERT_EQ(h.size(), 4u);
-  EXPECT_EQ(h.back().kind, history_kind::free);
-  EXPECT_EQ(h[h.size() - 2].kind, history_kind::alloc);
+  // As in PyTorch's snapshots: the free request, then its completion (at once: no other stream
+  // used the block).
+  EXPECT_EQ(h.back().kind, history_kind::free_completed);
+  EXPECT_EQ(h[h.size() - 2].kind, history_kind::free);
+  EXPECT_EQ(h[h.size() - 3].kind, history_kind::alloc);
   EXPECT_EQ(h.back().stream, 7u);
   EXPECT_LE(h.front().time_ns, h.back().time_ns);
-  const nlohmann::json j = h.back();
+  const nlohmann::json j = h[h.size() - 2];
   EXPECT_EQ(j["kind"], "free");
   EXPECT_EQ(j["bytes"], 1024);
 }

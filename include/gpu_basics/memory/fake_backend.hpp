@@ -40,6 +40,22 @@ class fake_backend final : public allocator_backend {
   /// "fake".
   const char* name() const noexcept override { return "fake"; }
 
+  /// Virtual memory as the CUDA driver offers it: with real addresses, reserve_address is an
+  /// inaccessible mmap that map() makes readable and writable page by page and unmap() gives
+  /// back to the kernel; with made-up addresses only the bookkeeping is kept. Mapped bytes count
+  /// against the capacity like allocations.
+  bool supports_virtual_memory() const noexcept override { return virtual_memory_; }
+  std::uintptr_t reserve_address(std::size_t bytes) override;
+  void release_address(std::uintptr_t base, std::size_t bytes) noexcept override;
+  bool map(std::uintptr_t ptr, std::size_t bytes) override;
+  void unmap(std::uintptr_t ptr, std::size_t bytes) noexcept override;
+  /// Turns virtual memory off, to test the fallback to plain segments.
+  void disable_virtual_memory() noexcept { virtual_memory_ = false; }
+  /// map() calls that succeeded.
+  [[nodiscard]] std::size_t maps() const;
+  /// Bytes mapped now (part of used()).
+  [[nodiscard]] std::size_t mapped() const;
+
   /// Completes every event recorded so far on `s` (the stream's work "ran").
   void complete_stream(stream_handle s);
   /// Makes the next `n` allocations fail (to test the retry path).
@@ -69,6 +85,11 @@ class fake_backend final : public allocator_backend {
   int fail_next_ = 0;
   std::map<void*, std::size_t> live_;
   std::set<event*> events_;
+  bool virtual_memory_ = true;
+  std::size_t maps_ = 0;
+  std::size_t mapped_ = 0;
+  std::map<std::uintptr_t, std::size_t> reservations_;  // base -> bytes
+  std::map<std::uintptr_t, std::size_t> mappings_;      // ptr -> bytes
 };
 
 }  // namespace gpu_basics
