@@ -2,6 +2,8 @@
 // (cudaHostAlloc, or malloc + cudaHostRegister), with events from a reusable pool.
 #pragma once
 
+#include <map>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -54,7 +56,11 @@ class cuda_backend_events : public allocator_backend {
 class cuda_device_backend final : public cuda_backend_events {
  public:
   /// Allocates on the current device.
-  cuda_device_backend() = default;
+  cuda_device_backend();
+  /// Returns what map() still holds (nothing, when the allocator unmapped all).
+  ~cuda_device_backend() override;
+  cuda_device_backend(const cuda_device_backend&) = delete;
+  cuda_device_backend& operator=(const cuda_device_backend&) = delete;
   /// cudaMalloc; nullptr when the device is out of memory.
   /// @throws cuda_error for any other failure.
   void* allocate(std::size_t bytes) override;
@@ -65,6 +71,27 @@ class cuda_device_backend final : public cuda_backend_events {
   std::pair<std::size_t, std::size_t> memory_info() override;
   /// "device".
   const char* name() const noexcept override { return "device"; }
+
+  // Virtual memory through the driver API (cuMemAddressReserve, cuMemCreate, cuMemMap,
+  // cuMemSetAccess), reached with cudaGetDriverEntryPointByVersion: nothing links libcuda.
+  /// Whether the device supports virtual memory management and the entry points were found.
+  bool supports_virtual_memory() const noexcept override;
+  /// cuMemAddressReserve aligned to 2 MiB; 0 when it fails.
+  std::uintptr_t reserve_address(std::size_t bytes) override;
+  /// cuMemAddressFree.
+  void release_address(std::uintptr_t base, std::size_t bytes) noexcept override;
+  /// cuMemCreate of `bytes` on this device, cuMemMap at `ptr`, cuMemSetAccess read/write; false
+  /// when the device is out of memory.
+  /// @throws cuda_error for any other failure.
+  bool map(std::uintptr_t ptr, std::size_t bytes) override;
+  /// cuMemUnmap and cuMemRelease of one map().
+  void unmap(std::uintptr_t ptr, std::size_t bytes) noexcept override;
+
+  struct driver;
+
+ private:
+  int device_ = 0;
+  std::unique_ptr<driver> driver_;
 };
 
 enum class pinning_method { host_alloc, host_register };

@@ -1,0 +1,458 @@
+// Allocator v2 on the CPU: PyTorch's knobs and conf string, merge-on-free placement, expandable
+// segments over the fake backend's virtual memory, garbage collection, thread caches, and the
+// stress invariants with 8 threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/memory/caching_allocator.hpp"
+#include "gpu_basics/memory/fake_backend.hpp"
+#include "gpu_basics/memory/replay.hpp"
+
+using namespace gpu_basics;
+
+namespace {
+constexpr std::size_t KiB = 1024, MiB = 1024 * KiB, GiB = 1024 * MiB;
+
+std::uintptr_t addr(void* p) {
+  return reinterpret_cast<std::uintptr_t>(p);
+}
+
+std::string conf_error(std::string_view conf) {
+  try {
+    (void)parse_allocator_conf(conf);
+  } catch (const logic_error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(AllocatorConf, ReadsPyTorchsKeysAndSyntax) {
+  const auto o = parse_allocator_conf(
+      " expandable_segments:True, max_split_size_mb:128,garbage_collection_threshold:0.6,"
+      "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]");
+  EXPECT_TRUE(o.expandable_segments);
+  EXPECT_EQ(o.max_split_size, 128 * MiB);
+  EXPECT_DOUBLE_EQ(o.garbage_collection_threshold, 0.6);
+  // The first interval fills everything below it; '>' everything after the last one.
+  for (std::size_t i = 0; i <= 8; ++i) EXPECT_EQ(o.roundup_power2_divisions[i], 1u) << i;
+  EXPECT_EQ(o.roundup_power2_divisions[9], 2u);
+  EXPECT_EQ(o.roundup_power2_divisions[10], 4u);
+  for (std::size_t i = 11; i < kRoundupIntervals; ++i) EXPECT_EQ(o.roundup_power2_divisions[i], 8u);
+  const auto single = parse_allocator_conf("roundup_power2_divisions:4");
+  for (auto d : single.roundup_power2_divisions) EXPECT_EQ(d, 4u);
+  EXPECT_FALSE(parse_allocator_conf("expandable_segments:False").expandable_segments);
+  EXPECT_EQ(parse_allocator_conf("backend:native,release_lock_on_cudamalloc:True"),
+            allocator_options{});
+  EXPECT_EQ(parse_allocator_conf(""), allocator_options{});
+}
+
+TEST(AllocatorConf, WritesWhatItReads) {
+  for (const char* conf :
+       {"expandable_segments:True", "max_split_size_mb:256", "roundup_power2_divisions:4",
+        "roundup_power2_divisions:[1:1,2:1,4:1,8:1,16:1,32:1,64:1,128:1,256:1,512:2,>:4]",
+        "expandable_segments:True,max_split_size_mb:64,garbage_collection_threshold:0.5"}) {
+    const auto o = parse_allocator_conf(conf);
+    EXPECT_EQ(to_conf_string(o), conf);
+    EXPECT_EQ(parse_allocator_conf(to_conf_string(o)), o) << conf;
+  }
+  EXPECT_EQ(to_conf_string({}), "");
+}
+
+TEST(AllocatorConf, BadStringsNameTheBadPart) {
+  EXPECT_NE(conf_error("max_split_size_mb:20").find("max_split_size_mb: expected an integer > 20"),
+            std::string::npos);
+  EXPECT_NE(conf_error("max_split_size_mb:abc").find("got 'abc'"), std::string::npos);
+  EXPECT_NE(conf_error("expandable_segments:yes").find("expandable_segments: expected True or "
+                                                       "False, got 'yes'"),
+            std::string::npos);
+  EXPECT_NE(conf_error("roundup_power2_divisions:3").find("power of two"), std::string::npos);
+  EXPECT_NE(conf_error("roundup_power2_divisions:[300:2]").find("'300'"), std::string::npos);
+  EXPECT_NE(conf_error("roundup_power2_divisions:[512:2,256:1]").find("increasing"),
+            std::string::npos);
+  EXPECT_NE(conf_error("roundup_power2_divisions:[256:2").find("closed"), std::string::npos);
+  EXPECT_NE(conf_error("garbage_collection_threshold:1.0").find("strictly between 0 and 1"),
+            std::string::npos);
+  EXPECT_NE(conf_error("max_split_mb:128").find("unknown key 'max_split_mb'"), std::string::npos);
+  EXPECT_NE(conf_error("expandable_segments").find("expected key:value"), std::string::npos);
+  EXPECT_NE(conf_error("expandable_segments:True,,max_split_size_mb:64").find("empty entry"), std::string::npos);
+  EXPECT_NE(conf_error("backend:cudaMallocAsync").find("backend"), std::string::npos);
+}
+
+TEST(AllocatorConf, RoundupPowerTwoDivisionsRoundsAsPyTorch) {
+  allocator_options o;
+  EXPECT_EQ(round_request(1200 * KiB, o), 1200 * KiB);  // no divisions: 512-byte steps
+  o.roundup_power2_divisions.fill(4);
+  // 1200 KiB lies in [1, 2) MiB: steps of 256 KiB -> 1280 KiB.
+  EXPECT_EQ(round_request(1200 * KiB, o), 1280 * KiB);
+  EXPECT_EQ(round_request(1 * MiB, o), 1 * MiB);  // a power of two stays
+  EXPECT_EQ(round_request(5 * MiB + 1, o), 6 * MiB);  // [4, 8) MiB in 1 MiB steps
+  EXPECT_EQ(round_request(1500, o), 1536u);            // below 512 x 4: 512-byte rounding
+  EXPECT_EQ(round_request(3000, o), 3072u);            // 2048..4096 in 512-byte steps
+  EXPECT_EQ(round_request(100, o), 512u);
+}
+
+TEST(AllocatorV2, FreedBlocksMergeAtOnce) {
+  // The case deferred merging got wrong: two neighbours freed, then a request for both of them
+  // together must take the merged block instead of a new segment.
+  allocator_options o;
+  o.thread_cache_blocks = 0;
+  auto be = std::make_shared<fake_backend>(1 * GiB, true);
+  caching_allocator a(be, o);
+  void* x = a.allocate(8 * MiB);  // 20 MiB segment: x, y, rest
+  void* y = a.allocate(8 * MiB);
+  a.deallocate(x);
+  a.deallocate(y);  // merges with x and the 4 MiB tail: the segment is whole again
+  void* z = a.allocate(16 * MiB);
+  EXPECT_EQ(addr(z), addr(x));
+  EXPECT_EQ(be->allocations(), 1u);
+  a.deallocate(z);
+}
+
+TEST(AllocatorV2, OversizeBlocksFollowMaxSplitSize) {
+  allocator_options o;
+  o.max_split_size = 64 * MiB;
+  o.thread_cache_blocks = 0;
+  auto be = std::make_shared<fake_backend>(1 * GiB, true);
+  caching_allocator a(be, o);
+  void* big = a.allocate(100 * MiB);
+  a.deallocate(big);
+  void* small = a.allocate(4 * MiB);  // may not take the 100 MiB block: a new 20 MiB segment
+  EXPECT_NE(addr(small), addr(big));
+  void* large = a.allocate(90 * MiB);  // wastes 10 MiB < 20 MiB: takes it, unsplit
+  EXPECT_EQ(addr(large), addr(big));
+  EXPECT_EQ(a.block_size(large), 100 * MiB);
+  a.deallocate(large);
+  void* larger = a.allocate(70 * MiB);  // would waste 30 MiB: a segment of its own
+  EXPECT_NE(addr(larger), addr(big));
+  EXPECT_EQ(be->allocations(), 3u);
+  a.deallocate(small);
+  a.deallocate(larger);
+}
+
+TEST(AllocatorV2, ExpandableSegmentsGrowInPagesAndShrinkOnEmptyCache) {
+  allocator_options o;
+  o.expandable_segments = true;
+  o.history_capacity = 1000;
+  auto be = std::make_shared<fake_backend>(4 * GiB);  // real addresses: pages are touched
+  caching_allocator a(be, o);
+  void* p = a.allocate(30 * MiB);  // large pool: 20 MiB pages, two mapped
+  EXPECT_EQ(be->mapped(), 40 * MiB);
+  std::memset(p, 0x5a, 30 * MiB);
+  void* q = a.allocate(5 * MiB);  // fits in the 10 MiB left of the mapped pages
+  EXPECT_EQ(addr(q), addr(p) + 30 * MiB);
+  EXPECT_EQ(be->mapped(), 40 * MiB);
+  void* r = a.allocate(30 * MiB);  // the range grows: right after q, 2 more pages
+  EXPECT_EQ(addr(r), addr(q) + 5 * MiB);
+  EXPECT_EQ(be->mapped(), 80 * MiB);
+  std::memset(r, 0xa5, 30 * MiB);
+  EXPECT_EQ(static_cast<unsigned char*>(p)[30 * MiB - 1], 0x5a);
+  auto s = a.stats();
+  EXPECT_EQ(static_cast<std::size_t>(s.reserved_bytes.current), be->used());
+  // Freeing the middle and the end, then empty_cache: the whole free pages go back, pages
+  // holding part of a live block stay.
+  a.deallocate(q);
+  a.deallocate(r);
+  const auto rep = a.empty_cache();
+  EXPECT_EQ(be->mapped(), 40 * MiB);  // p's 30 MiB spans two pages
+  EXPECT_EQ(rep.released_bytes, 40 * MiB);
+  EXPECT_EQ(static_cast<std::size_t>(a.stats().reserved_bytes.current), 40 * MiB);
+  void* again = a.allocate(30 * MiB);  // remaps from the end of p's pages
+  EXPECT_EQ(addr(again), addr(p) + 30 * MiB);
+  std::memset(again, 1, 30 * MiB);
+  a.deallocate(again);
+  a.deallocate(p);
+  (void)a.empty_cache();
+  EXPECT_EQ(be->mapped(), 0u);
+  EXPECT_EQ(be->bad_deallocations(), 0u);
+  std::size_t maps = 0, unmaps = 0;
+  for (const auto& e : a.history()) {
+    maps += e.kind == history_kind::segment_map;
+    unmaps += e.kind == history_kind::segment_unmap;
+  }
+  EXPECT_GE(maps, 3u);
+  EXPECT_GE(unmaps, 2u);
+}
+
+TEST(AllocatorV2, ExpandableSegmentsUnmapBeforeRunningOutOfMemory) {
+  allocator_options o;
+  o.expandable_segments = true;
+  auto be = std::make_shared<fake_backend>(100 * MiB, true);
+  caching_allocator a(be, o);
+  void* x = a.allocate(60 * MiB, 1);  // stream 1 maps 60 MiB
+  a.deallocate(x);
+  void* y = a.allocate(60 * MiB, 2);  // stream 2 needs pages that only stream 1's cache holds
+  EXPECT_NE(y, nullptr);
+  EXPECT_EQ(a.stats().alloc_retries, 1);
+  EXPECT_THROW((void)a.allocate(60 * MiB, 1), out_of_memory);
+  a.deallocate(y);
+}
+
+TEST(AllocatorV2, FallsBackToSegmentsWithoutVirtualMemory) {
+  allocator_options o;
+  o.expandable_segments = true;
+  auto be = std::make_shared<fake_backend>(1 * GiB, true);
+  be->disable_virtual_memory();
+  caching_allocator a(be, o);
+  void* p = a.allocate(30 * MiB);
+  EXPECT_EQ(be->mapped(), 0u);
+  EXPECT_EQ(be->allocations(), 1u);
+  a.deallocate(p);
+}
+
+TEST(AllocatorV2, GarbageCollectionReturnsTheOldestBlocksPastTheThreshold) {
+  allocator_options o;
+  o.reserved_limit = 200 * MiB;
+  o.garbage_collection_threshold = 0.3;  // collect above 60 MiB reserved
+  o.thread_cache_blocks = 0;
+  auto be = std::make_shared<fake_backend>(1 * GiB, true);
+  caching_allocator a(be, o);
+  void* old1 = a.allocate(40 * MiB);
+  void* old2 = a.allocate(40 * MiB);
+  a.deallocate(old1);
+  a.deallocate(old2);
+  // Lookups age the free blocks; old1 serves the 30 MiB requests (best fit) and stays young.
+  for (int i = 0; i < 10; ++i) a.deallocate(a.allocate(30 * MiB));
+  EXPECT_EQ(be->used(), 80 * MiB);
+  // 80 MiB reserved > 60: before a new segment, blocks older than the average go (old2 alone
+  // brings it back under), then 50 MiB are added.
+  void* fresh = a.allocate(50 * MiB);
+  EXPECT_EQ(a.stats().reserved_bytes.current, static_cast<std::int64_t>(50 * MiB + 40 * MiB));
+  a.deallocate(fresh);
+  o.garbage_collection_threshold = 0;  // the same without collection keeps everything
+  caching_allocator b(std::make_shared<fake_backend>(1 * GiB, true), o);
+  void* c1 = b.allocate(40 * MiB);
+  void* c2 = b.allocate(40 * MiB);
+  b.deallocate(c1);
+  b.deallocate(c2);
+  void* c3 = b.allocate(50 * MiB);
+  EXPECT_EQ(b.stats().reserved_bytes.current, static_cast<std::int64_t>(130 * MiB));
+  b.deallocate(c3);
+}
+
+TEST(AllocatorV2, ThreadCacheKeepsStatsExactForOneThread) {
+  auto be = std::make_shared<fake_backend>(1 * GiB, true);
+  caching_allocator a(be);  // thread cache on (default)
+  void* x = a.allocate(64 * KiB);
+  a.deallocate(x);  // into this thread's cache
+  void* big = a.allocate(30 * MiB);
+  void* y = a.allocate(64 * KiB);  // from the cache, without the lock
+  EXPECT_EQ(y, x);
+  auto s = a.stats();
+  EXPECT_EQ(s.allocated_bytes.current, static_cast<std::int64_t>(30 * MiB + 64 * KiB));
+  EXPECT_EQ(s.allocated_bytes.peak, static_cast<std::int64_t>(30 * MiB + 64 * KiB));
+  a.deallocate(y);
+  a.deallocate(big);
+  s = a.stats();
+  EXPECT_EQ(s.allocated_bytes.current, 0);
+  EXPECT_EQ(s.allocation_count.current, 0);
+  EXPECT_EQ(s.allocation_count.allocated, 3);
+  EXPECT_EQ(s.allocated_bytes.peak, static_cast<std::int64_t>(30 * MiB + 64 * KiB));
+  // A block handed out from one thread's cache can be freed, measured and recorded elsewhere.
+  void* z = a.allocate(64 * KiB);
+  std::thread([&] {
+    EXPECT_EQ(a.block_size(z), 64 * KiB);
+    a.record_stream(z, 5);
+    a.deallocate(z);
+  }).join();
+  EXPECT_EQ(a.stats().allocated_bytes.current, 0);
+  EXPECT_EQ(a.stats().active_bytes.current, static_cast<std::int64_t>(64 * KiB));  // stream 5
+  be->synchronize();
+  (void)a.empty_cache();
+  EXPECT_EQ(a.stats().active_bytes.current, 0);
+  EXPECT_THROW(a.deallocate(z), logic_error);
+}
+
+TEST(AllocatorV2, FastPathReservesNoMoreThanPlainMergeOnFree) {
+  // Proof on the traces: thread caches on (default) against off, same requests.
+  for (const auto& trace : {mixed_trace(), mixed_trace(20000, 3), transformer_trace(10)}) {
+    allocator_options plain;
+    plain.thread_cache_blocks = 0;
+    const auto with = replay_trace(trace, {});
+    const auto without = replay_trace(trace, plain);
+    EXPECT_LE(with.peak_reserved, without.peak_reserved);
+    EXPECT_EQ(with.peak_requested, without.peak_requested);
+    EXPECT_EQ(with.peak_allocated, without.peak_allocated);
+  }
+}
+
+TEST(AllocatorV2, ExpandableSegmentsReserveCloseToLiveBytes) {
+  allocator_options ex;
+  ex.expandable_segments = true;
+  const auto trace = transformer_trace(10);
+  const auto plain = replay_trace(trace, {});
+  const auto grown = replay_trace(trace, ex);
+  EXPECT_LT(grown.peak_reserved, plain.peak_reserved);
+  EXPECT_LE(grown.reserved_ratio(), 1.04);
+}
+
+namespace {
+/// The invariants the stress tests keep: no two live blocks overlap, reserved bytes are the
+/// backend's, and the counters add up to the live blocks.
+void check_invariants(const caching_allocator& a, const fake_backend& be,
+                      const std::map<std::uintptr_t, std::pair<std::size_t, std::size_t>>& live) {
+  std::int64_t rounded = 0, requested = 0;
+  std::uintptr_t end = 0;
+  for (const auto& [p, b] : live) {
+    ASSERT_GE(p, end) << "two live blocks overlap";
+    end = p + b.first;
+    rounded += static_cast<std::int64_t>(b.first);
+    requested += static_cast<std::int64_t>(b.second);
+  }
+  const auto s = a.stats();
+  ASSERT_EQ(s.allocated_bytes.current, rounded);
+  ASSERT_EQ(s.requested_bytes.current, requested);
+  ASSERT_EQ(s.allocation_count.current, static_cast<std::int64_t>(live.size()));
+  ASSERT_EQ(static_cast<std::size_t>(s.reserved_bytes.current), be.used());
+  ASSERT_GE(s.active_bytes.current, s.allocated_bytes.current);
+  ASSERT_EQ(static_cast<std::size_t>(s.reserved_bytes.current),
+            static_cast<std::size_t>(s.active_bytes.current) + s.cached_free_bytes);
+  ASSERT_GE(s.allocated_bytes.peak, s.allocated_bytes.current);
+}
+
+void stress(const allocator_options& o, int threads, int ops_per_thread) {
+  auto be = std::make_shared<fake_backend>(std::size_t{1} << 40, true);
+  caching_allocator a(be, o);
+  std::mutex m;
+  std::map<std::uintptr_t, std::pair<std::size_t, std::size_t>> live;  // shared shadow
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng(2024 + static_cast<unsigned>(t));
+      std::uniform_real_distribution<double> log_size(std::log(512.0), std::log(32.0 * MiB));
+      std::vector<std::uintptr_t> mine;
+      // Half the threads share stream 1, the others have their own.
+      const stream_handle s = t % 2 ? 1 : static_cast<stream_handle>(2 + t);
+      for (int op = 0; op < ops_per_thread; ++op) {
+        const auto r = rng() % 100;
+        if (r < 50 || mine.empty()) {
+          const auto bytes = rng() % 2 ? static_cast<std::size_t>(std::exp(log_size(rng)))
+                                       : std::size_t{512} << (rng() % 11);  // small, repeated
+          void* p = a.allocate(bytes, s);
+          const std::size_t size = a.block_size(p);
+          ASSERT_GE(size, round_request(bytes));
+          std::lock_guard lock(m);
+          ASSERT_TRUE(live.emplace(addr(p), std::pair{size, bytes}).second) << "handed out twice";
+          mine.push_back(addr(p));
+        } else if (r < 97) {
+          const std::size_t i = rng() % mine.size();
+          const std::uintptr_t p = mine[i];
+          mine[i] = mine.back();
+          mine.pop_back();
+          if (rng() % 8 == 0) a.record_stream(reinterpret_cast<void*>(p), 40 + rng() % 3);
+          {
+            std::lock_guard lock(m);
+            live.erase(p);
+          }
+          a.deallocate(reinterpret_cast<void*>(p));
+        } else if (r < 99) {
+          be->complete_stream(40 + rng() % 3);
+        } else {
+          (void)a.empty_cache();
+        }
+      }
+      for (auto p : mine) {
+        {
+          std::lock_guard lock(m);
+          live.erase(p);
+        }
+        a.deallocate(reinterpret_cast<void*>(p));
+      }
+    });
+  for (auto& th : pool) th.join();
+  check_invariants(a, *be, live);
+  be->synchronize();
+  (void)a.empty_cache();
+  EXPECT_EQ(a.stats().allocated_bytes.current, 0);
+  EXPECT_EQ(a.stats().active_bytes.current, 0);
+  EXPECT_EQ(a.stats().reserved_bytes.current, 0);
+  EXPECT_EQ(be->used(), 0u);
+  EXPECT_EQ(be->bad_deallocations(), 0u);
+}
+}  // namespace
+
+TEST(AllocatorV2, StressOneThreadKeepsInvariants) {
+  auto be = std::make_shared<fake_backend>(std::size_t{1} << 40, true);
+  for (bool expandable : {false, true}) {
+    allocator_options o;
+    o.expandable_segments = expandable;
+    caching_allocator a(be, o);
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<double> log_size(std::log(512.0), std::log(32.0 * MiB));
+    std::map<std::uintptr_t, std::pair<std::size_t, std::size_t>> live;
+    std::vector<std::uintptr_t> order;
+    for (int op = 0; op < 100000; ++op) {
+      const auto r = rng() % 100;
+      if (r < 50 || order.empty()) {
+        const auto bytes = static_cast<std::size_t>(std::exp(log_size(rng)));
+        void* p = a.allocate(bytes, 1 + rng() % 3);
+        ASSERT_TRUE(live.emplace(addr(p), std::pair{a.block_size(p), bytes}).second);
+        order.push_back(addr(p));
+      } else if (r < 97) {
+        const std::size_t i = rng() % order.size();
+        const std::uintptr_t p = order[i];
+        order[i] = order.back();
+        order.pop_back();
+        if (rng() % 8 == 0) a.record_stream(reinterpret_cast<void*>(p), 1 + rng() % 3);
+        a.deallocate(reinterpret_cast<void*>(p));
+        live.erase(p);
+      } else if (r < 99) {
+        be->complete_stream(1 + rng() % 3);
+      } else {
+        (void)a.empty_cache();
+      }
+      if (op % 997 == 0) check_invariants(a, *be, live);
+    }
+    for (auto p : order) a.deallocate(reinterpret_cast<void*>(p));
+    live.clear();
+    be->synchronize();
+    (void)a.empty_cache();
+    check_invariants(a, *be, live);
+    EXPECT_EQ(be->used(), 0u) << expandable;
+  }
+  EXPECT_EQ(be->bad_deallocations(), 0u);
+}
+
+TEST(AllocatorV2, StressEightThreadsKeepsInvariants) {
+  stress({}, 8, 100000 / 8);
+}
+
+TEST(AllocatorV2, StressEightThreadsExpandable) {
+  allocator_options o;
+  o.expandable_segments = true;
+  stress(o, 8, 100000 / 8);
+}
+
+TEST(AllocatorV2, ThreadsThatEndLeaveNothingBehind) {
+  auto be = std::make_shared<fake_backend>(1 * GiB, true);
+  {
+    caching_allocator a(be);
+    void* kept = nullptr;
+    for (int t = 0; t < 20; ++t)
+      std::thread([&] {
+        void* p = a.allocate(4 * KiB);
+        a.deallocate(p);  // into the thread's cache
+        if (!kept) kept = a.allocate(4 * KiB);  // handed out from it, still live
+      }).join();
+    a.deallocate(kept);  // from another thread, after its owner ended
+    EXPECT_EQ(a.stats().allocated_bytes.current, 0);
+    (void)a.empty_cache();
+    EXPECT_EQ(be->used(), 0u);
+  }
+  // An allocator destroyed while a thread still has a cache for it: the thread ends cleanly.
+  std::thread late;
+  {
+    caching_allocator b(be);
+    late = std::thread([&] { b.deallocate(b.allocate(4 * KiB)); });
+    late.join();
+  }
+  std::thread([] {}).join();
+  EXPECT_EQ(be->used(), 0u);
+}
