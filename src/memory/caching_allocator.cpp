@@ -602,8 +602,10 @@ struct caching_allocator::impl {
   }
 
   [[nodiscard]] bool caches_hold_blocks() const {
-    for (const auto& c : caches)
+    for (const auto& c : caches) {
+      std::lock_guard lock(c->lock);
       if (c->n_cached) return true;
+    }
     return false;
   }
 
@@ -900,11 +902,13 @@ struct caching_allocator::impl {
         total += b->size;
         largest = std::max(largest, b->size);
       }
-    for (const auto& c : caches)
+    for (const auto& c : caches) {
+      std::lock_guard lock(c->lock);
       for (std::size_t k = 0; k < c->n_cached; ++k) {
         total += c->cached[k]->size;
         largest = std::max(largest, c->cached[k]->size);
       }
+    }
     s.cached_free_bytes = total;
     s.largest_free_block = largest;
     s.fragmentation = total ? 1.0 - static_cast<double>(largest) / static_cast<double>(total) : 0.0;
