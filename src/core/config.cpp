@@ -354,6 +354,39 @@ key_spec check_number_spec(const std::string& name, double config::check_section
           }};
 }
 
+/// The policy with `conf` applied, or the parser's message as this key's error.
+/// `strip`: a knob's own name, left out of the message (the key already names it).
+allocator_policy allocator_policy_or_fail(const std::string& conf, const allocator_policy& base,
+                                          const parse_context& ctx, const std::string& strip = "") {
+  try {
+    return parse_allocator_policy(conf, base);
+  } catch (const logic_error& e) {
+    std::string m = e.what();
+    for (const std::string prefix : {std::string("allocator conf: "), strip + ": "})
+      if (!strip.empty() || prefix != ": ")
+        if (m.rfind(prefix, 0) == 0) m.erase(0, prefix.size());
+    fail(ctx, m);
+  }
+}
+
+/// memory.allocator.<name>: one of PyTorch's knobs (max_split_size_mb: 0 = no limit;
+/// garbage_collection_threshold: 0 = off).
+key_spec allocator_key_spec(const std::string& name) {
+  return {"memory.allocator." + name,
+          [name](config& c, const YAML::Node& n, const parse_context& ctx) {
+            if (!n.IsScalar()) fail(ctx, "expected a value, got " + describe(n));
+            const std::string v = n.Scalar();
+            allocator_policy& p = c.memory.allocator.policy;
+            if (name == "max_split_size_mb" && v == "0") {
+              p.max_split_size = SIZE_MAX;
+            } else if (name == "garbage_collection_threshold" && (v == "0" || v == "0.0")) {
+              p.garbage_collection_threshold = 0;
+            } else {
+              p = allocator_policy_or_fail(name + ":" + v, p, ctx, name);
+            }
+          }};
+}
+
 const std::vector<key_spec>& schema() {
   static const std::vector<key_spec> specs = {
       {"logging.level",
@@ -380,6 +413,20 @@ const std::vector<key_spec>& schema() {
       {"memory.use_pinned_memory",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
          c.memory.use_pinned_memory = read_bool(n, ctx);
+       }},
+      // PyTorch's knobs, each read through the conf-string parser so names, ranges and errors
+      // are PyTorch's; memory.allocator.conf applies over them, wherever it is written.
+      allocator_key_spec("expandable_segments"),
+      allocator_key_spec("max_split_size_mb"),
+      allocator_key_spec("roundup_power2_divisions"),
+      allocator_key_spec("garbage_collection_threshold"),
+      {"memory.allocator.conf",
+       [](config& c, const YAML::Node& n, const parse_context& ctx) {
+         const std::string s = read_string(n, ctx,
+                                           "a conf string such as "
+                                           "\"expandable_segments:True,max_split_size_mb:128\"");
+         (void)allocator_policy_or_fail(s, {}, ctx);  // checked here, applied by effective()
+         c.memory.allocator.conf = s;
        }},
       {"transfer.num_streams",
        [](config& c, const YAML::Node& n, const parse_context& ctx) {
@@ -524,9 +571,8 @@ const std::vector<key_spec>& schema() {
          c.check.copy_bytes = read_size(n, ctx, kCheckBytesExpect);
        }},
       {"check.gemm_size",
-       [](config& c, const YAML::Node& n, const parse_context& ctx) {
-         c.check.gemm_size = read_int(n, ctx, kGemmSizeExpect);
-       }},
+       [](config& c, const YAML::Node& n,
+          const parse_context& ctx) { c.check.gemm_size = read_int(n, ctx, kGemmSizeExpect); }},
   };
   return specs;
 }
@@ -992,7 +1038,11 @@ void to_json(nlohmann::json& j, const config& cfg) {
       {"benchmark",
        {{"warmup_iterations", cfg.benchmark.warmup_iterations},
         {"iterations", cfg.benchmark.iterations}}},
-      {"memory", {{"use_pinned_memory", cfg.memory.use_pinned_memory}}},
+      {"memory",
+       {{"use_pinned_memory", cfg.memory.use_pinned_memory},
+        {"allocator",
+         {{"conf", to_conf_string(cfg.memory.allocator.effective())},
+          {"expandable_segments", cfg.memory.allocator.effective().expandable_segments}}}}},
       {"transfer",
        {{"num_streams", cfg.transfer.num_streams},
         {"tensor_shapes", shapes},

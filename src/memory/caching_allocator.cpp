@@ -35,6 +35,11 @@ std::size_t round_request(std::size_t bytes) noexcept {
   if (bytes < kMinBlock) return kMinBlock;
   return (bytes + kMinBlock - 1) / kMinBlock * kMinBlock;
 }
+allocator_options parse_allocator_conf(std::string_view conf, allocator_options base) {
+  static_cast<allocator_policy&>(base) = parse_allocator_policy(conf, base);
+  return base;
+}
+
 std::size_t round_request(std::size_t bytes, const allocator_options& o) noexcept {
   if (bytes < kMinBlock) return kMinBlock;
   const std::size_t log2 = static_cast<std::size_t>(std::bit_width(bytes) - 1);
@@ -447,8 +452,7 @@ struct caching_allocator::impl {
         return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
       };
       for (auto next = std::next(it); (*it)->range && next != p.end() &&
-                                      (*next)->stream == stream &&
-                                      growable(*next) < growable(*it);
+                                      (*next)->stream == stream && growable(*next) < growable(*it);
            ++next)
         it = next;
     }
@@ -813,8 +817,8 @@ struct caching_allocator::impl {
   /// PyTorch's garbage_collect_cached_blocks: past the threshold of the reserved limit, return
   /// whole free large segments that have waited longest (older than the average first).
   void garbage_collect() {
-    const auto threshold =
-        static_cast<std::size_t>(o.garbage_collection_threshold * static_cast<double>(o.reserved_limit));
+    const auto threshold = static_cast<std::size_t>(o.garbage_collection_threshold *
+                                                    static_cast<double>(o.reserved_limit));
     const auto reserved = static_cast<std::size_t>(st.reserved_bytes.current);
     if (reserved <= threshold) return;
     const std::size_t target = reserved - threshold;
@@ -1003,7 +1007,8 @@ struct caching_allocator::impl {
     fold_mine();
     block* b = find_live(p);
     if (!b)
-      throw logic_error(fmt::format("deallocate({:#x}): not a live allocation of this allocator", p));
+      throw logic_error(
+          fmt::format("deallocate({:#x}): not a live allocation of this allocator", p));
     active.erase(p);
     st.allocated_bytes.sub(static_cast<std::int64_t>(b->size));
     st.requested_bytes.sub(static_cast<std::int64_t>(b->requested));

@@ -87,13 +87,12 @@ cuda_device_backend::cuda_device_backend() : driver_(std::make_unique<driver>())
     return;  // no usable device: allocate() reports it
   }
   driver& d = *driver_;
-  const bool found = entry_point("cuMemAddressReserve", d.reserve) &&
-                     entry_point("cuMemAddressFree", d.address_free) &&
-                     entry_point("cuMemCreate", d.create) &&
-                     entry_point("cuMemRelease", d.release) && entry_point("cuMemMap", d.map) &&
-                     entry_point("cuMemUnmap", d.unmap) &&
-                     entry_point("cuMemSetAccess", d.set_access) &&
-                     entry_point("cuDeviceGetAttribute", d.attribute);
+  const bool found =
+      entry_point("cuMemAddressReserve", d.reserve) &&
+      entry_point("cuMemAddressFree", d.address_free) && entry_point("cuMemCreate", d.create) &&
+      entry_point("cuMemRelease", d.release) && entry_point("cuMemMap", d.map) &&
+      entry_point("cuMemUnmap", d.unmap) && entry_point("cuMemSetAccess", d.set_access) &&
+      entry_point("cuDeviceGetAttribute", d.attribute);
   int vmm = 0;
   d.usable = found &&
              d.attribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device_) ==

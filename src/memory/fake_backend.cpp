@@ -170,9 +170,9 @@ bool fake_backend::map(std::uintptr_t ptr, std::size_t bytes) {
     inside = ptr + bytes <= r->first + r->second;
   }
   const auto next = mappings_.lower_bound(ptr);
-  const bool overlaps = (next != mappings_.end() && next->first < ptr + bytes) ||
-                        (next != mappings_.begin() && std::prev(next)->first +
-                                                              std::prev(next)->second > ptr);
+  const bool overlaps =
+      (next != mappings_.end() && next->first < ptr + bytes) ||
+      (next != mappings_.begin() && std::prev(next)->first + std::prev(next)->second > ptr);
   if (!inside || overlaps) {
     ++bad_deallocations_;
     return false;

@@ -95,7 +95,8 @@ std::vector<replay_event> transformer_trace(int steps, std::uint64_t seed) {
   }
   std::uniform_int_distribution<int> batch(2, 16), seq(256, 2048);
   for (int s = 0; s < steps; ++s) {
-    const std::size_t tokens = static_cast<std::size_t>(batch(rng)) * static_cast<std::size_t>(seq(rng));
+    const std::size_t tokens =
+        static_cast<std::size_t>(batch(rng)) * static_cast<std::size_t>(seq(rng));
     std::vector<std::uint64_t> saved;
     for (int l = 0; l < kLayers; ++l) {
       const auto t1 = alloc(tokens * kHidden * 2 * 3);  // qkv temporaries

@@ -70,8 +70,9 @@ TEST(AllocatorConf, BadStringsNameTheBadPart) {
   EXPECT_NE(conf_error("max_split_size_mb:20").find("max_split_size_mb: expected an integer > 20"),
             std::string::npos);
   EXPECT_NE(conf_error("max_split_size_mb:abc").find("got 'abc'"), std::string::npos);
-  EXPECT_NE(conf_error("expandable_segments:yes").find("expandable_segments: expected True or "
-                                                       "False, got 'yes'"),
+  EXPECT_NE(conf_error("expandable_segments:yes")
+                .find("expandable_segments: expected True or "
+                      "False, got 'yes'"),
             std::string::npos);
   EXPECT_NE(conf_error("roundup_power2_divisions:3").find("power of two"), std::string::npos);
   EXPECT_NE(conf_error("roundup_power2_divisions:[300:2]").find("'300'"), std::string::npos);
@@ -82,7 +83,8 @@ TEST(AllocatorConf, BadStringsNameTheBadPart) {
             std::string::npos);
   EXPECT_NE(conf_error("max_split_mb:128").find("unknown key 'max_split_mb'"), std::string::npos);
   EXPECT_NE(conf_error("expandable_segments").find("expected key:value"), std::string::npos);
-  EXPECT_NE(conf_error("expandable_segments:True,,max_split_size_mb:64").find("empty entry"), std::string::npos);
+  EXPECT_NE(conf_error("expandable_segments:True,,max_split_size_mb:64").find("empty entry"),
+            std::string::npos);
   EXPECT_NE(conf_error("backend:cudaMallocAsync").find("backend"), std::string::npos);
 }
 
@@ -92,10 +94,10 @@ TEST(AllocatorConf, RoundupPowerTwoDivisionsRoundsAsPyTorch) {
   o.roundup_power2_divisions.fill(4);
   // 1200 KiB lies in [1, 2) MiB: steps of 256 KiB -> 1280 KiB.
   EXPECT_EQ(round_request(1200 * KiB, o), 1280 * KiB);
-  EXPECT_EQ(round_request(1 * MiB, o), 1 * MiB);  // a power of two stays
+  EXPECT_EQ(round_request(1 * MiB, o), 1 * MiB);      // a power of two stays
   EXPECT_EQ(round_request(5 * MiB + 1, o), 6 * MiB);  // [4, 8) MiB in 1 MiB steps
-  EXPECT_EQ(round_request(1500, o), 1536u);            // below 512 x 4: 512-byte rounding
-  EXPECT_EQ(round_request(3000, o), 3072u);            // 2048..4096 in 512-byte steps
+  EXPECT_EQ(round_request(1500, o), 1536u);           // below 512 x 4: 512-byte rounding
+  EXPECT_EQ(round_request(3000, o), 3072u);           // 2048..4096 in 512-byte steps
   EXPECT_EQ(round_request(100, o), 512u);
 }
 
@@ -438,7 +440,7 @@ TEST(AllocatorV2, ThreadsThatEndLeaveNothingBehind) {
     for (int t = 0; t < 20; ++t)
       std::thread([&] {
         void* p = a.allocate(4 * KiB);
-        a.deallocate(p);  // into the thread's cache
+        a.deallocate(p);                        // into the thread's cache
         if (!kept) kept = a.allocate(4 * KiB);  // handed out from it, still live
       }).join();
     a.deallocate(kept);  // from another thread, after its owner ended

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "gpu_basics/core/allocator_conf.hpp"
+
 namespace gpu_basics {
 
 enum class log_level { trace, debug, info, warn, error };
@@ -86,6 +88,17 @@ struct config {
 
   struct memory_section {
     bool use_pinned_memory = true;
+    /// The caching allocator's policy for the lesson's passes: the individual keys
+    /// (memory.allocator.expandable_segments, max_split_size_mb, roundup_power2_divisions,
+    /// garbage_collection_threshold), then memory.allocator.conf over them.
+    struct allocator_section {
+      allocator_policy policy;  // from the individual keys
+      std::string conf;         // memory.allocator.conf as written (checked when read)
+      /// `policy` with `conf` applied over it.
+      [[nodiscard]] allocator_policy effective() const {
+        return parse_allocator_policy(conf, policy);
+      }
+    } allocator;
   } memory;
 
   struct transfer_section {

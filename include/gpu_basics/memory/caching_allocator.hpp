@@ -18,63 +18,45 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <optional>
-#include <string_view>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "gpu_basics/core/allocator_conf.hpp"
 #include "gpu_basics/core/memory_usage.hpp"
 #include "gpu_basics/memory/backend.hpp"
 
 namespace gpu_basics {
 
-/// Power-of-two intervals of roundup_power2_divisions: [0, 2 MiB), [2, 4 MiB), ... [32 GiB, inf).
-inline constexpr std::size_t kRoundupIntervals = 16;
+struct allocator_options : allocator_policy {
+  // From allocator_policy (core/allocator_conf.hpp), PyTorch's knobs: max_split_size,
+  // roundup_power2_divisions, garbage_collection_threshold, expandable_segments. Expandable
+  // segments need a backend with virtual memory (supports_virtual_memory()); without one the
+  // allocator falls back to plain segments.
 
-struct allocator_options {
-  /// PyTorch's max_split_size_mb: blocks at least this large are never split for requests below
-  /// it, and requests below it never take them; a request at least this large takes a cached
-  /// block only if it wastes less than 20 MiB. SIZE_MAX: no limit.
-  std::size_t max_split_size = SIZE_MAX;
   /// Upper bound on reserved (cached + in use) bytes, as PyTorch's per-process memory fraction;
   /// SIZE_MAX: none.
   std::size_t reserved_limit = SIZE_MAX;
   /// Keep the last `history_capacity` events (0 = no history).
   std::size_t history_capacity = 0;
-  /// PyTorch's roundup_power2_divisions: a request in the power-of-two interval i (index 0 up to
-  /// 2 MiB, then one per doubling, the last from 32 GiB) is rounded up to the next of
-  /// divisions[i] equal steps of that interval; 0 or 1 keep plain 512-byte rounding.
-  std::array<std::size_t, kRoundupIntervals> roundup_power2_divisions{};
-  /// PyTorch's garbage_collection_threshold (0 = off): with a reserved_limit, once reserved
-  /// passes this fraction of it, whole cached blocks that have been free longest are returned to
-  /// the backend before a new segment is requested.
-  double garbage_collection_threshold = 0;
-  /// PyTorch's expandable_segments: one growable virtual range per stream and pool, mapped in
-  /// 2 MiB (small pool) or 20 MiB (large pool) pages. Needs a backend with virtual memory
-  /// (supports_virtual_memory()); without one the allocator falls back to plain segments.
-  bool expandable_segments = false;
   /// Freed small blocks (up to 1 MiB) each thread keeps for its next allocation of the same size
-  /// and stream without taking the shared lock (0 = none).
+  /// and stream without taking the shared lock (0 = none; at most 64). Off while a history is
+  /// kept or a trace callback is set.
   std::size_t thread_cache_blocks = 8;
 
   bool operator==(const allocator_options&) const = default;
 };
 
-/// Options from a conf string in PYTORCH_CUDA_ALLOC_CONF's syntax, applied over `base`:
-/// "expandable_segments:True,max_split_size_mb:128,roundup_power2_divisions:[256:1,>:4],
-/// garbage_collection_threshold:0.6". Keys of PyTorch that do not change this allocator's policy
-/// (backend:native, release_lock_on_cudamalloc, pinned_*) are accepted and ignored.
-/// @throws logic_error naming the bad part ("max_split_size_mb: expected an integer > 20 (MiB),
-/// got 'x'") for an unknown key, a bad value or bad syntax.
+/// Options with the policy of a conf string in PYTORCH_CUDA_ALLOC_CONF's syntax applied over
+/// `base` (see parse_allocator_policy).
+/// @throws logic_error naming the bad part of the string.
 [[nodiscard]] allocator_options parse_allocator_conf(std::string_view conf,
                                                      allocator_options base = {});
-/// The conf string of the policy options that differ from the defaults (empty for defaults), in
-/// the syntax parse_allocator_conf reads.
-[[nodiscard]] std::string to_conf_string(const allocator_options& o);
 
 /// current / peak / total counts of one quantity.
 struct memory_stat {

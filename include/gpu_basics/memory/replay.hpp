@@ -24,8 +24,8 @@ struct replay_event {
 struct replay_result {
   std::size_t events = 0;
   std::size_t peak_reserved = 0;
-  std::size_t peak_allocated = 0;  // rounded block sizes, as the allocator counts them
-  std::size_t peak_requested = 0;  // the trace's own peak of live requested bytes
+  std::size_t peak_allocated = 0;        // rounded block sizes, as the allocator counts them
+  std::size_t peak_requested = 0;        // the trace's own peak of live requested bytes
   std::int64_t backend_allocations = 0;  // segments created, or pages mapped (expandable)
   double fragmentation_at_peak = 0;      // 1 - largest free block / free bytes, at peak reserved
   double seconds = 0;                    // wall time of the replay loop alone
@@ -51,7 +51,8 @@ struct replay_result {
 /// Synthetic traces of the benchmarks (fixed seeds): `mixed`: log-uniform sizes 512 B - 32 MiB,
 /// at most 256 live blocks; `transformer`: activations of a layered forward pass kept for the
 /// backward pass and freed in reverse, with varying batch sizes.
-[[nodiscard]] std::vector<replay_event> mixed_trace(std::size_t ops = 4096, std::uint64_t seed = 42);
+[[nodiscard]] std::vector<replay_event> mixed_trace(std::size_t ops = 4096,
+                                                    std::uint64_t seed = 42);
 [[nodiscard]] std::vector<replay_event> transformer_trace(int steps = 40, std::uint64_t seed = 7);
 
 }  // namespace gpu_basics

@@ -1,6 +1,7 @@
-// PYTORCH_CUDA_ALLOC_CONF's syntax for allocator_options: "key:value,key:value", where
-// roundup_power2_divisions also takes a list "[256:1,512:2,>:4]" (interval start in MiB:
-// divisions). Names and meanings are PyTorch's (c10/cuda/CUDAAllocatorConfig).
+// PYTORCH_CUDA_ALLOC_CONF's syntax. Names and meanings are PyTorch's
+// (c10/cuda/CUDAAllocatorConfig).
+#include "gpu_basics/core/allocator_conf.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <charconv>
@@ -11,7 +12,6 @@
 #include <fmt/format.h>
 
 #include "gpu_basics/core/errors.hpp"
-#include "gpu_basics/memory/caching_allocator.hpp"
 
 namespace gpu_basics {
 
@@ -60,7 +60,7 @@ std::vector<std::string_view> split_top(std::string_view s) {
   return parts;
 }
 
-void read_divisions(std::string_view v, allocator_options& o) {
+void read_divisions(std::string_view v, allocator_policy& o) {
   constexpr std::string_view key = "roundup_power2_divisions";
   constexpr std::string_view expect_div = "a power of two or 0 (divisions)";
   if (v.empty() || v.front() != '[') {
@@ -90,8 +90,8 @@ void read_divisions(std::string_view v, allocator_options& o) {
     }
     const std::size_t mb = read_uint(key, iv, "an interval start in MiB, a power of two, or '>'");
     if (!std::has_single_bit(mb)) bad(key, "an interval start in MiB that is a power of two", iv);
-    const std::size_t index =
-        std::min<std::size_t>(static_cast<std::size_t>(std::countr_zero(mb)), kRoundupIntervals - 1);
+    const std::size_t index = std::min<std::size_t>(static_cast<std::size_t>(std::countr_zero(mb)),
+                                                    kRoundupIntervals - 1);
     if (first) {
       for (std::size_t i = 0; i < index; ++i) o.roundup_power2_divisions[i] = d;
       first = false;
@@ -105,8 +105,8 @@ void read_divisions(std::string_view v, allocator_options& o) {
 
 }  // namespace
 
-allocator_options parse_allocator_conf(std::string_view conf, allocator_options base) {
-  allocator_options o = base;
+allocator_policy parse_allocator_policy(std::string_view conf, allocator_policy base) {
+  allocator_policy o = base;
   conf = trim(conf);
   if (conf.empty()) return o;
   for (std::string_view item : split_top(conf)) {
@@ -149,11 +149,12 @@ allocator_options parse_allocator_conf(std::string_view conf, allocator_options 
   return o;
 }
 
-std::string to_conf_string(const allocator_options& o) {
-  const allocator_options d;
+std::string to_conf_string(const allocator_policy& o) {
+  const allocator_policy d;
   std::vector<std::string> parts;
   if (o.expandable_segments != d.expandable_segments)
-    parts.push_back(fmt::format("expandable_segments:{}", o.expandable_segments ? "True" : "False"));
+    parts.push_back(
+        fmt::format("expandable_segments:{}", o.expandable_segments ? "True" : "False"));
   if (o.max_split_size != d.max_split_size)
     parts.push_back(fmt::format("max_split_size_mb:{}", o.max_split_size / kMiB));
   if (o.roundup_power2_divisions != d.roundup_power2_divisions) {
