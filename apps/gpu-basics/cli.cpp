@@ -22,6 +22,7 @@ const std::vector<std::string>& commands() {
     v.emplace_back("show");
     v.emplace_back("report");
     v.emplace_back("compare");
+    v.emplace_back("replay");
     return v;
   }();
   return c;
@@ -210,6 +211,11 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
     CLI::App* sub = app.add_subcommand(std::string(l.name), std::string(l.description));
     add_run_options(sub, l.traces);
     if (l.name == "check") add_check_options(sub, o);
+    if (l.name == "memory")
+      sub->add_option("--snapshot", o.snapshot_path,
+                      "Write a PyTorch memory snapshot (pickle) of the allocator in the peak pass "
+                      "to PATH; open it in https://pytorch.org/memory_viz")
+          ->check(non_empty());
   }
   add_run_options(app.add_subcommand("all", "info, then every lesson, on one configuration"),
                   false);
@@ -237,6 +243,20 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
   cmp->add_option("-s,--set", o.overrides, "Override one configuration key (repeatable)")
       ->allow_extra_args(false);
   add_output_options(cmp);
+  CLI::App* rpl = app.add_subcommand(
+      "replay",
+      "Replay a PyTorch memory snapshot's allocations (torch.cuda.memory._dump_snapshot) under "
+      "several allocator policies and compare their peak reserved memory. No GPU needed");
+  rpl->add_option("snapshot", o.input_path, "A snapshot pickle recorded with history")
+      ->required()
+      ->check(non_empty());
+  rpl->add_option("--policy", o.policies,
+                  "Also replay this PYTORCH_CUDA_ALLOC_CONF string, e.g. "
+                  "\"expandable_segments:True,max_split_size_mb:256\" (repeatable)")
+      ->allow_extra_args(false)
+      ->check(non_empty());
+  rpl->add_option("--json", json, "Write the replay as JSON to this file ('-' for stdout)")
+      ->check(non_empty());
   if (!check_command_word(args, err)) return {std::nullopt, exit_usage};
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   if (!reversed.empty()) reversed.pop_back();  // argv[0]

@@ -9,15 +9,15 @@
 namespace gpu_basics::cli {
 
 struct options {
-  std::string command;                 // a lesson's name, "all", "show", "report" or "compare"
-  std::string config_path;             // empty: the built-in default
+  std::string command;      // a lesson's name, "all", "show", "report", "compare" or "replay"
+  std::string config_path;  // empty: the built-in default
   std::vector<std::string> overrides;  // --set key=value, in order
   std::optional<std::string> log_level;
   std::optional<std::string> json_path;  // "-" = stdout
   std::optional<std::string> csv_path;
   std::optional<std::string> trace_path;  // lessons that trace
   std::optional<std::string> html_path;   // --html (lessons, all), -o (report)
-  std::string input_path;                 // show: the results file to render
+  std::string input_path;                 // show: the results file; replay: the snapshot
   std::vector<std::string> input_paths;   // report, compare: the results files, in order
   // check and compare (verdicts.cpp)
   bool strict = false;                       // check: WARN fails too
@@ -26,6 +26,8 @@ struct options {
   bool force = false;                        // compare other GPU models / driver majors
   double threshold = 0.02;                   // compare: "same" within this relative change
   bool fleet = false;                        // compare --fleet
+  std::vector<std::string> policies;         // replay --policy CONF, in order
+  std::optional<std::string> snapshot_path;  // memory --snapshot: a PyTorch memory snapshot
 };
 
 struct parse_result {
@@ -37,7 +39,8 @@ struct parse_result {
 [[nodiscard]] parse_result parse(const std::vector<std::string>& args, std::ostream& out,
                                  std::ostream& err);
 
-/// The subcommands: every lesson (registry order), then "all", "show", "report" and "compare".
+/// The subcommands: every lesson (registry order), then "all", "show", "report", "compare" and
+/// "replay".
 [[nodiscard]] const std::vector<std::string>& commands();
 
 }  // namespace gpu_basics::cli

@@ -19,6 +19,7 @@
 #include "gpu_basics/lessons/registry.hpp"
 #include "gpu_basics/lessons/setup.hpp"
 #include "gpu_basics/report/report.hpp"
+#include "replay.hpp"
 #include "verdicts.hpp"
 
 namespace gpu_basics::cli {
@@ -95,6 +96,7 @@ void check_outputs(const options& o, const config* cfg) {
   if (o.json_path && *o.json_path != "-") check_writable(*o.json_path);
   if (o.csv_path) check_writable(*o.csv_path);
   if (o.trace_path) check_writable(*o.trace_path);
+  if (o.snapshot_path) check_writable(*o.snapshot_path);
   if (o.html_path && o.command != "report") check_writable(*o.html_path);
   // The lessons that write files of their own write them under output.directory.
   if (cfg && (o.command == "transfer" || o.command == "profile" || o.command == "all"))
@@ -182,6 +184,7 @@ int run(const options& o, std::ostream& out, std::ostream& err) {
     err << "gpu-basics: " << message << "\n";
     return code;
   };
+  if (o.command == "replay") return run_replay(o, out, err);
   if (o.command == "show" || o.command == "report" || o.command == "compare") {
     try {
       if (o.command == "compare") return run_compare(o, out, err);
@@ -204,6 +207,7 @@ int run(const options& o, std::ostream& out, std::ostream& err) {
     if (o.from_path) return judge_saved(o, cfg, baseline, out, err);
     lessons::context ctx = lessons::open_context(cfg);
     ctx.trace_path = o.trace_path;
+    ctx.snapshot_path = o.snapshot_path;
     ctx.charts = o.html_path.has_value();
     lessons::run_record rec;
     rec.command = o.command;

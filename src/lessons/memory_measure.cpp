@@ -18,6 +18,7 @@
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/cuda_backend.hpp"
 #include "gpu_basics/memory/pinned_pool.hpp"
+#include "gpu_basics/memory/snapshot.hpp"
 #include "gpu_basics/profiler/range.hpp"
 #include "gpu_basics/transfer/copy_bench.hpp"
 #include "gpu_basics/transfer/plan.hpp"
@@ -227,6 +228,14 @@ peak_result measure_peak(const context& ctx, stream_handle sh,
     p.timeline.push_back({static_cast<double>(u.time_ns - usage.front().time_ns) * 1e-9,
                           u.allocated_bytes, u.reserved_bytes});
   if (trace) traced = write_trace(ctx, *trace, nullptr, &h);
+  if (ctx.snapshot_path) {  // the cache after the pass: segments kept, every block free
+    const auto segments = alloc->segments();
+    write_snapshot(*ctx.snapshot_path, segments, h, ctx.cfg.device, alloc->options());
+    spdlog::info(
+        "wrote {} ({} segments, {} history events; open it in "
+        "https://pytorch.org/memory_viz or replay it with gpu-basics replay)",
+        *ctx.snapshot_path, segments.size(), h.size());
+  }
   return p;
 }
 

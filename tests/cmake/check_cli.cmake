@@ -149,6 +149,15 @@ elseif(MODE STREQUAL "hostile")
              ${gpu} info --csv ${in}/a_directory)
   expect_run(7 "^gpu-basics: cannot write into the directory [^\n]*a_file: [^\n]*a_file is not a directory\n$"
              ${gpu} transfer --set output.directory=${in}/a_file)
+  # replay: a file that is not a PyTorch memory snapshot, or a bad --policy, is one line, exit 2.
+  expect_run(2 "^gpu-basics: /dev/zero: is not a regular file" ${EXE} replay /dev/zero)
+  expect_run(2 "^gpu-basics: [^\n]*a_directory: is not a regular file" ${EXE} replay ${in}/a_directory)
+  expect_run(2 "^gpu-basics: [^\n]*a_file: not a pickle" ${EXE} replay ${in}/a_file)
+  expect_run(2 "^gpu-basics: [^\n]*h200_all.json: not a pickle" ${EXE} replay ${DATA}/h200_all.json
+             --json ${dir}/replay.json)
+  expect_run(2 "^gpu-basics: [^\n]*missing.pickle: cannot be read" ${EXE} replay ${in}/missing.pickle)
+  expect_run(2 "^gpu-basics: --policy: allocator conf: max_split_size_mb: "
+             ${EXE} replay ${DATA}/snapshot_small.pickle --policy max_split_size_mb:x)
   # Special files are written in place, never replaced.
   expect_run(0 "" ${EXE} show ${DATA}/h200_all.json --json /dev/null)
   expect_run(0 "" ${EXE} show ${DATA}/h200_all.json --csv /dev/null)

@@ -27,6 +27,7 @@ TEST(Cli, EverySubcommandParses) {
     const auto r = c == "show"      ? parse({c, "run.json"})
                    : c == "report"  ? parse({c, "run.json", "-o", "r.html"})
                    : c == "compare" ? parse({c, "a.json", "b.json"})
+                   : c == "replay"  ? parse({c, "snapshot.pickle"})
                                     : parse({c});
     ASSERT_TRUE(r.opts) << c;
     EXPECT_EQ(r.opts->command, c);
@@ -74,7 +75,7 @@ TEST(Cli, ErrorsExitTwoWithOneMessage) {
 TEST(Cli, CommandsComeFromTheRegistry) {
   EXPECT_EQ(cli::commands(),
             (std::vector<std::string>{"info", "memory", "transfer", "profile", "check", "all",
-                                      "show", "report", "compare"}));
+                                      "show", "report", "compare", "replay"}));
   std::string out;
   (void)parse({"--help"}, &out);
   for (const auto& c : cli::commands()) EXPECT_NE(out.find(c), std::string::npos) << c;
@@ -146,18 +147,18 @@ TEST(Cli, BadArgumentsGetOneLineNamingThem) {
   const usage_case cases[] = {
       {{},
        "gpu-basics: a command is required: one of info, memory, transfer, profile, check, all, "
-       "show, report, compare "
+       "show, report, compare, replay "
        "(see 'gpu-basics --help')"},
       {{"bogus"},
        "gpu-basics: unknown command \"bogus\"; expected one of info, memory, transfer, profile, "
-       "check, all, show, report, compare"},
+       "check, all, show, report, compare, replay"},
       {{"INFO"}, "gpu-basics: unknown command \"INFO\"; did you mean 'info'?"},
       {{""},
        "gpu-basics: unknown command \"\"; expected one of info, memory, transfer, profile, check, "
-       "all, show, report, compare"},
+       "all, show, report, compare, replay"},
       {{"--config", "x.yaml", "info"},
        "gpu-basics: \"--config\": options come after the command: gpu-basics <command> [options] "
-       "(commands: info, memory, transfer, profile, check, all, show, report, compare)"},
+       "(commands: info, memory, transfer, profile, check, all, show, report, compare, replay)"},
       {{"info", "x.yaml", "y.yaml"},
        "gpu-basics: unexpected arguments: \"x.yaml\" \"y.yaml\" (see 'gpu-basics --help')"},
       {{"info", "--config", ""},

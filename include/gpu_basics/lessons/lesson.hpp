@@ -38,6 +38,8 @@ struct context {
   std::string nvml_status = "ok";         // "ok" or why NVML is unavailable
   std::vector<device_info> devices;       // every visible GPU
   std::optional<std::string> trace_path;  // --trace: the lesson writes a trace there
+  /// memory --snapshot: the memory lesson writes a PyTorch memory snapshot of its peak pass there
+  std::optional<std::string> snapshot_path;
   bool charts = false;   // an HTML report will be drawn: parts set to "auto" (the sweep) run
   progress_fn progress;  // may be empty
 

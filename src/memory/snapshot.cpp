@@ -1,0 +1,486 @@
+// PyTorch memory snapshots: the dict _dump_snapshot pickles (torch/csrc/cuda/memory_snapshot.cpp
+// names the keys), written from a caching_allocator and read back into typed structs.
+#include "gpu_basics/memory/snapshot.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/results.hpp"
+#include "gpu_basics/memory/pickle.hpp"
+
+namespace gpu_basics {
+
+namespace {
+
+using pickle::value;
+
+value int_value(std::uint64_t v) {
+  return value::integer(static_cast<std::int64_t>(v));
+}
+
+value empty_frames() {
+  return value::list();
+}
+
+value block_dict(const block_view& b) {
+  value d = value::dict();
+  d.set("address", int_value(b.ptr));
+  d.set("size", int_value(b.size));
+  d.set("requested_size", int_value(b.requested));
+  d.set("state", value::str(std::string(b.state.empty() ? "inactive" : b.state)));
+  d.set("frames", empty_frames());
+  return d;
+}
+
+value segment_dict(const segment_view& s, int device) {
+  value d = value::dict();
+  d.set("device", value::integer(device));
+  d.set("address", int_value(s.ptr));
+  d.set("total_size", int_value(s.total_size));
+  d.set("allocated_size", int_value(s.allocated_size));
+  d.set("active_size", int_value(s.active_size));
+  d.set("requested_size", int_value(s.requested_size));
+  d.set("stream", int_value(s.stream));
+  d.set("segment_type", value::str(s.small ? "small" : "large"));
+  d.set("segment_pool_id", value::tuple({value::integer(0), value::integer(0)}));
+  d.set("is_expandable", value::boolean(s.expandable));
+  d.set("frames", empty_frames());
+  value blocks = value::list();
+  for (const auto& b : s.blocks)
+    if (b.mapped) blocks.append(block_dict(b));
+  d.set("blocks", std::move(blocks));
+  return d;
+}
+
+value trace_entry(std::string_view action, const history_event& e) {
+  value d = value::dict();
+  d.set("action", value::str(std::string(action)));
+  if (e.kind == history_kind::oom)
+    d.set("device_free", value::integer(0));  // not kept in our history
+  else
+    d.set("addr", int_value(e.ptr));
+  d.set("size", int_value(e.bytes));
+  d.set("stream", int_value(e.stream));
+  d.set("time_us", int_value(e.time_ns / 1000));
+  d.set("frames", empty_frames());
+  return d;
+}
+
+value device_trace(const std::vector<history_event>& h) {
+  // A free is followed by its free_completed unless the history records one later (a block
+  // awaiting other streams' events): find those first, walking backwards.
+  std::vector<bool> completes_now(h.size(), false);
+  std::unordered_map<std::uintptr_t, bool> completed_later;
+  for (std::size_t i = h.size(); i-- > 0;) {
+    const auto& e = h[i];
+    if (e.kind == history_kind::free_completed) {
+      completed_later[e.ptr] = true;
+    } else if (e.kind == history_kind::free) {
+      completes_now[i] = !completed_later[e.ptr];
+      completed_later[e.ptr] = false;
+    } else if (e.kind == history_kind::alloc) {
+      completed_later[e.ptr] = false;
+    }
+  }
+  value trace = value::list();
+  for (std::size_t i = 0; i < h.size(); ++i) {
+    const auto& e = h[i];
+    if (e.kind == history_kind::free) {
+      trace.append(trace_entry("free_requested", e));
+      if (completes_now[i]) trace.append(trace_entry("free_completed", e));
+    } else {
+      trace.append(trace_entry(to_string(e.kind), e));
+    }
+  }
+  return trace;
+}
+
+value allocator_settings(const allocator_options& o) {
+  value d = value::dict();
+  d.set("PYTORCH_CUDA_ALLOC_CONF", value::str(to_conf_string(o)));
+  d.set("max_split_size", value::integer(o.max_split_size == SIZE_MAX
+                                             ? -1
+                                             : static_cast<std::int64_t>(o.max_split_size)));
+  d.set("garbage_collection_threshold", value::real(o.garbage_collection_threshold));
+  d.set("expandable_segments", value::boolean(o.expandable_segments));
+  value divisions = value::dict();
+  std::int64_t interval_mib = 1;
+  for (std::size_t i = 0; i < kRoundupIntervals; ++i, interval_mib *= 2)
+    divisions.set(std::to_string(interval_mib),
+                  value::integer(static_cast<std::int64_t>(o.roundup_power2_divisions[i])));
+  d.set("roundup_power2_divisions", std::move(divisions));
+  return d;
+}
+
+value snapshot_value(const std::vector<segment_view>& segments,
+                     const std::vector<history_event>& history, int device,
+                     const allocator_options& options) {
+  value root = value::dict();
+  value segs = value::list();
+  for (const auto& s : segments) segs.append(segment_dict(s, device));
+  root.set("segments", std::move(segs));
+  value traces = value::list();
+  for (int d = 0; d < device; ++d) traces.append(value::list());
+  traces.append(device_trace(history));
+  root.set("device_traces", std::move(traces));
+  root.set("allocator_settings", allocator_settings(options));
+  root.set("external_annotations", value::list());
+  return root;
+}
+
+}  // namespace
+
+void write_snapshot(std::ostream& out, const std::vector<segment_view>& segments,
+                    const std::vector<history_event>& history, int device,
+                    const allocator_options& options) {
+  if (device < 0) throw logic_error("write_snapshot: device must be >= 0");
+  pickle::write(out, snapshot_value(segments, history, device, options));
+}
+
+void write_snapshot(const std::string& path, const std::vector<segment_view>& segments,
+                    const std::vector<history_event>& history, int device,
+                    const allocator_options& options) {
+  std::ostringstream s;
+  write_snapshot(s, segments, history, device, options);
+  write_file_atomically(path, std::move(s).str());
+}
+
+// ---- reading ------------------------------------------------------------------------------
+
+int torch_snapshot::busiest_device() const noexcept {
+  int best = 0;
+  for (std::size_t d = 0; d < device_traces.size(); ++d)
+    if (device_traces[d].size() > device_traces[static_cast<std::size_t>(best)].size())
+      best = static_cast<int>(d);
+  return best;
+}
+
+namespace {
+
+/// Reads fields of one dict, naming where it is in messages.
+class fields {
+ public:
+  fields(const value& v, std::string_view file, std::string where)
+      : v_(v), file_(file), where_(std::move(where)) {
+    if (!v.is(value::type::dict)) fail(fmt::format("is a {}, expected a dict", v.type_name()));
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw format_error(fmt::format("{}: {} {}", file_, where_, what));
+  }
+  [[nodiscard]] const value* find(std::string_view key) const { return v_.find(key); }
+  [[nodiscard]] std::int64_t integer(std::string_view key, std::optional<std::int64_t> dflt) const {
+    const value* x = v_.find(key);
+    if (!x || x->is(value::type::none)) {
+      if (dflt) return *dflt;
+      fail(fmt::format("has no '{}'", key));
+    }
+    if (x->is(value::type::boolean)) return x->as_bool() ? 1 : 0;
+    if (!x->is(value::type::integer))
+      fail(fmt::format("'{}' is a {}, expected an int", key, x->type_name()));
+    return x->as_int();
+  }
+  [[nodiscard]] std::uint64_t size(std::string_view key, std::optional<std::int64_t> dflt) const {
+    const std::int64_t i = integer(key, dflt);
+    if (i < 0) fail(fmt::format("'{}' is negative ({})", key, i));
+    return static_cast<std::uint64_t>(i);
+  }
+  [[nodiscard]] std::string text(std::string_view key, std::optional<std::string> dflt) const {
+    const value* x = v_.find(key);
+    if (!x) {
+      if (dflt) return *dflt;
+      fail(fmt::format("has no '{}'", key));
+    }
+    if (!x->is(value::type::str))
+      fail(fmt::format("'{}' is a {}, expected a str", key, x->type_name()));
+    return x->as_str();
+  }
+  [[nodiscard]] bool flag(std::string_view key) const {
+    const value* x = v_.find(key);
+    if (!x || x->is(value::type::none)) return false;
+    if (x->is(value::type::boolean)) return x->as_bool();
+    if (x->is(value::type::integer)) return x->as_int() != 0;
+    fail(fmt::format("'{}' is a {}, expected a bool", key, x->type_name()));
+  }
+ private:
+  const value& v_;
+  std::string_view file_;
+  std::string where_;
+};
+
+torch_action action_of(std::string_view a) {
+  if (a == "alloc") return torch_action::alloc;
+  if (a == "free_requested") return torch_action::free_requested;
+  if (a == "free_completed") return torch_action::free_completed;
+  if (a == "segment_alloc") return torch_action::segment_alloc;
+  if (a == "segment_free") return torch_action::segment_free;
+  if (a == "segment_map") return torch_action::segment_map;
+  if (a == "segment_unmap") return torch_action::segment_unmap;
+  if (a == "oom") return torch_action::oom;
+  if (a == "snapshot") return torch_action::snapshot;
+  return torch_action::other;
+}
+
+const pickle::items& list_at(const value& parent, std::string_view key, std::string_view file,
+                             const std::string& where) {
+  const value* x = parent.find(key);
+  if (!x) throw format_error(fmt::format("{}: {}has no '{}'", file, where, key));
+  if (!x->is(value::type::list) && !x->is(value::type::tuple))
+    throw format_error(
+        fmt::format("{}: {}'{}' is a {}, expected a list", file, where, key, x->type_name()));
+  return x->as_items();
+}
+
+constexpr std::uintmax_t kMaxSnapshotBytes = std::uintmax_t{16} << 30;
+
+constexpr std::string_view kHowToRecord =
+    "record one with torch.cuda.memory._record_memory_history(max_entries=100000) before the "
+    "workload and torch.cuda.memory._dump_snapshot(\"snapshot.pickle\") after it";
+
+}  // namespace
+
+torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view name) {
+  if (bytes.empty()) throw format_error(fmt::format("{}: empty file, not a PyTorch memory snapshot", name));
+  if (static_cast<unsigned char>(bytes[0]) != 0x80)
+    throw format_error(fmt::format(
+        "{}: not a pickle (a PyTorch memory snapshot is one, from "
+        "torch.cuda.memory._dump_snapshot)",
+        name));
+  value root;
+  try {
+    root = pickle::read(bytes);
+  } catch (const format_error& e) {
+    throw format_error(fmt::format("{}: {}", name, e.what()));
+  }
+  if (!root.is(value::type::dict))
+    throw format_error(fmt::format(
+        "{}: a pickle of a {}, not a PyTorch memory snapshot (a dict with segments and "
+        "device_traces)",
+        name, root.type_name()));
+  if (!root.find("segments"))
+    throw format_error(fmt::format(
+        "{}: a pickled dict without 'segments': not a PyTorch memory snapshot", name));
+  if (!root.find("device_traces"))
+    throw format_error(fmt::format(
+        "{}: a snapshot without 'device_traces' (taken without recording history): {}", name,
+        kHowToRecord));
+  torch_snapshot s;
+  const auto& segs = list_at(root, "segments", name, "");
+  s.segments.reserve(segs.size());
+  for (std::size_t i = 0; i < segs.size(); ++i) {
+    const std::string where = fmt::format("segments[{}]", i);
+    const fields f(segs[i], name, where);
+    torch_segment seg;
+    seg.device = static_cast<int>(f.integer("device", 0));
+    seg.address = f.size("address", std::nullopt);
+    seg.total_size = f.size("total_size", std::nullopt);
+    seg.allocated_size = f.size("allocated_size", 0);
+    seg.active_size = f.size("active_size", 0);
+    seg.requested_size = f.size("requested_size", 0);
+    seg.stream = f.integer("stream", 0);
+    seg.small = f.text("segment_type", "large") == "small";
+    seg.expandable = f.flag("is_expandable");
+    if (f.find("blocks")) {
+      const auto& blocks = list_at(segs[i], "blocks", name, where + ".");
+      std::uint64_t addr = seg.address;
+      for (std::size_t k = 0; k < blocks.size(); ++k) {
+        const fields b(blocks[k], name, fmt::format("{}.blocks[{}]", where, k));
+        torch_block blk;
+        blk.address = b.size("address", static_cast<std::int64_t>(addr));
+        blk.size = b.size("size", std::nullopt);
+        blk.requested_size = b.size("requested_size", static_cast<std::int64_t>(blk.size));
+        blk.state = b.text("state", "inactive");
+        addr = blk.address + blk.size;
+        seg.blocks.push_back(std::move(blk));
+      }
+    }
+    s.segments.push_back(std::move(seg));
+  }
+  const auto& traces = list_at(root, "device_traces", name, "");
+  std::size_t events = 0;
+  for (std::size_t d = 0; d < traces.size(); ++d) {
+    const std::string where = fmt::format("device_traces[{}]", d);
+    if (!traces[d].is(value::type::list))
+      throw format_error(fmt::format("{}: {} is a {}, expected a list", name, where,
+                                     traces[d].type_name()));
+    const auto& entries = traces[d].as_items();
+    std::vector<torch_trace_event> out;
+    out.reserve(entries.size());
+    for (std::size_t k = 0; k < entries.size(); ++k) {
+      const fields f(entries[k], name, fmt::format("{}[{}]", where, k));
+      torch_trace_event e;
+      e.action = action_of(f.text("action", std::nullopt));
+      e.addr = e.action == torch_action::oom ? f.size("device_free", 0) : f.size("addr", 0);
+      e.size = f.size("size", 0);
+      e.stream = f.integer("stream", 0);
+      e.time_us = f.integer("time_us", 0);
+      out.push_back(e);
+    }
+    events += out.size();
+    s.device_traces.push_back(std::move(out));
+  }
+  if (events == 0)
+    throw format_error(fmt::format(
+        "{}: the snapshot's device_traces are empty (taken without recording history): {}", name,
+        kHowToRecord));
+  if (const value* settings = root.find("allocator_settings"))
+    if (const value* conf = settings->find("PYTORCH_CUDA_ALLOC_CONF");
+        conf && conf->is(value::type::str))
+      s.alloc_conf = conf->as_str();
+  return s;
+}
+
+torch_snapshot read_torch_snapshot(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status))
+    throw format_error(fmt::format("{}: cannot be read: no such file", printable(path)));
+  if (!std::filesystem::is_regular_file(status))
+    throw format_error(fmt::format(
+        "{}: is not a regular file (a directory, device, FIFO or socket); give a snapshot "
+        "pickle",
+        printable(path)));
+  if (std::filesystem::file_size(path, ec) > kMaxSnapshotBytes)
+    throw format_error(fmt::format("{}: larger than {} GiB, too large for a memory snapshot",
+                                   printable(path), kMaxSnapshotBytes >> 30));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw format_error(fmt::format("{}: cannot be read", printable(path)));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw format_error(fmt::format("{}: cannot be read", printable(path)));
+  return parse_torch_snapshot(bytes, printable(path));
+}
+
+std::vector<replay_event> to_replay_trace(const torch_snapshot& s, int device,
+                                          std::size_t* rebuilt) {
+  std::vector<replay_event> head, body;
+  if (device < 0 || static_cast<std::size_t>(device) >= s.device_traces.size()) {
+    if (rebuilt) *rebuilt = 0;
+    return {};
+  }
+  const auto& trace = s.device_traces[static_cast<std::size_t>(device)];
+  std::unordered_map<std::uint64_t, const torch_block*> final_blocks;
+  for (const auto& seg : s.segments)
+    if (seg.device == device)
+      for (const auto& b : seg.blocks) final_blocks.emplace(b.address, &b);
+  enum class st : std::uint8_t { live, requested, done };
+  std::unordered_map<std::uint64_t, st> state;
+  state.reserve(trace.size());
+  body.reserve(trace.size());
+  const auto alive_at_start = [&](const torch_trace_event& e) {
+    std::uint64_t size = e.size;
+    if (size == 0)
+      if (const auto it = final_blocks.find(e.addr); it != final_blocks.end())
+        size = it->second->requested_size ? it->second->requested_size : it->second->size;
+    if (size == 0) return false;  // unknown: its free is skipped by the replay
+    head.push_back({replay_event::op::alloc, e.addr, size, static_cast<stream_handle>(e.stream)});
+    return true;
+  };
+  const auto free_of = [](const torch_trace_event& e) {
+    return replay_event{replay_event::op::free, e.addr, 0, static_cast<stream_handle>(e.stream)};
+  };
+  for (const auto& e : trace) {
+    switch (e.action) {
+      case torch_action::alloc:
+        body.push_back(
+            {replay_event::op::alloc, e.addr, e.size, static_cast<stream_handle>(e.stream)});
+        state[e.addr] = st::live;
+        break;
+      case torch_action::free_requested:
+      case torch_action::free_completed: {
+        const bool completed = e.action == torch_action::free_completed;
+        const auto it = state.find(e.addr);
+        if (it == state.end()) {
+          if (alive_at_start(e)) body.push_back(free_of(e));
+          state[e.addr] = completed ? st::done : st::requested;
+        } else if (it->second == st::live) {
+          body.push_back(free_of(e));
+          it->second = completed ? st::done : st::requested;
+        } else if (completed) {
+          it->second = st::done;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  // Blocks allocated before recording began and never freed in it.
+  for (const auto& seg : s.segments) {
+    if (seg.device != device) continue;
+    for (const auto& b : seg.blocks) {
+      if (b.state != "active_allocated" && b.state != "active_pending_free") continue;
+      if (state.count(b.address)) continue;
+      const std::uint64_t size = b.requested_size ? b.requested_size : b.size;
+      if (size == 0) continue;
+      head.push_back({replay_event::op::alloc, b.address, size, static_cast<stream_handle>(seg.stream)});
+    }
+  }
+  if (rebuilt) *rebuilt = head.size();
+  head.insert(head.end(), body.begin(), body.end());
+  return head;
+}
+
+recorded_figures recorded(const torch_snapshot& s, int device) {
+  recorded_figures r;
+  if (device < 0 || static_cast<std::size_t>(device) >= s.device_traces.size()) return r;
+  const auto& trace = s.device_traces[static_cast<std::size_t>(device)];
+  r.events = trace.size();
+  std::int64_t net = 0;
+  for (const auto& e : trace) {
+    switch (e.action) {
+      case torch_action::segment_alloc:
+      case torch_action::segment_map:
+        net += static_cast<std::int64_t>(e.size);
+        ++r.backend_allocations;
+        break;
+      case torch_action::segment_free:
+      case torch_action::segment_unmap:
+        net -= static_cast<std::int64_t>(e.size);
+        break;
+      case torch_action::oom:
+        ++r.ooms;
+        break;
+      default:
+        break;
+    }
+  }
+  for (const auto& seg : s.segments)
+    if (seg.device == device) r.reserved_at_end += seg.total_size;
+  const std::int64_t start = static_cast<std::int64_t>(r.reserved_at_end) - net;
+  r.reserved_at_start = start > 0 ? static_cast<std::uint64_t>(start) : 0;
+  std::int64_t reserved = static_cast<std::int64_t>(r.reserved_at_start);
+  r.peak_reserved = r.reserved_at_start;
+  for (const auto& e : trace) {
+    if (e.action == torch_action::segment_alloc || e.action == torch_action::segment_map)
+      reserved += static_cast<std::int64_t>(e.size);
+    else if (e.action == torch_action::segment_free || e.action == torch_action::segment_unmap)
+      reserved -= static_cast<std::int64_t>(e.size);
+    if (reserved > 0) r.peak_reserved = std::max(r.peak_reserved, static_cast<std::uint64_t>(reserved));
+  }
+  // Live requested bytes over the trace as replayed.
+  std::unordered_map<std::uint64_t, std::uint64_t> live;
+  std::uint64_t now = 0;
+  for (const auto& e : to_replay_trace(s, device)) {
+    if (e.kind == replay_event::op::alloc) {
+      auto [it, fresh] = live.try_emplace(e.id, e.bytes);
+      if (!fresh) {
+        now -= it->second;
+        it->second = e.bytes;
+      }
+      now += e.bytes;
+      r.peak_requested = std::max(r.peak_requested, now);
+    } else if (const auto it = live.find(e.id); it != live.end()) {
+      now -= it->second;
+      live.erase(it);
+    }
+  }
+  return r;
+}
+
+}  // namespace gpu_basics
