@@ -1,12 +1,14 @@
 // The caching allocator's cost, beside its peers measured in the same run:
 // - fake backend (any machine) beside glibc malloc+free;
-// - CUDA backend (skipped without a GPU) beside cudaMalloc/cudaFree and cudaMallocAsync.
+// - CUDA backend (skipped without a GPU) beside cudaMalloc/cudaFree and cudaMallocAsync;
+// - frugality on the fake backend: peak reserved / peak requested bytes of the synthetic traces
+//   of replay.hpp under the default policy and with expandable segments (counters).
+// PyTorch's c10 allocator, side by side with ours on the GPU, is bench_allocator_c10.cpp.
 #include <benchmark/benchmark.h>
 
-#include <cmath>
 #include <cstdlib>
 #include <memory>
-#include <random>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -14,6 +16,7 @@
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/cuda_backend.hpp"
 #include "gpu_basics/memory/fake_backend.hpp"
+#include "gpu_basics/memory/replay.hpp"
 
 using namespace gpu_basics;
 
@@ -109,43 +112,24 @@ void BM_CudaMallocAsyncPair(benchmark::State& state) {
   cudaStreamDestroy(s);
 }
 
-// ---- a mixed trace: up to 256 live blocks, sizes log-uniform 512 B - 32 MiB, fixed seed -----
+// ---- the mixed trace of replay.hpp: up to 256 live blocks, sizes log-uniform 512 B - 32 MiB ----
 
-struct trace_op {
-  bool alloc;
-  std::size_t bytes;
-  std::size_t slot;
-};
-
-const std::vector<trace_op>& mixed_trace() {
-  static const std::vector<trace_op> ops = [] {
-    std::mt19937_64 rng(42);
-    std::uniform_real_distribution<double> ls(std::log(512.0), std::log(32.0 * 1024 * 1024));
-    std::vector<trace_op> v;
-    std::vector<bool> live(256, false);
-    for (int i = 0; i < 4096; ++i) {
-      const std::size_t slot = rng() % 256;
-      v.push_back({!live[slot], static_cast<std::size_t>(std::exp(ls(rng))), slot});
-      live[slot] = !live[slot];
-    }
-    for (std::size_t s = 0; s < 256; ++s)
-      if (live[s]) v.push_back({false, 0, s});
-    return v;
-  }();
+const std::vector<replay_event>& mixed() {
+  static const std::vector<replay_event> ops = gpu_basics::mixed_trace();
   return ops;
 }
 
 template <class Alloc, class Free>
 void run_trace(benchmark::State& state, Alloc alloc, Free release) {
-  const auto& ops = mixed_trace();
-  std::vector<void*> slots(256, nullptr);
+  const auto& ops = mixed();
+  std::vector<void*> slots(256, nullptr);  // mixed_trace's ids are its slots, 0-255
   for (auto _ : state)
     for (const auto& op : ops) {
-      if (op.alloc) {
-        slots[op.slot] = alloc(op.bytes);
+      if (op.kind == replay_event::op::alloc) {
+        slots[op.id] = alloc(op.bytes);
       } else {
-        release(slots[op.slot]);
-        slots[op.slot] = nullptr;
+        release(slots[op.id]);
+        slots[op.id] = nullptr;
       }
     }
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(ops.size()));
@@ -203,12 +187,46 @@ void BM_CachingPair_Fake_Threads(benchmark::State& state) {
     a.deallocate(p);
   }
 }
+// 8 threads on one stream: every pair contends for the same stream's pool (PyTorch's common case:
+// data-loader and autograd threads on the current stream).
+void BM_CachingPair_Fake_OneStream_Threads(benchmark::State& state) {
+  auto& a = fake_allocator();
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  a.deallocate(a.allocate(bytes, 0));
+  for (auto _ : state) {
+    void* p = a.allocate(bytes, 0);
+    benchmark::DoNotOptimize(p);
+    a.deallocate(p);
+  }
+}
 void BM_GlibcMallocFree_Threads(benchmark::State& state) {
   for (auto _ : state) {
     void* p = std::malloc(1 << 20);
     benchmark::DoNotOptimize(p);
     std::free(p);
   }
+}
+
+// ---- frugality: what a policy reserves for a trace, on the fake backend ------------------------
+
+// range(0): 0 mixed_trace(), 1 transformer_trace(); range(1): 1 with expandable segments.
+void BM_Frugality_Fake(benchmark::State& state) {
+  static const std::vector<replay_event> traces[] = {gpu_basics::mixed_trace(),
+                                                     gpu_basics::transformer_trace()};
+  const auto& trace = traces[state.range(0)];
+  allocator_options o;
+  o.expandable_segments = state.range(1) != 0;
+  state.SetLabel(std::string(state.range(0) == 0 ? "mixed" : "transformer") +
+                 (o.expandable_segments ? " expandable_segments" : " defaults"));
+  replay_result r;
+  for (auto _ : state) r = replay_trace(trace, o);
+  constexpr double kMiB = 1 << 20;
+  state.counters["peak_reserved_MiB"] = static_cast<double>(r.peak_reserved) / kMiB;
+  state.counters["peak_requested_MiB"] = static_cast<double>(r.peak_requested) / kMiB;
+  state.counters["reserved_per_requested"] = r.reserved_ratio();
+  state.counters["backend_allocations"] = static_cast<double>(r.backend_allocations);
+  state.counters["fragmentation_at_peak"] = r.fragmentation_at_peak;
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(trace.size()));
 }
 
 }  // namespace
@@ -224,4 +242,9 @@ BENCHMARK(BM_MixedTrace_CachingCuda);
 BENCHMARK(BM_MixedTrace_CudaMallocAsync);
 BENCHMARK(BM_CachingPair_Fake_Threads)->Threads(8);
 BENCHMARK(BM_GlibcMallocFree_Threads)->Threads(8);
+BENCHMARK(BM_CachingPair_Fake_OneStream_Threads)->Arg(512)->Arg(1 << 20)->Threads(8);
+BENCHMARK(BM_Frugality_Fake)
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->ArgNames({"trace", "expandable"})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

@@ -1,0 +1,133 @@
+/* gpu_basics_torch_alloc: gpu-basics' caching allocator as PyTorch's CUDA allocator.
+ *
+ * libgpu_basics_torch_alloc.so exports this C ABI and nothing else. PyTorch loads it with
+ *
+ *   alloc = torch.cuda.memory.CUDAPluggableAllocator(
+ *       path, "gpu_basics_torch_alloc", "gpu_basics_torch_free")
+ *   a = alloc.allocator()               # optional hooks, where this PyTorch has them:
+ *   a.set_record_stream_fn(ctypes address of gpu_basics_torch_record_stream)
+ *   a.set_reset_fn(...gpu_basics_torch_empty_cache)          # reached by torch.cuda.empty_cache()
+ *   a.set_memory_fraction_fn(...gpu_basics_torch_set_memory_fraction)
+ *   a.set_base_alloc_fn(...gpu_basics_torch_base_alloc)
+ *   torch.cuda.memory.change_current_allocator(alloc)   # before the first CUDA allocation
+ *
+ * and reads the statistics through ctypes from the same file (PyTorch's memory_stats() does not
+ * work with a pluggable allocator). examples/torch_pluggable.py does all of it.
+ *
+ * One allocator per device, created on the first allocation on that device, with the options of
+ * the environment, read once:
+ *   GPU_BASICS_ALLOC_CONF     options in PYTORCH_CUDA_ALLOC_CONF's syntax
+ *                             ("expandable_segments:True,max_split_size_mb:128,..."). A string
+ *                             that does not parse is reported once on stderr and every
+ *                             allocation fails (returns NULL) until the process restarts with a
+ *                             good one: a wrong policy is never used silently.
+ *   GPU_BASICS_ALLOC_HISTORY  keep the last N allocator events (for snapshots); default 0.
+ *   GPU_BASICS_ALLOC_ON_FAILURE  "null" (default): a failed allocation returns NULL after
+ *                             printing why on stderr; "abort": prints why and aborts. PyTorch
+ *                             does not check what a pluggable allocator returns, so a NULL becomes
+ *                             a tensor without memory and a later kernel faults; "abort" stops at
+ *                             the cause instead.
+ *
+ * Nothing here throws or aborts (except GPU_BASICS_ALLOC_ON_FAILURE=abort): failures return NULL
+ * or a negative code, and gpu_basics_torch_last_error() says why. All functions are thread-safe.
+ * Plain C: usable from C, C++ and ctypes. */
+#ifndef GPU_BASICS_TORCH_ALLOC_H
+#define GPU_BASICS_TORCH_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(GPU_BASICS_TORCH_ALLOC_BUILD)
+#define GPU_BASICS_TORCH_API __attribute__((visibility("default")))
+#else
+#define GPU_BASICS_TORCH_API
+#endif
+
+/* The same type as cudaStream_t, without including CUDA's headers (NULL: the legacy default
+ * stream). */
+typedef struct CUstream_st* gpu_basics_torch_stream_t;
+
+/* Version of this ABI (the layout of gpu_basics_torch_stats_t and the functions below). */
+#define GPU_BASICS_TORCH_ABI_VERSION 1
+
+/* Return codes. */
+#define GPU_BASICS_TORCH_OK 0
+#define GPU_BASICS_TORCH_EINVAL (-1)   /* a bad argument (device out of range, NULL out) */
+#define GPU_BASICS_TORCH_ERUNTIME (-2) /* CUDA or the allocator failed: see last_error */
+#define GPU_BASICS_TORCH_ENOTSUP (-3)  /* not built into this library */
+#define GPU_BASICS_TORCH_EIO (-4)      /* a file could not be written */
+
+/* Statistics of one device's allocator (all bytes; counts where named so). */
+typedef struct gpu_basics_torch_stats_t {
+  int64_t allocated_current; /* rounded sizes of blocks handed out */
+  int64_t allocated_peak;
+  int64_t requested_current; /* sizes as asked */
+  int64_t requested_peak;
+  int64_t reserved_current; /* segments held from CUDA (cached + in use) */
+  int64_t reserved_peak;
+  int64_t active_current; /* handed out, or freed but awaiting other streams */
+  int64_t active_peak;
+  int64_t segments_current; /* count */
+  int64_t segments_peak;
+  int64_t allocations_current; /* count of live allocations */
+  int64_t device_allocations;  /* count of cudaMalloc (or page map) calls */
+  int64_t device_frees;
+  int64_t alloc_retries; /* allocations that needed the cache freed first */
+  int64_t ooms;
+  int64_t cached_free_bytes; /* free bytes in the cache */
+  int64_t largest_free_block;
+  double fragmentation; /* 1 - largest free block / cached free bytes (0: nothing free) */
+} gpu_basics_torch_stats_t;
+
+/* PyTorch's alloc_fn: `size` bytes on `device` usable on `stream`. NULL for size 0 (as PyTorch's
+ * own allocator), and on failure (out of memory, a bad GPU_BASICS_ALLOC_CONF, a CUDA error). */
+GPU_BASICS_TORCH_API void* gpu_basics_torch_alloc(size_t size, int device,
+                                                  gpu_basics_torch_stream_t stream);
+/* PyTorch's free_fn: gives back `ptr` from gpu_basics_torch_alloc (NULL is ignored). The block is
+ * reused on its stream at once, on other streams it was recorded on after their work so far. */
+GPU_BASICS_TORCH_API void gpu_basics_torch_free(void* ptr, size_t size, int device,
+                                                gpu_basics_torch_stream_t stream);
+/* set_record_stream_fn: `stream` uses `ptr` too (Tensor.record_stream). */
+GPU_BASICS_TORCH_API void gpu_basics_torch_record_stream(void* ptr,
+                                                         gpu_basics_torch_stream_t stream);
+/* set_reset_fn (reached by torch.cuda.empty_cache()): returns every free, unsplit segment of
+ * every device to CUDA. */
+GPU_BASICS_TORCH_API void gpu_basics_torch_empty_cache(void);
+/* set_init_fn: records the device count (allocators are created lazily either way). PyTorch calls
+ * it when the pluggable allocator is created, before Python can set it: calling it is optional. */
+GPU_BASICS_TORCH_API void gpu_basics_torch_init(int device_count);
+/* set_memory_fraction_fn: caps `device`'s reserved bytes at fraction x its total memory. Takes
+ * effect only before the first allocation on that device (the allocator's options are fixed once
+ * it exists); later calls fail with a message in last_error. */
+GPU_BASICS_TORCH_API void gpu_basics_torch_set_memory_fraction(double fraction, int device);
+/* set_base_alloc_fn: the start of the segment holding `ptr`, its size in *size (0 and NULL when
+ * `ptr` is not in one). */
+GPU_BASICS_TORCH_API void* gpu_basics_torch_base_alloc(void* ptr, size_t* size);
+
+/* Fills *out with `device`'s statistics (all zero before its first allocation). */
+GPU_BASICS_TORCH_API int gpu_basics_torch_stats(int device, gpu_basics_torch_stats_t* out);
+/* Sets every peak of `device` to its current value. */
+GPU_BASICS_TORCH_API int gpu_basics_torch_reset_peak(int device);
+/* Writes `device`'s memory snapshot (segments, blocks, history) to `path`, in PyTorch's pickle
+ * format, readable by `python -m torch.cuda._memory_viz`. ENOTSUP where this library was built
+ * without snapshot support. */
+GPU_BASICS_TORCH_API int gpu_basics_torch_write_snapshot(int device, const char* path);
+/* The options in effect, in GPU_BASICS_ALLOC_CONF's syntax (empty for the defaults), copied into
+ * buf (NUL-terminated, cut to len - 1); returns the full length, or a negative code when the
+ * environment's options do not parse. */
+GPU_BASICS_TORCH_API int gpu_basics_torch_conf(char* buf, size_t len);
+/* The last error of any thread, or "" when there has been none. The string stays valid until the
+ * calling thread's next call of this function. */
+GPU_BASICS_TORCH_API const char* gpu_basics_torch_last_error(void);
+/* GPU_BASICS_TORCH_ABI_VERSION of the library. */
+GPU_BASICS_TORCH_API int gpu_basics_torch_abi_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPU_BASICS_TORCH_ALLOC_H */
