@@ -109,9 +109,9 @@ presentation::table replay_table(const replay_report& r) {
     }
     const auto& x = *p.result;
     t.add_row({label(p.conf), static_cast<std::int64_t>(x.peak_reserved),
-               static_cast<std::int64_t>(x.peak_allocated), ratio(x.peak_reserved, x.peak_allocated),
-               ratio(x.peak_reserved, x.peak_requested), x.backend_allocations,
-               x.fragmentation_at_peak});
+               static_cast<std::int64_t>(x.peak_allocated),
+               ratio(x.peak_reserved, x.peak_allocated), ratio(x.peak_reserved, x.peak_requested),
+               x.backend_allocations, x.fragmentation_at_peak});
   }
   const auto& rec = r.recorded;
   t.add_row({std::string("PyTorch (recorded)") +

@@ -362,9 +362,11 @@ allocator_policy allocator_policy_or_fail(const std::string& conf, const allocat
     return parse_allocator_policy(conf, base);
   } catch (const logic_error& e) {
     std::string m = e.what();
-    for (const std::string prefix : {std::string("allocator conf: "), strip + ": "})
-      if (!strip.empty() || prefix != ": ")
-        if (m.rfind(prefix, 0) == 0) m.erase(0, prefix.size());
+    const auto drop = [&m](const std::string& prefix) {
+      if (m.rfind(prefix, 0) == 0) m.erase(0, prefix.size());
+    };
+    drop("allocator conf: ");
+    if (!strip.empty()) drop(strip + ": ");
     fail(ctx, m);
   }
 }

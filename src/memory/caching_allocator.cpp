@@ -1232,6 +1232,13 @@ std::vector<segment_view> caching_allocator::segments() const {
   return out;
 }
 
+void caching_allocator::set_reserved_limit(std::size_t bytes) {
+  auto& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  m.o.reserved_limit = bytes;
+  o_.reserved_limit = bytes;
+}
+
 void caching_allocator::set_trace_callback(std::function<void(const alloc_trace&)> cb) {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);

@@ -296,8 +296,7 @@ class reader {
       fail(fmt::format("STOP with {} values on the stack{}", stack_.size(),
                        marks_.empty() ? "" : " and an open MARK"),
            op_at_);
-    if (pos_ != in_.size())
-      fail(fmt::format("{} bytes after STOP", in_.size() - pos_), pos_);
+    if (pos_ != in_.size()) fail(fmt::format("{} bytes after STOP", in_.size() - pos_), pos_);
     return std::move(stack_.back());
   }
 
@@ -330,7 +329,8 @@ class reader {
   }
   std::string_view line(std::string_view what) {
     const auto nl = in_.find('\n', pos_);
-    if (nl == std::string_view::npos) fail(fmt::format("truncated: {} without its newline", what), pos_);
+    if (nl == std::string_view::npos)
+      fail(fmt::format("truncated: {} without its newline", what), pos_);
     const auto s = in_.substr(pos_, nl - pos_);
     pos_ = nl + 1;
     return s;
@@ -461,7 +461,8 @@ class reader {
       if (s[i] == '\\' && i + 1 < s.size() && (s[i + 1] == 'u' || s[i + 1] == 'U')) {
         const std::size_t n = s[i + 1] == 'u' ? 4 : 8;
         std::uint32_t cp = 0;
-        const auto r = std::from_chars(s.data() + i + 2, s.data() + std::min(s.size(), i + 2 + n), cp, 16);
+        const auto r =
+            std::from_chars(s.data() + i + 2, s.data() + std::min(s.size(), i + 2 + n), cp, 16);
         if (i + 2 + n <= s.size() && r.ec == std::errc{} && r.ptr == s.data() + i + 2 + n &&
             cp <= 0x10ffff) {
           put_cp(cp);
@@ -515,14 +516,14 @@ class reader {
         push(std::move(d));
         break;
       }
-      case 'l':  // LIST
+      case 'l':    // LIST
       case 't': {  // TUPLE
         const std::size_t m = pop_mark(op == 'l' ? "LIST" : "TUPLE");
         push(sequence_from(m, op == 't'));
         break;
       }
-      case 0x85:  // TUPLE1
-      case 0x86:  // TUPLE2
+      case 0x85:    // TUPLE1
+      case 0x86:    // TUPLE2
       case 0x87: {  // TUPLE3
         const std::size_t n = op - 0x84u;
         if (stack_.size() < n || (!marks_.empty() && stack_.size() - n < marks_.back()))
@@ -539,7 +540,8 @@ class reader {
         const std::size_t m = pop_mark("APPENDS");
         if (m == 0) fail("APPENDS with no list below its MARK", op_at_);
         value& seq = stack_[m - 1];
-        for (std::size_t i = m; i < stack_.size(); ++i) add_item(seq, std::move(stack_[i]), "APPENDS");
+        for (std::size_t i = m; i < stack_.size(); ++i)
+          add_item(seq, std::move(stack_[i]), "APPENDS");
         stack_.resize(m);
         break;
       }
@@ -600,7 +602,8 @@ class reader {
         break;
       }
       case 'J':  // BININT
-        push(value::integer(static_cast<std::int32_t>(static_cast<std::uint32_t>(le(4, "BININT")))));
+        push(
+            value::integer(static_cast<std::int32_t>(static_cast<std::uint32_t>(le(4, "BININT")))));
         break;
       case 'K':  // BININT1
         push(value::integer(static_cast<std::int64_t>(le(1, "BININT1"))));
@@ -678,7 +681,7 @@ value read(std::string_view bytes, read_limits limits) {
 
 namespace {
 
-constexpr std::size_t kBatch = 1000;     // items per APPENDS / SETITEMS, as CPython
+constexpr std::size_t kBatch = 1000;  // items per APPENDS / SETITEMS, as CPython
 constexpr std::uint32_t kMaxDepth = 1000;
 constexpr std::size_t kMemoStringMax = 64;  // repeated strings up to this long are memoized
 
@@ -690,8 +693,9 @@ bool holds_bytes(const value& v) {
     case value::type::tuple:
       return std::any_of(v.as_items().begin(), v.as_items().end(), holds_bytes);
     case value::type::dict:
-      return std::any_of(v.as_entries().begin(), v.as_entries().end(),
-                         [](const auto& e) { return holds_bytes(e.first) || holds_bytes(e.second); });
+      return std::any_of(v.as_entries().begin(), v.as_entries().end(), [](const auto& e) {
+        return holds_bytes(e.first) || holds_bytes(e.second);
+      });
     default:
       return false;
   }

@@ -105,9 +105,9 @@ value device_trace(const std::vector<history_event>& h) {
 value allocator_settings(const allocator_options& o) {
   value d = value::dict();
   d.set("PYTORCH_CUDA_ALLOC_CONF", value::str(to_conf_string(o)));
-  d.set("max_split_size", value::integer(o.max_split_size == SIZE_MAX
-                                             ? -1
-                                             : static_cast<std::int64_t>(o.max_split_size)));
+  d.set("max_split_size",
+        value::integer(o.max_split_size == SIZE_MAX ? -1
+                                                    : static_cast<std::int64_t>(o.max_split_size)));
   d.set("garbage_collection_threshold", value::real(o.garbage_collection_threshold));
   d.set("expandable_segments", value::boolean(o.expandable_segments));
   value divisions = value::dict();
@@ -208,6 +208,7 @@ class fields {
     if (x->is(value::type::integer)) return x->as_int() != 0;
     fail(fmt::format("'{}' is a {}, expected a bool", key, x->type_name()));
   }
+
  private:
   const value& v_;
   std::string_view file_;
@@ -246,12 +247,13 @@ constexpr std::string_view kHowToRecord =
 }  // namespace
 
 torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view name) {
-  if (bytes.empty()) throw format_error(fmt::format("{}: empty file, not a PyTorch memory snapshot", name));
+  if (bytes.empty())
+    throw format_error(fmt::format("{}: empty file, not a PyTorch memory snapshot", name));
   if (static_cast<unsigned char>(bytes[0]) != 0x80)
-    throw format_error(fmt::format(
-        "{}: not a pickle (a PyTorch memory snapshot is one, from "
-        "torch.cuda.memory._dump_snapshot)",
-        name));
+    throw format_error(
+        fmt::format("{}: not a pickle (a PyTorch memory snapshot is one, from "
+                    "torch.cuda.memory._dump_snapshot)",
+                    name));
   value root;
   try {
     root = pickle::read(bytes);
@@ -259,17 +261,17 @@ torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view nam
     throw format_error(fmt::format("{}: {}", name, e.what()));
   }
   if (!root.is(value::type::dict))
-    throw format_error(fmt::format(
-        "{}: a pickle of a {}, not a PyTorch memory snapshot (a dict with segments and "
-        "device_traces)",
-        name, root.type_name()));
+    throw format_error(
+        fmt::format("{}: a pickle of a {}, not a PyTorch memory snapshot (a dict with segments and "
+                    "device_traces)",
+                    name, root.type_name()));
   if (!root.find("segments"))
-    throw format_error(fmt::format(
-        "{}: a pickled dict without 'segments': not a PyTorch memory snapshot", name));
+    throw format_error(
+        fmt::format("{}: a pickled dict without 'segments': not a PyTorch memory snapshot", name));
   if (!root.find("device_traces"))
-    throw format_error(fmt::format(
-        "{}: a snapshot without 'device_traces' (taken without recording history): {}", name,
-        kHowToRecord));
+    throw format_error(
+        fmt::format("{}: a snapshot without 'device_traces' (taken without recording history): {}",
+                    name, kHowToRecord));
   torch_snapshot s;
   const auto& segs = list_at(root, "segments", name, "");
   s.segments.reserve(segs.size());
@@ -307,8 +309,8 @@ torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view nam
   for (std::size_t d = 0; d < traces.size(); ++d) {
     const std::string where = fmt::format("device_traces[{}]", d);
     if (!traces[d].is(value::type::list))
-      throw format_error(fmt::format("{}: {} is a {}, expected a list", name, where,
-                                     traces[d].type_name()));
+      throw format_error(
+          fmt::format("{}: {} is a {}, expected a list", name, where, traces[d].type_name()));
     const auto& entries = traces[d].as_items();
     std::vector<torch_trace_event> out;
     out.reserve(entries.size());
@@ -418,7 +420,8 @@ std::vector<replay_event> to_replay_trace(const torch_snapshot& s, int device,
       if (state.count(b.address)) continue;
       const std::uint64_t size = b.requested_size ? b.requested_size : b.size;
       if (size == 0) continue;
-      head.push_back({replay_event::op::alloc, b.address, size, static_cast<stream_handle>(seg.stream)});
+      head.push_back(
+          {replay_event::op::alloc, b.address, size, static_cast<stream_handle>(seg.stream)});
     }
   }
   if (rebuilt) *rebuilt = head.size();
@@ -461,7 +464,8 @@ recorded_figures recorded(const torch_snapshot& s, int device) {
       reserved += static_cast<std::int64_t>(e.size);
     else if (e.action == torch_action::segment_free || e.action == torch_action::segment_unmap)
       reserved -= static_cast<std::int64_t>(e.size);
-    if (reserved > 0) r.peak_reserved = std::max(r.peak_reserved, static_cast<std::uint64_t>(reserved));
+    if (reserved > 0)
+      r.peak_reserved = std::max(r.peak_reserved, static_cast<std::uint64_t>(reserved));
   }
   // Live requested bytes over the trace as replayed.
   std::unordered_map<std::uint64_t, std::uint64_t> live;

@@ -30,12 +30,7 @@
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/cuda_backend.hpp"
 
-#if __has_include("gpu_basics/memory/snapshot.hpp")
 #include "gpu_basics/memory/snapshot.hpp"
-#define GPU_BASICS_TORCH_HAVE_SNAPSHOT 1
-#else
-#define GPU_BASICS_TORCH_HAVE_SNAPSHOT 0
-#endif
 
 static_assert(std::is_same_v<gpu_basics_torch_stream_t, cudaStream_t>,
               "gpu_basics_torch_stream_t must be cudaStream_t");
@@ -284,11 +279,14 @@ GPU_BASICS_TORCH_API void gpu_basics_torch_set_memory_fraction(double fraction, 
       throw gpu_basics::logic_error("fraction must be in (0, 1], got " + std::to_string(fraction));
     state& s = g();
     std::lock_guard lock(s.create_mutex);
-    if (s.allocators[static_cast<std::size_t>(device)].load(std::memory_order_acquire))
-      throw gpu_basics::logic_error(
-          "the device's allocator exists already (its options are fixed at its first "
-          "allocation): set the fraction before allocating");
     s.fractions[static_cast<std::size_t>(device)] = fraction;
+    if (caching_allocator* a =
+            s.allocators[static_cast<std::size_t>(device)].load(std::memory_order_acquire)) {
+      device_guard guard(device);
+      std::size_t free = 0, total = 0;
+      GPU_BASICS_CUDA_TRY(cudaMemGetInfo(&free, &total));
+      a->set_reserved_limit(static_cast<std::size_t>(fraction * static_cast<double>(total)));
+    }
   } catch (...) {
     set_error("set_memory_fraction(" + std::to_string(fraction) + ", device " +
                   std::to_string(device) + "): " + what_of(std::current_exception()),
@@ -378,15 +376,13 @@ GPU_BASICS_TORCH_API int gpu_basics_torch_write_snapshot(int device, const char*
     if (!a)
       throw gpu_basics::logic_error("device " + std::to_string(device) +
                                     " has no allocator yet (nothing was allocated on it)");
-#if GPU_BASICS_TORCH_HAVE_SNAPSHOT
-    // Assumed API (memory/snapshot.hpp, being written): the allocator's segments and history as
-    // PyTorch's snapshot pickle at `path`, for device index `device`; throws on failure.
-    gpu_basics::write_snapshot(*a, std::string(path), device);
+    if (a->options().history_capacity == 0)
+      throw gpu_basics::logic_error(
+          "no history is kept: set GPU_BASICS_ALLOC_HISTORY=N (events) before the first "
+          "allocation");
+    gpu_basics::write_snapshot(std::string(path), a->segments(), a->history(), device,
+                               a->options());
     return GPU_BASICS_TORCH_OK;
-#else
-    set_error("write_snapshot: this library was built without memory/snapshot.hpp", false);
-    return GPU_BASICS_TORCH_ENOTSUP;
-#endif
   } catch (const gpu_basics::logic_error& e) {
     set_error(std::string("write_snapshot: ") + e.what(), false);
     return GPU_BASICS_TORCH_EINVAL;

@@ -230,7 +230,11 @@ class caching_allocator {
   /// Called (under the allocator's lock) for each allocation: keep it cheap.
   void set_trace_callback(std::function<void(const alloc_trace&)> cb);
 
-  /// The options given at construction.
+  /// Changes the reserved limit (PyTorch's set_per_process_memory_fraction, which may come after
+  /// the first allocation). Memory reserved beyond a lowered limit stays until it is freed.
+  void set_reserved_limit(std::size_t bytes);
+
+  /// The options given at construction (with the reserved limit last set).
   [[nodiscard]] const allocator_options& options() const noexcept { return o_; }
   /// The backend segments come from.
   [[nodiscard]] allocator_backend& backend() noexcept { return *backend_; }

@@ -96,8 +96,8 @@ class value {
 
 /// Limits of read(): past them the input is rejected with a message, never followed.
 struct read_limits {
-  std::uint32_t max_depth = 1000;          // nesting of containers
-  std::size_t max_values = 50'000'000;     // values made, memo copies included
+  std::uint32_t max_depth = 1000;       // nesting of containers
+  std::size_t max_values = 50'000'000;  // values made, memo copies included
 };
 
 /// The value a pickle of protocol 0-5 holds (the opcodes CPython's pickle writes for plain data:

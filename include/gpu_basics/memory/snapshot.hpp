@@ -114,9 +114,9 @@ struct recorded_figures {
   std::uint64_t reserved_at_start = 0;  // final reserved - the trace's net segment change
   std::uint64_t reserved_at_end = 0;    // the device's segments' total_size
   std::uint64_t peak_reserved = 0;
-  std::uint64_t peak_requested = 0;     // live requested bytes (blocks alive at start included)
+  std::uint64_t peak_requested = 0;      // live requested bytes (blocks alive at start included)
   std::int64_t backend_allocations = 0;  // segment_alloc + segment_map events
-  std::size_t events = 0;               // trace entries
+  std::size_t events = 0;                // trace entries
   std::size_t ooms = 0;
 };
 /// The recorded figures of `device` (blocks alive at the start as to_replay_trace() rebuilds
