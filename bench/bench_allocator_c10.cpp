@@ -19,7 +19,7 @@
 //
 // A trace file: one event per line, `a ID BYTES STREAM` (allocate BYTES as block ID on stream
 // number STREAM, 0 = the default stream) or `f ID` (free block ID); `#` starts a comment. A program
-// that links a definition of gpu_basics::load_replay_trace(path) (declared weak below) reads its
+// reads a PyTorch memory snapshot (a path ending in .pickle) through memory/snapshot.hpp, and its
 // own formats instead.
 #include <benchmark/benchmark.h>
 #include <c10/cuda/CUDAAllocatorConfig.h>
@@ -53,11 +53,7 @@
 #include "gpu_basics/memory/cuda_backend.hpp"
 #include "gpu_basics/memory/replay.hpp"
 
-namespace gpu_basics {
-/// Optional: a loader of replay traces linked in from elsewhere (e.g. from PyTorch snapshots);
-/// without one, --trace files are read in this file's text format.
-[[gnu::weak]] std::vector<replay_event> load_replay_trace(const std::string& path);
-}  // namespace gpu_basics
+#include "gpu_basics/memory/snapshot.hpp"
 
 using namespace gpu_basics;
 
@@ -422,7 +418,16 @@ int main(int argc, char** argv) {
       continue;
     }
     try {
-      traces.push_back({path, load_replay_trace ? load_replay_trace(path) : read_text_trace(path)});
+      if (path.size() > 7 && path.substr(path.size() - 7) == ".pickle") {
+        // A PyTorch memory snapshot: the device with the most events.
+        const torch_snapshot snap = read_torch_snapshot(path);
+        std::size_t device = 0;
+        for (std::size_t d = 0; d < snap.device_traces.size(); ++d)
+          if (snap.device_traces[d].size() > snap.device_traces[device].size()) device = d;
+        traces.push_back({path, to_replay_trace(snap, static_cast<int>(device))});
+      } else {
+        traces.push_back({path, read_text_trace(path)});
+      }
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gpu_basics_bench_allocator_c10: %s\n", e.what());
       return 2;
