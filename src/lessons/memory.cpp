@@ -331,6 +331,93 @@ std::vector<note> fragmentation_notes(const fragmentation_result& f) {
   return n;
 }
 
+// ---- expandable segments ------------------------------------------------------------------
+
+std::string segments_name(const expandable_row& r) {
+  if (!r.expandable) return "plain segments";
+  return r.virtual_memory ? "expandable segments" : "expandable (unavailable: plain)";
+}
+
+double ratio(std::int64_t a, std::int64_t b) {
+  return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0.0;
+}
+
+table expandable_table(const expandable_result& e) {
+  table t;
+  t.id = "expandable_segments";
+  t.title = fmt::format(
+      "Expandable segments: {} steps of {} layers, activations {}..{} changing every step",
+      e.steps, e.layers,
+      format_bytes(*std::min_element(e.activation_bytes.begin(), e.activation_bytes.end())),
+      format_bytes(*std::max_element(e.activation_bytes.begin(), e.activation_bytes.end())));
+  t.columns = {{"segments", "segments"},
+               {"peak_allocated_bytes", "peak allocated (MiB)", kMiB, 0},
+               {"peak_reserved_bytes", "peak reserved (MiB)", kMiB, 0},
+               {"reserved_over_allocated", "reserved / allocated", 1.0, 3},
+               {"device_allocations", "cudaMalloc or page maps"},
+               {"reserved_before_empty_cache", "reserved at the end (MiB)", kMiB, 0},
+               {"released_by_empty_cache", "empty_cache released (MiB)", kMiB, 0},
+               {"reserved_after_empty_cache", "reserved after (MiB)", kMiB, 0}};
+  for (const auto& r : e.rows)
+    t.add_row({segments_name(r), r.peak_allocated_bytes, r.peak_reserved_bytes,
+               ratio(r.peak_reserved_bytes, r.peak_allocated_bytes), r.device_allocations,
+               r.reserved_before_empty_cache,
+               static_cast<std::int64_t>(r.released_by_empty_cache),
+               r.reserved_after_empty_cache});
+  return t;
+}
+
+std::vector<note> expandable_notes(const expandable_result& e) {
+  const std::string id = "expandable_segments";
+  const auto plain = std::find_if(e.rows.begin(), e.rows.end(),
+                                  [](const auto& r) { return !r.expandable; });
+  const auto grown = std::find_if(e.rows.begin(), e.rows.end(),
+                                  [](const auto& r) { return r.expandable; });
+  std::vector<note> n;
+  n.push_back(
+      {id, fmt::format(
+               "- The workload: each step keeps {} activations whose size changes from step to "
+               "step (a sequence length that varies by batch), makes a temporary twice that size "
+               "per layer and a gradient per layer on the way back, and carries a {} block into "
+               "the next step{}.",
+               e.layers, format_bytes(e.carried_bytes),
+               e.policy.empty() ? "" : fmt::format(" Rest of the policy: {}", e.policy))});
+  if (plain != e.rows.end())
+    n.push_back(
+        {id, fmt::format(
+                 "- Plain segments: every size the cache cannot serve becomes a new cudaMalloc "
+                 "sized for it; a segment is reused only by requests that fit in it, and a "
+                 "carried block keeps a whole segment split. Peak reserved is {:.2f}x peak "
+                 "allocated ({} cudaMalloc calls).",
+                 ratio(plain->peak_reserved_bytes, plain->peak_allocated_bytes),
+                 plain->device_allocations)});
+  if (grown != e.rows.end() && grown->virtual_memory)
+    n.push_back(
+        {id, fmt::format(
+                 "- Expandable segments (PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True;"
+                 " here memory.allocator.expandable_segments): one virtual address range per "
+                 "stream, reserved once; physical pages (20 MiB for large blocks, 2 MiB for small "
+                 "ones) are mapped at its end as it grows, so a larger request extends the range "
+                 "instead of needing a new segment, and whole free pages are unmapped before it "
+                 "grows. Peak reserved is {:.2f}x peak allocated ({} page maps).",
+                 ratio(grown->peak_reserved_bytes, grown->peak_allocated_bytes),
+                 grown->device_allocations)});
+  else if (grown != e.rows.end())
+    n.push_back({id,
+                 "- This device does not offer virtual memory management: expandable segments "
+                 "fell back to plain segments."});
+  if (plain != e.rows.end() && grown != e.rows.end())
+    n.push_back(
+        {id, fmt::format(
+                 "- empty_cache with one {} block still live: plain segments keep the whole "
+                 "segment around it ({} kept), expandable segments only the pages under it ({} "
+                 "kept).",
+                 format_bytes(e.carried_bytes),
+                 format_bytes(static_cast<std::uint64_t>(plain->reserved_after_empty_cache)),
+                 format_bytes(static_cast<std::uint64_t>(grown->reserved_after_empty_cache)))});
+  return n;
+}
+
 }  // namespace
 
 std::vector<note> explain_memory(const memory_result& r, const device_facts& facts) {
@@ -342,6 +429,7 @@ std::vector<note> explain_memory(const memory_result& r, const device_facts& fac
   if (r.trace) add(explain_trace(*r.trace));
   if (r.pinned) add(pinned_notes(*r.pinned, facts));
   if (r.fragmentation) add(fragmentation_notes(*r.fragmentation));
+  if (r.expandable) add(expandable_notes(*r.expandable));
   return n;
 }
 
@@ -353,6 +441,7 @@ std::vector<table> present_memory(const memory_result& r) {
   if (r.trace) out.push_back(present_trace(*r.trace));
   if (r.pinned) out.push_back(pinned_table(*r.pinned));
   if (r.fragmentation) out.push_back(fragmentation_table(*r.fragmentation));
+  if (r.expandable) out.push_back(expandable_table(*r.expandable));
   return out;
 }
 

@@ -208,6 +208,7 @@ peak_result measure_peak(const context& ctx, stream_handle sh,
                          std::optional<trace_summary>& traced) {
   // The history gives the result's timeline, and with --trace the counter tracks of the trace.
   allocator_options o;
+  static_cast<allocator_policy&>(o) = ctx.cfg.memory.allocator.effective();  // memory.allocator
   o.history_capacity = 4096;
   auto alloc = make_allocator(o);
   auto trace = start_trace(ctx, trace_schedule{0, 0, 0});
@@ -312,10 +313,81 @@ fragmentation_result measure_fragmentation(stream_handle sh) {
   return f;
 }
 
+// ---- expandable segments ------------------------------------------------------------------
+
+constexpr int kExpandableSteps = 16;
+constexpr int kExpandableLayers = 6;
+constexpr std::size_t kCarriedBytes = 6 * MiB;
+
+/// Activation size of step k: 16 MiB x a factor that changes every step (1..7, fixed order), a
+/// stand-in for a sequence length that varies from batch to batch.
+std::size_t activation_bytes_of(int step) {
+  return static_cast<std::size_t>(1 + (step * 5) % 7) * 16 * MiB + 512 * 1024;
+}
+
+expandable_row measure_expandable_with(const allocator_options& base, bool expandable,
+                                       stream_handle sh) {
+  allocator_options o = base;
+  o.expandable_segments = expandable;
+  o.history_capacity = 1 << 16;
+  auto backend = std::make_shared<cuda_device_backend>();
+  const bool vm = backend->supports_virtual_memory();
+  caching_allocator alloc(backend, o);
+  void* carried = nullptr;
+  for (int step = 0; step < kExpandableSteps; ++step) {
+    const std::size_t act = activation_bytes_of(step);
+    std::vector<void*> kept;
+    for (int l = 0; l < kExpandableLayers; ++l) {
+      void* temp = alloc.allocate(2 * act, sh);  // a temporary of the layer
+      kept.push_back(alloc.allocate(act, sh));  // the activation, kept for backward
+      alloc.deallocate(temp);
+    }
+    void* next_carried = alloc.allocate(kCarriedBytes, sh);  // e.g. logits kept for the next step
+    for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
+      void* grad = alloc.allocate(act, sh);
+      alloc.deallocate(*it);
+      alloc.deallocate(grad);
+    }
+    alloc.deallocate(carried);
+    carried = next_carried;
+  }
+  expandable_row r;
+  r.expandable = expandable;
+  r.virtual_memory = vm;
+  const auto s = alloc.stats();
+  r.peak_allocated_bytes = s.allocated_bytes.peak;
+  r.peak_reserved_bytes = s.reserved_bytes.peak;
+  r.device_allocations = s.device_allocations;
+  r.reserved_before_empty_cache = s.reserved_bytes.current;
+  r.released_by_empty_cache = alloc.empty_cache().released_bytes;
+  r.reserved_after_empty_cache = alloc.stats().reserved_bytes.current;
+  alloc.deallocate(carried);
+  const auto usage = memory_usage(alloc.history());
+  for (const auto& u : usage)
+    r.timeline.push_back({static_cast<double>(u.time_ns - usage.front().time_ns) * 1e-9,
+                          u.allocated_bytes, u.reserved_bytes});
+  return r;
+}
+
+expandable_result measure_expandable(const config& cfg, stream_handle sh) {
+  expandable_result e;
+  e.steps = kExpandableSteps;
+  e.layers = kExpandableLayers;
+  e.carried_bytes = kCarriedBytes;
+  for (int k = 0; k < kExpandableSteps; ++k) e.activation_bytes.push_back(activation_bytes_of(k));
+  allocator_options base;
+  static_cast<allocator_policy&>(base) = cfg.memory.allocator.effective();
+  allocator_policy rest = base;
+  rest.expandable_segments = false;
+  e.policy = to_conf_string(rest);
+  for (bool expandable : {false, true}) e.rows.push_back(measure_expandable_with(base, expandable, sh));
+  return e;
+}
+
 }  // namespace
 
 memory_result measure_memory(context& ctx) {
-  progress_counter progress{ctx, 4 + 4};  // four allocation sizes, then four parts
+  progress_counter progress{ctx, 4 + 5};  // four allocation sizes, then five parts
   cuda_stream stream;
   const auto sh = reinterpret_cast<stream_handle>(stream.value());
   memory_result r;
@@ -328,6 +400,8 @@ memory_result measure_memory(context& ctx) {
   progress.step("pinned vs pageable");
   r.fragmentation = measure_fragmentation(sh);
   progress.step("fragmentation");
+  r.expandable = measure_expandable(ctx.cfg, sh);
+  progress.step("expandable segments");
   return r;
 }
 

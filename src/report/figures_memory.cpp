@@ -97,6 +97,45 @@ figure fragmentation_figure(const runs_t& runs) {
   return {"memory-fragmentation", "memory", "Fragmentation", {std::move(c)}, {"fragmentation"}};
 }
 
+figure expandable_figure(const runs_t& runs) {
+  chart c{"memory-expandable",
+          "Reserved over a fragmenting workload: plain vs expandable segments", {}};
+  c.config = base_config("line", c.title, axis("time since the first allocation", "seconds"),
+                         axis("device memory (MiB)", "MiB"));
+  for (const auto& rr : runs) {
+    if (!rr.result.expandable) continue;
+    std::size_t k = 0;
+    for (const auto& row : rr.result.expandable->rows) {
+      std::vector<std::pair<double, double>> reserved;
+      for (const auto& s : row.timeline)
+        reserved.emplace_back(s.t_s, static_cast<double>(s.reserved_bytes) / kMiB);
+      auto ds = line_dataset(
+          series_name(rr.label, fmt::format("reserved, {}", row.expandable ? "expandable segments"
+                                                                            : "plain segments")),
+          color(k + 1), rr.index, reserved);
+      ds["stepped"] = "after";
+      ds["pointRadius"] = 0;
+      c.config["data"]["datasets"].push_back(std::move(ds));
+      ++k;
+    }
+    if (!rr.result.expandable->rows.empty()) {  // allocated is the same requests in both runs
+      std::vector<std::pair<double, double>> allocated;
+      for (const auto& s : rr.result.expandable->rows.front().timeline)
+        allocated.emplace_back(s.t_s, static_cast<double>(s.allocated_bytes) / kMiB);
+      auto ds = line_dataset(series_name(rr.label, "allocated (plain-segments run)"), color(0),
+                             rr.index, allocated);
+      ds["stepped"] = "after";
+      ds["pointRadius"] = 0;
+      c.config["data"]["datasets"].push_back(std::move(ds));
+    }
+  }
+  return {"memory-expandable",
+          "memory",
+          "Expandable segments",
+          {std::move(c)},
+          {"expandable_segments"}};
+}
+
 }  // namespace
 
 std::vector<figure> memory_figures(const std::vector<run_input>& inputs) {
@@ -114,6 +153,8 @@ std::vector<figure> memory_figures(const std::vector<run_input>& inputs) {
     out.push_back(timeline_figure(runs));
   if (has([](const memory_result& r) { return r.fragmentation.has_value(); }))
     out.push_back(fragmentation_figure(runs));
+  if (has([](const memory_result& r) { return r.expandable.has_value(); }))
+    out.push_back(expandable_figure(runs));
   return out;
 }
 

@@ -160,6 +160,38 @@ struct fragmentation_result {
 };
 GPU_BASICS_JSON(fragmentation_result, large_bytes, small_bytes, small_requests, rows)
 
+/// One run of the "expandable" workload: plain segments, or expandable segments.
+struct expandable_row {
+  bool expandable = false;  // expandable segments asked for
+  bool virtual_memory = true;  // the device offered them (false: plain segments instead)
+  std::int64_t peak_allocated_bytes = 0;
+  std::int64_t peak_reserved_bytes = 0;
+  std::int64_t device_allocations = 0;  // cudaMalloc calls, or page mappings
+  std::int64_t reserved_before_empty_cache = 0;  // after the steps, one block still live
+  std::uint64_t released_by_empty_cache = 0;
+  std::int64_t reserved_after_empty_cache = 0;
+  std::vector<usage_sample> timeline;  // allocated and reserved after each event
+
+  bool operator==(const expandable_row&) const = default;
+};
+GPU_BASICS_JSON(expandable_row, expandable, virtual_memory, peak_allocated_bytes,
+                peak_reserved_bytes, device_allocations, reserved_before_empty_cache,
+                released_by_empty_cache, reserved_after_empty_cache, timeline)
+
+/// A fragmenting workload (training steps whose activation sizes change every step, with one
+/// block carried into the next step) with and without expandable segments.
+struct expandable_result {
+  int steps = 0;
+  int layers = 0;
+  std::vector<std::uint64_t> activation_bytes;  // per step
+  std::uint64_t carried_bytes = 0;              // the block each step keeps into the next
+  std::string policy;  // the rest of the policy (memory.allocator), as a conf string
+  std::vector<expandable_row> rows;
+
+  bool operator==(const expandable_result&) const = default;
+};
+GPU_BASICS_JSON(expandable_result, steps, layers, activation_bytes, carried_bytes, policy, rows)
+
 /// The memory lesson's result; a part is nullopt when it was not measured (a schema-1 file
 /// without its table).
 struct memory_result {
@@ -169,10 +201,12 @@ struct memory_result {
   std::optional<trace_summary> trace;  // --trace: the peak pass
   std::optional<pinned_result> pinned;
   std::optional<fragmentation_result> fragmentation;
+  std::optional<expandable_result> expandable;
 
   bool operator==(const memory_result&) const = default;
 };
-GPU_BASICS_JSON(memory_result, allocation_cost, caching, peak, trace, pinned, fragmentation)
+GPU_BASICS_JSON(memory_result, allocation_cost, caching, peak, trace, pinned, fragmentation,
+                expandable)
 
 /// Every part on the configured device; with ctx.trace_path, writes the trace of the peak pass,
 /// and with ctx.snapshot_path a PyTorch memory snapshot of its allocator after the pass.
@@ -181,8 +215,8 @@ GPU_BASICS_JSON(memory_result, allocation_cost, caching, peak, trace, pinned, fr
 /// Notes for every table present, each with figures from the result (and the PCIe link from
 /// `facts`, when known).
 [[nodiscard]] std::vector<note> explain_memory(const memory_result& r, const device_facts& facts);
-/// "allocation_cost", "caching", "peak", ["trace",] "pinned_vs_pageable", "fragmentation"; a
-/// part that is nullopt gives no table.
+/// "allocation_cost", "caching", "peak", ["trace",] "pinned_vs_pageable", "fragmentation",
+/// "expandable_segments"; a part that is nullopt gives no table.
 [[nodiscard]] std::vector<presentation::table> present_memory(const memory_result& r);
 /// From a schema-1 block: the five tables (and "trace"), with extra.empty_cache, extra.peak_stats,
 /// extra.pinned_pool and extra.trace where present. Sizes schema 1 kept as text (format_bytes:
