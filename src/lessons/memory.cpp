@@ -346,8 +346,8 @@ table expandable_table(const expandable_result& e) {
   table t;
   t.id = "expandable_segments";
   t.title = fmt::format(
-      "Expandable segments: {} steps of {} layers, activations {}..{} changing every step",
-      e.steps, e.layers,
+      "Expandable segments: {} steps of {} layers, activations {}..{} changing every step", e.steps,
+      e.layers,
       format_bytes(*std::min_element(e.activation_bytes.begin(), e.activation_bytes.end())),
       format_bytes(*std::max_element(e.activation_bytes.begin(), e.activation_bytes.end())));
   t.columns = {{"segments", "segments"},
@@ -361,18 +361,17 @@ table expandable_table(const expandable_result& e) {
   for (const auto& r : e.rows)
     t.add_row({segments_name(r), r.peak_allocated_bytes, r.peak_reserved_bytes,
                ratio(r.peak_reserved_bytes, r.peak_allocated_bytes), r.device_allocations,
-               r.reserved_before_empty_cache,
-               static_cast<std::int64_t>(r.released_by_empty_cache),
+               r.reserved_before_empty_cache, static_cast<std::int64_t>(r.released_by_empty_cache),
                r.reserved_after_empty_cache});
   return t;
 }
 
 std::vector<note> expandable_notes(const expandable_result& e) {
   const std::string id = "expandable_segments";
-  const auto plain = std::find_if(e.rows.begin(), e.rows.end(),
-                                  [](const auto& r) { return !r.expandable; });
-  const auto grown = std::find_if(e.rows.begin(), e.rows.end(),
-                                  [](const auto& r) { return r.expandable; });
+  const auto plain =
+      std::find_if(e.rows.begin(), e.rows.end(), [](const auto& r) { return !r.expandable; });
+  const auto grown =
+      std::find_if(e.rows.begin(), e.rows.end(), [](const auto& r) { return r.expandable; });
   std::vector<note> n;
   n.push_back(
       {id, fmt::format(
@@ -384,13 +383,13 @@ std::vector<note> expandable_notes(const expandable_result& e) {
                e.policy.empty() ? "" : fmt::format(" Rest of the policy: {}", e.policy))});
   if (plain != e.rows.end())
     n.push_back(
-        {id, fmt::format(
-                 "- Plain segments: every size the cache cannot serve becomes a new cudaMalloc "
-                 "sized for it; a segment is reused only by requests that fit in it, and a "
-                 "carried block keeps a whole segment split. Peak reserved is {:.2f}x peak "
-                 "allocated ({} cudaMalloc calls).",
-                 ratio(plain->peak_reserved_bytes, plain->peak_allocated_bytes),
-                 plain->device_allocations)});
+        {id,
+         fmt::format("- Plain segments: every size the cache cannot serve becomes a new cudaMalloc "
+                     "sized for it; a segment is reused only by requests that fit in it, and a "
+                     "carried block keeps a whole segment split. Peak reserved is {:.2f}x peak "
+                     "allocated ({} cudaMalloc calls).",
+                     ratio(plain->peak_reserved_bytes, plain->peak_allocated_bytes),
+                     plain->device_allocations)});
   if (grown != e.rows.end() && grown->virtual_memory)
     n.push_back(
         {id, fmt::format(
@@ -408,13 +407,13 @@ std::vector<note> expandable_notes(const expandable_result& e) {
                  "fell back to plain segments."});
   if (plain != e.rows.end() && grown != e.rows.end())
     n.push_back(
-        {id, fmt::format(
-                 "- empty_cache with one {} block still live: plain segments keep the whole "
-                 "segment around it ({} kept), expandable segments only the pages under it ({} "
-                 "kept).",
-                 format_bytes(e.carried_bytes),
-                 format_bytes(static_cast<std::uint64_t>(plain->reserved_after_empty_cache)),
-                 format_bytes(static_cast<std::uint64_t>(grown->reserved_after_empty_cache)))});
+        {id,
+         fmt::format("- empty_cache with one {} block still live: plain segments keep the whole "
+                     "segment around it ({} kept), expandable segments only the pages under it ({} "
+                     "kept).",
+                     format_bytes(e.carried_bytes),
+                     format_bytes(static_cast<std::uint64_t>(plain->reserved_after_empty_cache)),
+                     format_bytes(static_cast<std::uint64_t>(grown->reserved_after_empty_cache)))});
   return n;
 }
 

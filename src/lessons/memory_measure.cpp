@@ -339,7 +339,7 @@ expandable_row measure_expandable_with(const allocator_options& base, bool expan
     std::vector<void*> kept;
     for (int l = 0; l < kExpandableLayers; ++l) {
       void* temp = alloc.allocate(2 * act, sh);  // a temporary of the layer
-      kept.push_back(alloc.allocate(act, sh));  // the activation, kept for backward
+      kept.push_back(alloc.allocate(act, sh));   // the activation, kept for backward
       alloc.deallocate(temp);
     }
     void* next_carried = alloc.allocate(kCarriedBytes, sh);  // e.g. logits kept for the next step
@@ -380,7 +380,8 @@ expandable_result measure_expandable(const config& cfg, stream_handle sh) {
   allocator_policy rest = base;
   rest.expandable_segments = false;
   e.policy = to_conf_string(rest);
-  for (bool expandable : {false, true}) e.rows.push_back(measure_expandable_with(base, expandable, sh));
+  for (bool expandable : {false, true})
+    e.rows.push_back(measure_expandable_with(base, expandable, sh));
   return e;
 }
 

@@ -99,7 +99,8 @@ figure fragmentation_figure(const runs_t& runs) {
 
 figure expandable_figure(const runs_t& runs) {
   chart c{"memory-expandable",
-          "Reserved over a fragmenting workload: plain vs expandable segments", {}};
+          "Reserved over a fragmenting workload: plain vs expandable segments",
+          {}};
   c.config = base_config("line", c.title, axis("time since the first allocation", "seconds"),
                          axis("device memory (MiB)", "MiB"));
   for (const auto& rr : runs) {
@@ -111,7 +112,7 @@ figure expandable_figure(const runs_t& runs) {
         reserved.emplace_back(s.t_s, static_cast<double>(s.reserved_bytes) / kMiB);
       auto ds = line_dataset(
           series_name(rr.label, fmt::format("reserved, {}", row.expandable ? "expandable segments"
-                                                                            : "plain segments")),
+                                                                           : "plain segments")),
           color(k + 1), rr.index, reserved);
       ds["stepped"] = "after";
       ds["pointRadius"] = 0;

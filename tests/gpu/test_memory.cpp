@@ -172,3 +172,52 @@ TEST(GpuCli, MemoryLessonRuns) {
   EXPECT_EQ(frag[0]["second_64mib"], "a new segment (cudaMalloc)");
   EXPECT_EQ(frag[1]["second_64mib"], "the cache");
 }
+
+TEST(GpuAllocator, ExpandableSegmentsMapAndUnmapDevicePages) {
+  SKIP_WITHOUT_GPU();
+  auto backend = std::make_shared<cuda_device_backend>();
+  if (!backend->supports_virtual_memory()) GTEST_SKIP() << "no virtual memory management";
+  allocator_options o;
+  o.expandable_segments = true;
+  caching_allocator a(backend, o);
+  cuda_stream s1, s2;
+  std::size_t free_before = 0, total = 0;
+  GPU_BASICS_CUDA_TRY(cudaMemGetInfo(&free_before, &total));
+  // Sizes across both pools and across page boundaries; the range grows while blocks are live.
+  const std::size_t sizes[] = {1000, 300u << 10, 1u << 20, 7u << 20, 19u << 20, 45u << 20};
+  std::vector<std::pair<void*, std::size_t>> blocks;
+  for (int round = 0; round < 4; ++round)
+    for (std::size_t n : sizes) {
+      const cuda_stream& s = (blocks.size() % 2) ? s2 : s1;
+      void* p = a.allocate(n + static_cast<std::size_t>(round) * 4096, handle(s));
+      enqueue_fill_pattern(p, n, static_cast<std::uint32_t>(blocks.size() + 77), s);
+      blocks.emplace_back(p, n);
+    }
+  s1.synchronize();
+  s2.synchronize();
+  for (std::size_t i = 0; i < blocks.size(); ++i)
+    ASSERT_EQ(gpu_basics::testing::device_mismatches(blocks[i].first, blocks[i].second,
+                                                     static_cast<std::uint32_t>(i + 77), s1),
+              0u)
+        << i;
+  // Free every other block and empty the cache: whole free pages are unmapped, the live blocks
+  // keep their data.
+  for (std::size_t i = 0; i < blocks.size(); i += 2) a.deallocate(blocks[i].first);
+  const auto before = a.stats().reserved_bytes.current;
+  const auto rep = a.empty_cache();
+  EXPECT_GT(rep.released_bytes, 0u);
+  EXPECT_EQ(a.stats().reserved_bytes.current,
+            before - static_cast<std::int64_t>(rep.released_bytes));
+  for (std::size_t i = 1; i < blocks.size(); i += 2)
+    ASSERT_EQ(gpu_basics::testing::device_mismatches(blocks[i].first, blocks[i].second,
+                                                     static_cast<std::uint32_t>(i + 77), s1),
+              0u)
+        << i;
+  for (std::size_t i = 1; i < blocks.size(); i += 2) a.deallocate(blocks[i].first);
+  (void)a.empty_cache();
+  EXPECT_EQ(a.stats().reserved_bytes.current, 0);
+  std::size_t free_after = 0;
+  GPU_BASICS_CUDA_TRY(cudaMemGetInfo(&free_after, &total));
+  // The device got its memory back (within what other processes may have moved meanwhile).
+  EXPECT_GT(free_after + (64u << 20), free_before);
+}

@@ -162,11 +162,11 @@ GPU_BASICS_JSON(fragmentation_result, large_bytes, small_bytes, small_requests, 
 
 /// One run of the "expandable" workload: plain segments, or expandable segments.
 struct expandable_row {
-  bool expandable = false;  // expandable segments asked for
+  bool expandable = false;     // expandable segments asked for
   bool virtual_memory = true;  // the device offered them (false: plain segments instead)
   std::int64_t peak_allocated_bytes = 0;
   std::int64_t peak_reserved_bytes = 0;
-  std::int64_t device_allocations = 0;  // cudaMalloc calls, or page mappings
+  std::int64_t device_allocations = 0;           // cudaMalloc calls, or page mappings
   std::int64_t reserved_before_empty_cache = 0;  // after the steps, one block still live
   std::uint64_t released_by_empty_cache = 0;
   std::int64_t reserved_after_empty_cache = 0;
