@@ -67,24 +67,36 @@ replay_report replay_snapshot(const torch_snapshot& s, const std::string& file, 
   r.trace_events = r.recorded.events;
   const auto trace = to_replay_trace(s, device, &r.rebuilt);
   r.replay_events = trace.size();
-  // garbage_collection_threshold acts only under a reserved limit; a snapshot does not hold the
-  // device's memory size, so the limit is what PyTorch itself reserved at its peak.
-  r.gc_reserved_limit = r.recorded.peak_reserved;
-  for (std::size_t i = 0; i < confs.size(); ++i) {
+  // garbage_collection_threshold acts only under a reserved limit, and a snapshot does not hold
+  // the device's memory size: the limit is the larger of what PyTorch reserved at its peak and
+  // what the default policy reserves in the replay (so the collector has the room the policy
+  // without it needed, and shows what it saves within that). Policies without it run first.
+  r.policies.resize(confs.size());
+  const auto run = [&](std::size_t i, const allocator_options& o) {
     throw_if_interrupted();
-    allocator_options o = opts[i];
-    if (o.garbage_collection_threshold > 0 && o.reserved_limit == SIZE_MAX &&
-        r.gc_reserved_limit > 0)
-      o.reserved_limit = r.gc_reserved_limit;
-    policy_replay p;
+    policy_replay& p = r.policies[i];
     p.conf = confs[i];
     try {
       p.result = replay_trace(trace, o);
       r.seconds += p.result->seconds;
     } catch (const out_of_memory& e) {
-      p.failure = fmt::format("out of memory ({})", e.what());
+      p.failure = e.what();
     }
-    r.policies.push_back(std::move(p));
+  };
+  std::uint64_t default_peak = 0;
+  for (std::size_t i = 0; i < confs.size(); ++i) {
+    if (opts[i].garbage_collection_threshold > 0) continue;
+    run(i, opts[i]);
+    if (opts[i] == allocator_options{} && r.policies[i].result)
+      default_peak = r.policies[i].result->peak_reserved;
+  }
+  r.gc_reserved_limit = std::max<std::uint64_t>(r.recorded.peak_reserved, default_peak);
+  for (std::size_t i = 0; i < confs.size(); ++i) {
+    if (opts[i].garbage_collection_threshold <= 0) continue;
+    allocator_options o = opts[i];
+    if (o.reserved_limit == SIZE_MAX && r.gc_reserved_limit > 0)
+      o.reserved_limit = r.gc_reserved_limit;
+    run(i, o);
   }
   return r;
 }
@@ -104,7 +116,9 @@ presentation::table replay_table(const replay_report& r) {
   using presentation::value;
   for (const auto& p : r.policies) {
     if (!p.result) {
-      t.add_row({label(p.conf), p.failure, value{}, value{}, value{}, value{}, value{}});
+      t.add_row({label(p.conf), std::string("out of memory"), value{}, value{}, value{}, value{},
+                 value{}});
+      t.notes.push_back(fmt::format("{}: {}.", label(p.conf), p.failure));
       continue;
     }
     const auto& x = *p.result;
@@ -129,8 +143,9 @@ presentation::table replay_table(const replay_report& r) {
       static_cast<double>(rec.reserved_at_start) * kMiB,
       static_cast<double>(rec.reserved_at_end) * kMiB));
   t.notes.push_back(fmt::format(
-      "garbage_collection_threshold runs under a reserved limit of PyTorch's recorded peak "
-      "reserved, {:.1f} MiB (a snapshot does not hold the device's memory size).",
+      "garbage_collection_threshold runs under a reserved limit of {:.1f} MiB, the larger of "
+      "PyTorch's recorded peak reserved and the defaults' replayed one (a snapshot does not hold "
+      "the device's memory size).",
       static_cast<double>(r.gc_reserved_limit) * kMiB));
   if (const auto b = r.best())
     t.notes.push_back(fmt::format("Lowest peak reserved: {}.", label(*b)));
