@@ -133,6 +133,7 @@ struct block {
   expandable_range* range = nullptr;  // the expandable range this block is part of
   thread_cache* owner = nullptr;      // the thread cache holding it (cached or handed out)
   std::uint64_t gc_count_base = 0;    // the pool's lookup count when it was last freed
+  std::uint64_t epoch = 0;            // the allocator's epoch when a thread cache handed it out
   std::vector<stream_handle> stream_uses;
   // Container node kept while the block is outside the free set, so the hot path reinserts
   // without allocating.
@@ -348,6 +349,10 @@ struct caching_allocator::impl {
   const bool vmm;      // expandable segments in use
   const bool fast_ok;  // thread caches in use
   std::atomic<bool> traced{false};
+  // Counts operations on the shared cache. A block handed out by a thread cache goes back to it
+  // only if nothing happened in the shared cache since (else the lock path frees it, merging
+  // it as plain merge-on-free would have).
+  std::atomic<std::uint64_t> epoch{0};
   mutable spin_lock mutex;
   free_set small_free, large_free;
   unmapped_set small_unmapped, large_unmapped;
@@ -603,6 +608,28 @@ struct caching_allocator::impl {
   block* find_live(std::uintptr_t p) {
     block* b = active.find(p);
     return b ? b : adopt_from_caches(p);
+  }
+
+  /// Whether the freed block b may wait in a thread cache for the next request of its size
+  /// without changing what merge-on-free would do. Merge-on-free would merge b with a free right
+  /// neighbour into M (a free left one would move the block: then no), and the next request of
+  /// b's size would split M at b's address if M is its best fit: no other free block of the
+  /// stream between b's size and M's (or of M's size at a lower address). Then handing b out
+  /// again, with the neighbour left as it is, is the same placement.
+  [[nodiscard]] bool cacheable(const block* b) {
+    if (b->prev && b->prev->in_free_set) return false;
+    const block* n = b->next && b->next->in_free_set ? b->next : nullptr;
+    const std::size_t merged = b->size + (n ? n->size : 0);
+    block key;
+    key.stream = b->stream;
+    key.size = b->size;
+    key.ptr = 0;
+    const free_set& p = pool_of(b);
+    auto it = p.lower_bound(&key);
+    if (it != p.end() && *it == n) ++it;
+    if (it == p.end() || (*it)->stream != b->stream) return true;
+    const block* x = *it;
+    return x->size > merged || (x->size == merged && x->ptr > b->ptr);
   }
 
   [[nodiscard]] bool caches_hold_blocks() const {
@@ -961,17 +988,22 @@ struct caching_allocator::impl {
     return new_segment(rounded, small, stream);
   }
 
-  void* allocate_slow(std::size_t bytes, stream_handle stream) {
+  /// What every operation on the shared cache starts with: the calling thread's counters folded
+  /// in, the epoch moved on, and the thread caches emptied into the shared cache, so every
+  /// decision below sees the cache exactly as plain merge-on-free would have it.
+  void begin_shared_operation() {
     fold_mine();
+    epoch.fetch_add(1, std::memory_order_acq_rel);
+    if (caches_hold_blocks()) sweep_caches(true);
+  }
+
+  void* allocate_slow(std::size_t bytes, stream_handle stream) {
+    begin_shared_operation();
     process_events();
     const std::size_t rounded = round_request(bytes, o);
     const bool small = is_small_request(rounded);
     alloc_source source = alloc_source::cache_hit;
     block* b = find_free(stream, rounded, small);
-    if (!b && caches_hold_blocks()) {  // blocks kept by threads may fit, alone or merged
-      sweep_caches(true);
-      b = find_free(stream, rounded, small);
-    }
     if (!b) {
       if (gc_enabled()) garbage_collect();
       source = alloc_source::new_segment;
@@ -1019,7 +1051,7 @@ struct caching_allocator::impl {
   }
 
   void deallocate_slow(std::uintptr_t p) {
-    fold_mine();
+    begin_shared_operation();
     block* b = find_live(p);
     if (!b)
       throw logic_error(
@@ -1039,8 +1071,9 @@ struct caching_allocator::impl {
       return;
     }
     record(history_kind::free_completed, b->ptr, b->size, b->stream);
-    // A small block goes to the freeing thread's cache, for its next request of the size.
-    if (b->small && !b->range && !traced.load(std::memory_order_relaxed)) {
+    // A small block goes to the freeing thread's cache, for its next request of the size, when
+    // that changes nothing merge-on-free would do (cacheable()).
+    if (b->small && !b->range && !traced.load(std::memory_order_relaxed) && cacheable(b)) {
       if (thread_cache* c = my_cache_or_new()) {
         std::lock_guard lock(c->lock);
         if (c->n_cached + c->n_out < c->cached.size()) {
@@ -1111,6 +1144,7 @@ void* caching_allocator::allocate(std::size_t bytes, stream_handle stream) {
           c->cached[k] = c->cached[--c->n_cached];
           c->out[c->n_out++] = b;
           b->allocated = true;
+          b->epoch = m.epoch.load(std::memory_order_acquire);
           b->requested = bytes;
           c->bytes.add(static_cast<std::int64_t>(b->size));
           c->requested.add(static_cast<std::int64_t>(bytes));
@@ -1135,6 +1169,7 @@ void caching_allocator::deallocate(void* p) {
       block* b = c->out[k];
       if (b->ptr != addr) continue;
       if (!b->stream_uses.empty()) break;  // used on other streams: events, on the slow path
+      if (b->epoch != m.epoch.load(std::memory_order_acquire)) break;  // the cache moved on
       c->out[k] = c->out[--c->n_out];
       c->cached[c->n_cached++] = b;
       b->allocated = false;

@@ -319,6 +319,27 @@ TEST(Snapshot, HandMadeSnapshotReplaysToThePeakWorkedOutByHand) {
   EXPECT_EQ(rec.events, 9u);
 }
 
+TEST(Snapshot, ARealH200SnapshotReplaysToPyTorchsOwnPeak) {
+  // examples/record_snapshot.py on the H200 (PyTorch 2.11, default allocator settings): 12 steps
+  // of a small transformer with a sequence length that changes every step, recorded after the
+  // model existed. Our native-like replay follows PyTorch's placement: its peak reserved is
+  // PyTorch's own, to the byte (a rebuilt start, blocks alive before recording packed afresh
+  // rather than in PyTorch's segments, could move it; here it does not).
+  const auto s = gb::read_torch_snapshot(kData + "/h200_torch_snapshot.pickle");
+  std::size_t rebuilt = 0;
+  const auto trace = gb::to_replay_trace(s, 0, &rebuilt);
+  EXPECT_EQ(rebuilt, 30u);
+  const auto rec = gb::recorded(s, 0);
+  EXPECT_EQ(rec.peak_reserved, 248u * MiB);
+  gb::allocator_options defaults;
+  const auto ours = gb::replay_trace(trace, defaults);
+  EXPECT_EQ(ours.peak_requested, rec.peak_requested);
+  EXPECT_EQ(ours.peak_reserved, rec.peak_reserved);
+  // The thread caches change nothing here either.
+  defaults.thread_cache_blocks = 0;
+  EXPECT_EQ(gb::replay_trace(trace, defaults).peak_reserved, ours.peak_reserved);
+}
+
 TEST(Snapshot, ReadsAProtocol4SnapshotPythonWrites) {
   if (!have_python()) GTEST_SKIP() << "python3 not found";
   const auto dir = scratch("py4");
