@@ -405,15 +405,21 @@ std::vector<note> expandable_notes(const expandable_result& e) {
     n.push_back({id,
                  "- This device does not offer virtual memory management: expandable segments "
                  "fell back to plain segments."});
-  if (plain != e.rows.end() && grown != e.rows.end())
+  if (plain != e.rows.end() && grown != e.rows.end() && grown->virtual_memory) {
+    const auto kept_plain = static_cast<std::uint64_t>(plain->reserved_after_empty_cache);
+    const auto kept_grown = static_cast<std::uint64_t>(grown->reserved_after_empty_cache);
     n.push_back(
-        {id,
-         fmt::format("- empty_cache with one {} block still live: plain segments keep the whole "
-                     "segment around it ({} kept), expandable segments only the pages under it ({} "
-                     "kept).",
-                     format_bytes(e.carried_bytes),
-                     format_bytes(static_cast<std::uint64_t>(plain->reserved_after_empty_cache)),
-                     format_bytes(static_cast<std::uint64_t>(grown->reserved_after_empty_cache)))});
+        {id, fmt::format(
+                 "- empty_cache with one {} block still live: plain segments keep the whole "
+                 "segment it was cut from ({} here), expandable segments the 20 MiB pages under "
+                 "it ({}){}. Both gave back everything else: {} and {}.",
+                 format_bytes(e.carried_bytes), format_bytes(kept_plain), format_bytes(kept_grown),
+                 kept_grown > kept_plain
+                     ? "; a page is coarser than the small segment the block happened to sit in"
+                     : "",
+                 format_bytes(plain->released_by_empty_cache),
+                 format_bytes(grown->released_by_empty_cache))});
+  }
   return n;
 }
 

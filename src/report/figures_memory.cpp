@@ -97,34 +97,45 @@ figure fragmentation_figure(const runs_t& runs) {
   return {"memory-fragmentation", "memory", "Fragmentation", {std::move(c)}, {"fragmentation"}};
 }
 
+/// The timeline against the number of requests so far (allocations and frees: the samples where
+/// allocated moved), so two runs of the same requests line up whatever their speed.
+std::vector<std::pair<double, double>> by_request(const std::vector<lessons::usage_sample>& t,
+                                                  bool reserved) {
+  std::vector<std::pair<double, double>> xy;
+  std::int64_t last = 0;
+  double requests = 0;
+  for (const auto& s : t) {
+    if (s.allocated_bytes != last) ++requests;
+    last = s.allocated_bytes;
+    xy.emplace_back(requests,
+                    static_cast<double>(reserved ? s.reserved_bytes : s.allocated_bytes) / kMiB);
+  }
+  return xy;
+}
+
 figure expandable_figure(const runs_t& runs) {
   chart c{"memory-expandable",
           "Reserved over a fragmenting workload: plain vs expandable segments",
           {}};
-  c.config = base_config("line", c.title, axis("time since the first allocation", "seconds"),
-                         axis("device memory (MiB)", "MiB"));
+  json x = axis("allocations and frees so far", "");
+  x["type"] = "linear";  // a count: numbers without a unit
+  c.config = base_config("line", c.title, std::move(x), axis("device memory (MiB)", "MiB"));
   for (const auto& rr : runs) {
     if (!rr.result.expandable) continue;
     std::size_t k = 0;
     for (const auto& row : rr.result.expandable->rows) {
-      std::vector<std::pair<double, double>> reserved;
-      for (const auto& s : row.timeline)
-        reserved.emplace_back(s.t_s, static_cast<double>(s.reserved_bytes) / kMiB);
       auto ds = line_dataset(
           series_name(rr.label, fmt::format("reserved, {}", row.expandable ? "expandable segments"
                                                                            : "plain segments")),
-          color(k + 1), rr.index, reserved);
+          color(k + 1), rr.index, by_request(row.timeline, true));
       ds["stepped"] = "after";
       ds["pointRadius"] = 0;
       c.config["data"]["datasets"].push_back(std::move(ds));
       ++k;
     }
-    if (!rr.result.expandable->rows.empty()) {  // allocated is the same requests in both runs
-      std::vector<std::pair<double, double>> allocated;
-      for (const auto& s : rr.result.expandable->rows.front().timeline)
-        allocated.emplace_back(s.t_s, static_cast<double>(s.allocated_bytes) / kMiB);
-      auto ds = line_dataset(series_name(rr.label, "allocated (plain-segments run)"), color(0),
-                             rr.index, allocated);
+    if (!rr.result.expandable->rows.empty()) {  // the same requests in both runs
+      auto ds = line_dataset(series_name(rr.label, "allocated (both runs)"), color(0), rr.index,
+                             by_request(rr.result.expandable->rows.front().timeline, false));
       ds["stepped"] = "after";
       ds["pointRadius"] = 0;
       c.config["data"]["datasets"].push_back(std::move(ds));
