@@ -1,6 +1,7 @@
 #include "gpu_basics/memory/caching_allocator.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <deque>
@@ -117,7 +118,9 @@ struct block_address_less {
 using free_set = std::set<block*, block_less>;
 using unmapped_set = std::set<block*, block_address_less>;
 
-struct block {
+/// Aligned to a cache line: blocks of different threads' caches are written by their threads'
+/// fast paths, and must not share one.
+struct alignas(64) block {
   std::uintptr_t ptr = 0;
   std::size_t size = 0;
   std::size_t requested = 0;
@@ -287,12 +290,17 @@ struct stat_delta {
 /// there (`out`): both without the allocator's lock. Its own lock is taken by the owning thread
 /// on every fast operation (uncontended: one atomic exchange) and by the allocator when it
 /// empties the cache or looks for a pointer handed out by it.
-struct thread_cache {
-  explicit thread_cache(std::size_t capacity) : cached(capacity), out(capacity) {}
+constexpr std::size_t kMaxThreadCache = 64;
+
+/// Aligned to two cache lines, so that threads' caches never share one (false sharing would
+/// make every fast operation of one thread a cache miss for its neighbour).
+struct alignas(128) thread_cache {
+  explicit thread_cache(std::size_t blocks) : capacity(blocks) {}
   spin_lock lock;
-  std::vector<block*> cached;  // free blocks, not in any free set
-  std::vector<block*> out;     // allocated blocks handed out by the fast path
+  std::size_t capacity;
   std::size_t n_cached = 0, n_out = 0;
+  std::array<block*, kMaxThreadCache> cached{};  // free blocks, not in any free set
+  std::array<block*, kMaxThreadCache> out{};     // allocated blocks handed out by the fast path
   stat_delta bytes, requested, count;
   std::atomic<bool> orphaned{false};  // its thread has ended (or forgot it): the allocator frees it
 };
@@ -338,16 +346,15 @@ struct thread_slots {
 };
 thread_local thread_slots tls_caches;
 
-constexpr std::size_t kMaxThreadCache = 64;
-
 }  // namespace
 
 struct caching_allocator::impl {
   allocator_backend& backend;
   allocator_options o;
   const std::uint64_t id = next_allocator_id.fetch_add(1);
-  const bool vmm;      // expandable segments in use
-  const bool fast_ok;  // thread caches in use
+  const bool vmm;             // expandable segments in use
+  const bool fast_ok;         // thread caches in use
+  const bool plain_rounding;  // no roundup_power2_divisions: 512-byte steps
   std::atomic<bool> traced{false};
   // Counts operations on the shared cache. A block handed out by a thread cache goes back to it
   // only if nothing happened in the shared cache since (else the lock path frees it, merging
@@ -373,7 +380,10 @@ struct caching_allocator::impl {
       : backend(b),
         o(opts),
         vmm(opts.expandable_segments && b.supports_virtual_memory()),
-        fast_ok(opts.thread_cache_blocks > 0 && opts.history_capacity == 0) {
+        fast_ok(opts.thread_cache_blocks > 0 && opts.history_capacity == 0),
+        plain_rounding(std::all_of(opts.roundup_power2_divisions.begin(),
+                                   opts.roundup_power2_divisions.end(),
+                                   [](std::size_t d) { return d <= 1; })) {
     o.thread_cache_blocks = std::min(o.thread_cache_blocks, kMaxThreadCache);
     std::lock_guard lock(registry_mutex());
     live_allocators().insert(id);
@@ -1078,7 +1088,7 @@ struct caching_allocator::impl {
     if (b->small && !b->range && !traced.load(std::memory_order_relaxed) && cacheable(b)) {
       if (thread_cache* c = my_cache_or_new()) {
         std::lock_guard lock(c->lock);
-        if (c->n_cached + c->n_out < c->cached.size()) {
+        if (c->n_cached + c->n_out < c->capacity) {
           st.active_bytes.sub(static_cast<std::int64_t>(b->size));
           st.active_count.sub(1);
           b->owner = c;
@@ -1137,7 +1147,8 @@ void* caching_allocator::allocate(std::size_t bytes, stream_handle stream) {
   auto& m = *impl_;
   if (m.fast_ok && !m.traced.load(std::memory_order_relaxed)) {
     if (thread_cache* c = m.my_cache()) {
-      const std::size_t rounded = round_request(bytes, m.o);
+      const std::size_t rounded =
+          m.plain_rounding ? round_request(bytes) : round_request(bytes, m.o);
       if (is_small_request(rounded)) {
         std::lock_guard lock(c->lock);
         for (std::size_t k = 0; k < c->n_cached; ++k) {
