@@ -507,6 +507,23 @@ struct caching_allocator::impl {
     insert_free(b);
   }
 
+  /// Cuts b at `at` bytes: a new block for the rest, linked after b, of b's stream, pool and
+  /// range (mapped; outside every set). b keeps the first `at` bytes.
+  block* split_off(block* b, std::size_t at) {
+    block* rest = new_block();
+    rest->ptr = b->ptr + at;
+    rest->size = b->size - at;
+    rest->stream = b->stream;
+    rest->small = b->small;
+    rest->range = b->range;
+    rest->prev = b;
+    rest->next = b->next;
+    if (b->next) b->next->prev = rest;
+    b->next = rest;
+    b->size = at;
+    return rest;
+  }
+
   /// a takes in its right neighbour n (both outside every set). n is retired.
   void absorb(block* a, block* n) {
     a->size += n->size;
@@ -718,18 +735,8 @@ struct caching_allocator::impl {
     }
     unmapped_of(u).erase(u);
     if (n < u->size) {  // the rest stays unmapped, after u
-      block* rest = new_block();
-      rest->ptr = u->ptr + n;
-      rest->size = u->size - n;
-      rest->stream = u->stream;
-      rest->small = u->small;
+      block* rest = split_off(u, n);
       rest->mapped = false;
-      rest->range = u->range;
-      rest->prev = u;
-      rest->next = u->next;
-      if (u->next) u->next->prev = rest;
-      u->next = rest;
-      u->size = n;
       unmapped_of(rest).insert(rest);
     }
     u->mapped = true;
@@ -808,33 +815,11 @@ struct caching_allocator::impl {
     remove_free(b);
     block* mid = b;
     if (first > b->ptr) {  // b keeps the part before; mid is new
-      mid = new_block();
-      mid->ptr = first;
-      mid->size = b->ptr + b->size - first;
-      mid->stream = b->stream;
-      mid->small = b->small;
-      mid->range = b->range;
-      mid->prev = b;
-      mid->next = b->next;
-      if (b->next) b->next->prev = mid;
-      b->next = mid;
-      b->size = first - b->ptr;
+      mid = split_off(b, first - b->ptr);
       insert_free(b);
     }
-    if (mid->ptr + mid->size > last) {  // the part after stays free
-      block* after = new_block();
-      after->ptr = last;
-      after->size = mid->ptr + mid->size - last;
-      after->stream = mid->stream;
-      after->small = mid->small;
-      after->range = mid->range;
-      after->prev = mid;
-      after->next = mid->next;
-      if (mid->next) mid->next->prev = after;
-      mid->next = after;
-      mid->size = last - mid->ptr;
-      insert_free(after);
-    }
+    if (mid->ptr + mid->size > last)  // the part after stays free
+      insert_free(split_off(mid, last - mid->ptr));
     for (std::uintptr_t p = mid->ptr; p < mid->ptr + mid->size; p += r.page)
       backend.unmap(p, r.page);
     mid->mapped = false;
@@ -1033,18 +1018,7 @@ struct caching_allocator::impl {
     }
     if (b->in_free_set) remove_free(b);
     if (should_split(b, rounded)) {
-      auto* rest = new_block();
-      rest->ptr = b->ptr + rounded;
-      rest->size = b->size - rounded;
-      rest->stream = b->stream;
-      rest->small = b->small;
-      rest->range = b->range;
-      rest->prev = b;
-      rest->next = b->next;
-      if (b->next) b->next->prev = rest;
-      b->next = rest;
-      b->size = rounded;
-      insert_free(rest);
+      insert_free(split_off(b, rounded));
       if (source == alloc_source::cache_hit) source = alloc_source::split;
     }
     b->allocated = true;
