@@ -318,6 +318,11 @@ std::unordered_set<std::uint64_t>& live_allocators() {
 }
 std::atomic<std::uint64_t> next_allocator_id{1};
 
+/// Set when this thread's slots are destroyed (thread exit; for the main thread, before static
+/// destructors, which may still free memory): from then on the thread uses no cache. Constant-
+/// initialized and without a destructor, so it outlives every other thread_local.
+thread_local bool tls_dead = false;
+
 struct thread_slots {
   static constexpr std::size_t kSlots = 4;
   std::uint64_t ids[kSlots] = {};
@@ -329,10 +334,15 @@ struct thread_slots {
     if (live_allocators().count(id)) c->orphaned.store(true, std::memory_order_release);
   }
   ~thread_slots() {
-    for (std::size_t i = 0; i < kSlots; ++i)
+    tls_dead = true;
+    for (std::size_t i = 0; i < kSlots; ++i) {
       if (ids[i]) orphan(ids[i], caches[i]);
+      ids[i] = 0;
+      caches[i] = nullptr;
+    }
   }
   [[nodiscard]] thread_cache* find(std::uint64_t id) const noexcept {
+    if (tls_dead) return nullptr;
     for (std::size_t i = 0; i < kSlots; ++i)
       if (ids[i] == id) return caches[i];
     return nullptr;
@@ -346,6 +356,18 @@ struct thread_slots {
 };
 thread_local thread_slots tls_caches;
 
+}  // namespace
+
+/// Moves the allocator's epoch on when a shared operation ends (also by an exception), so a
+/// block handed out by a thread cache during it cannot go back to that cache unchecked.
+namespace {
+struct epoch_guard {
+  explicit epoch_guard(std::atomic<std::uint64_t>& e) : epoch(e) {}
+  std::atomic<std::uint64_t>& epoch;
+  epoch_guard(const epoch_guard&) = delete;
+  epoch_guard& operator=(const epoch_guard&) = delete;
+  ~epoch_guard() { epoch.fetch_add(1, std::memory_order_acq_rel); }
+};
 }  // namespace
 
 struct caching_allocator::impl {
@@ -479,7 +501,7 @@ struct caching_allocator::impl {
 
   [[nodiscard]] bool should_split(const block* b, std::size_t rounded) const {
     const std::size_t remaining = b->size - rounded;
-    if (b->small || o.expandable_segments) return remaining >= kMinBlock;
+    if (b->small || b->range) return remaining >= kMinBlock;
     return rounded < o.max_split_size && remaining > kSmallRequest;
   }
 
@@ -552,7 +574,7 @@ struct caching_allocator::impl {
   thread_cache* my_cache() const noexcept { return fast_ok ? tls_caches.find(id) : nullptr; }
 
   thread_cache* my_cache_or_new() {
-    if (!fast_ok) return nullptr;
+    if (!fast_ok || tls_dead) return nullptr;
     if (thread_cache* c = tls_caches.find(id)) return c;
     caches.push_back(std::make_unique<thread_cache>(o.thread_cache_blocks));
     tls_caches.put(id, caches.back().get());
@@ -564,8 +586,12 @@ struct caching_allocator::impl {
     // allocated.
     st.active_bytes.peak = std::max(st.active_bytes.peak, st.active_bytes.current + c.bytes.high);
     st.active_bytes.current += c.bytes.now;
+    st.active_bytes.allocated += c.bytes.added;
+    st.active_bytes.freed += c.bytes.removed;
     st.active_count.peak = std::max(st.active_count.peak, st.active_count.current + c.count.high);
     st.active_count.current += c.count.now;
+    st.active_count.allocated += c.count.added;
+    st.active_count.freed += c.count.removed;
     c.bytes.fold_into(st.allocated_bytes);
     c.requested.fold_into(st.requested_bytes);
     c.count.fold_into(st.allocation_count);
@@ -582,6 +608,7 @@ struct caching_allocator::impl {
   /// shared cache (merged); orphaned caches give their handed-out blocks to the shared map and
   /// are deleted.
   void sweep_caches(bool empty) {
+    if (empty) epoch.fetch_add(1, std::memory_order_acq_rel);  // the shared cache changes
     for (std::size_t i = 0; i < caches.size();) {
       thread_cache& c = *caches[i];
       const bool orphan = c.orphaned.load(std::memory_order_acquire);
@@ -615,7 +642,24 @@ struct caching_allocator::impl {
 
   /// A live allocation handed out by some thread's fast path: moved into the shared map (its
   /// counters with it), so the caller can treat it as any other.
+  /// Every block handed out by a thread cache moves to the shared map (segments() and
+  /// release_cached() read their fields, which the fast path writes under the cache's lock).
+  void adopt_all() {
+    epoch.fetch_add(1, std::memory_order_acq_rel);
+    for (auto& cp : caches) {
+      thread_cache& c = *cp;
+      std::lock_guard lock(c.lock);
+      fold(c);
+      for (std::size_t k = 0; k < c.n_out; ++k) {
+        c.out[k]->owner = nullptr;
+        active.insert(c.out[k]->ptr, c.out[k]);
+      }
+      c.n_out = 0;
+    }
+  }
+
   block* adopt_from_caches(std::uintptr_t p) {
+    epoch.fetch_add(1, std::memory_order_acq_rel);
     for (auto& cp : caches) {
       thread_cache& c = *cp;
       std::lock_guard lock(c.lock);
@@ -727,10 +771,18 @@ struct caching_allocator::impl {
     const std::size_t n = std::min(u->size, (bytes + r.page - 1) / r.page * r.page);
     if (!within_limit(n)) return false;
     std::size_t done = 0;
-    for (; done < n; done += r.page)
-      if (!backend.map(u->ptr + done, r.page)) break;
+    const auto undo = [&](std::size_t mapped) {
+      for (std::size_t k = 0; k < mapped; k += r.page) backend.unmap(u->ptr + k, r.page);
+    };
+    try {
+      for (; done < n; done += r.page)
+        if (!backend.map(u->ptr + done, r.page)) break;
+    } catch (...) {  // a failure other than out of memory: give back what this call mapped
+      undo(done);
+      throw;
+    }
     if (done < n) {
-      for (std::size_t k = 0; k < done; k += r.page) backend.unmap(u->ptr + k, r.page);
+      undo(done);
       return false;
     }
     unmapped_of(u).erase(u);
@@ -893,6 +945,7 @@ struct caching_allocator::impl {
 
   empty_cache_report release_cached() {
     sweep_caches(true);
+    adopt_all();
     empty_cache_report r;
     for (auto it = segments.begin(); it != segments.end();) {
       block* h = *it;
@@ -1098,8 +1151,11 @@ caching_allocator::~caching_allocator() {
     m.backend.synchronize();
   } catch (...) {
   }
-  m.process_events();
-  (void)m.release_cached();
+  try {  // at process exit CUDA may be gone already: nothing here may escape a destructor
+    m.process_events();
+    (void)m.release_cached();
+  } catch (...) {
+  }
   for (auto& [e, b] : m.pending) m.backend.release_event(e);
   // Still in use: the memory stays with its users.
   const auto delete_chain = [](block* h) {
@@ -1119,6 +1175,11 @@ caching_allocator::~caching_allocator() {
 
 void* caching_allocator::allocate(std::size_t bytes, stream_handle stream) {
   auto& m = *impl_;
+  if (bytes > SIZE_MAX / 4)  // rounding would wrap around: no device has that much anyway
+    throw out_of_memory(fmt::format("out of memory: tried to allocate {} bytes, more than any "
+                                    "device can hold",
+                                    bytes),
+                        bytes);
   if (m.fast_ok && !m.traced.load(std::memory_order_relaxed)) {
     if (thread_cache* c = m.my_cache()) {
       const std::size_t rounded =
@@ -1142,6 +1203,7 @@ void* caching_allocator::allocate(std::size_t bytes, stream_handle stream) {
     }
   }
   std::lock_guard lock(m.mutex);
+  const epoch_guard moved{m.epoch};
   return m.allocate_slow(bytes, stream);
 }
 
@@ -1167,6 +1229,7 @@ void caching_allocator::deallocate(void* p) {
     }
   }
   std::lock_guard lock(m.mutex);
+  const epoch_guard moved{m.epoch};
   m.deallocate_slow(addr);
 }
 
@@ -1223,6 +1286,7 @@ std::vector<history_event> caching_allocator::history() const {
 std::vector<segment_view> caching_allocator::segments() const {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
+  m.adopt_all();
   std::vector<segment_view> out;
   // One view per plain segment, and per run of mapped blocks of an expandable range (as
   // PyTorch's snapshot reports expandable segments).

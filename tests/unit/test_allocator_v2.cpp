@@ -459,3 +459,49 @@ TEST(AllocatorV2, ThreadsThatEndLeaveNothingBehind) {
   std::thread([] {}).join();
   EXPECT_EQ(be->used(), 0u);
 }
+
+TEST(AllocatorV2, ImpossibleSizesAreOutOfMemoryNotAWrappedRounding) {
+  caching_allocator a(std::make_shared<fake_backend>(1 * GiB, true));
+  EXPECT_THROW((void)a.allocate(SIZE_MAX), out_of_memory);
+  EXPECT_THROW((void)a.allocate(SIZE_MAX - 100), out_of_memory);
+  EXPECT_EQ(a.stats().allocation_count.current, 0);
+}
+
+TEST(AllocatorV2, WithoutVirtualMemoryPlainSegmentsKeepPlainSplitRules) {
+  allocator_options o;
+  o.expandable_segments = true;  // asked for, but the backend has no virtual memory
+  auto be = std::make_shared<fake_backend>(1 * GiB, true);
+  be->disable_virtual_memory();
+  caching_allocator a(be, o);
+  void* p = a.allocate(19 * MiB + 512);  // a 20 MiB segment: 0.5 MiB left is not worth a block
+  EXPECT_EQ(a.block_size(p), 20 * MiB);
+  a.deallocate(p);
+}
+
+TEST(AllocatorV2, FreesFromThreadLocalDestructorsAfterTheCacheSlotsAreGone) {
+  // A thread_local constructed before the allocator's first use in that thread is destroyed
+  // after the thread's cache slots: its free must not reach the (orphaned) cache through them.
+  auto be = std::make_shared<fake_backend>(1 * GiB, true);
+  caching_allocator a(be);
+  struct late_free {
+    caching_allocator* alloc = nullptr;
+    void* p = nullptr;
+    ~late_free() {
+      if (alloc) alloc->deallocate(p);
+    }
+  };
+  std::thread([&] {
+    thread_local late_free late;  // constructed first, destroyed last
+    void* warm = a.allocate(4 * KiB);
+    a.deallocate(warm);                  // into this thread's cache
+    late.p = a.allocate(4 * KiB);        // handed out from it
+    void* cached = a.allocate(8 * KiB);  // and one more block left cached at exit
+    a.deallocate(cached);
+    late.alloc = &a;
+  }).join();
+  const auto s = a.stats();
+  EXPECT_EQ(s.allocated_bytes.current, 0);
+  EXPECT_EQ(s.allocation_count.current, 0);
+  (void)a.empty_cache();
+  EXPECT_EQ(be->used(), 0u);
+}
