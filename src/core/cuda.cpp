@@ -28,12 +28,12 @@ void log_cuda_error_nothrow(cudaError_t err, const char* call, const char* file,
   }
 }
 
-device_scope::device_scope(int device) {
+device_scope::device_scope(int device) : device_(device) {
   GPU_BASICS_CUDA_TRY(cudaGetDevice(&previous_));
-  GPU_BASICS_CUDA_TRY(cudaSetDevice(device));
+  if (previous_ != device) GPU_BASICS_CUDA_TRY(cudaSetDevice(device));
 }
 device_scope::~device_scope() {
-  GPU_BASICS_CUDA_TRY_NOTHROW(cudaSetDevice(previous_));
+  if (previous_ != device_) GPU_BASICS_CUDA_TRY_NOTHROW(cudaSetDevice(previous_));
 }
 
 cuda_stream::cuda_stream(unsigned flags, int priority) {

@@ -180,6 +180,17 @@ caching_result measure_caching(stream_handle sh) {
   return c;
 }
 
+/// Allocated and reserved after each event of an allocator's history, timed from its first.
+std::vector<usage_sample> timeline_of(const std::vector<history_event>& history) {
+  const auto usage = memory_usage(history);
+  std::vector<usage_sample> t;
+  t.reserve(usage.size());
+  for (const auto& u : usage)
+    t.push_back({static_cast<double>(u.time_ns - usage.front().time_ns) * 1e-9, u.allocated_bytes,
+                 u.reserved_bytes});
+  return t;
+}
+
 // ---- peak (and --trace) -------------------------------------------------------------------
 
 /// Forward: each layer keeps its activation; backward frees them in reverse, with a gradient
@@ -224,10 +235,7 @@ peak_result measure_peak(const context& ctx, stream_handle sh,
   p.peak_reserved_bytes = s.reserved_bytes.peak;
   alloc->deallocate(weights);
   const auto h = alloc->history();
-  const auto usage = memory_usage(h);
-  for (const auto& u : usage)
-    p.timeline.push_back({static_cast<double>(u.time_ns - usage.front().time_ns) * 1e-9,
-                          u.allocated_bytes, u.reserved_bytes});
+  p.timeline = timeline_of(h);
   if (trace) traced = write_trace(ctx, *trace, nullptr, &h);
   if (ctx.snapshot_path) {  // the cache after the pass: segments kept, every block free
     const auto segments = alloc->segments();
@@ -362,10 +370,7 @@ expandable_row measure_expandable_with(const allocator_options& base, bool expan
   r.released_by_empty_cache = alloc.empty_cache().released_bytes;
   r.reserved_after_empty_cache = alloc.stats().reserved_bytes.current;
   alloc.deallocate(carried);
-  const auto usage = memory_usage(alloc.history());
-  for (const auto& u : usage)
-    r.timeline.push_back({static_cast<double>(u.time_ns - usage.front().time_ns) * 1e-9,
-                          u.allocated_bytes, u.reserved_bytes});
+  r.timeline = timeline_of(alloc.history());
   return r;
 }
 

@@ -275,14 +275,13 @@ struct stat_delta {
     now -= n;
     removed += n;
   }
-  /// Folds into `s`: the peak reached while only this thread moved the counter is s.current at
-  /// the last fold plus `high`.
-  void fold_into(memory_stat& s) noexcept {
+  /// Adds the changes to `s`: the peak reached while only this thread moved the counter is
+  /// s.current at the last fold plus `high`.
+  void apply_to(memory_stat& s) const noexcept {
     s.peak = std::max(s.peak, s.current + high);
     s.current += now;
     s.allocated += added;
     s.freed += removed;
-    *this = {};
   }
 };
 
@@ -584,17 +583,12 @@ struct caching_allocator::impl {
   void fold(thread_cache& c) {
     // The fast path hands out and takes back blocks with no pending events: active moves with
     // allocated.
-    st.active_bytes.peak = std::max(st.active_bytes.peak, st.active_bytes.current + c.bytes.high);
-    st.active_bytes.current += c.bytes.now;
-    st.active_bytes.allocated += c.bytes.added;
-    st.active_bytes.freed += c.bytes.removed;
-    st.active_count.peak = std::max(st.active_count.peak, st.active_count.current + c.count.high);
-    st.active_count.current += c.count.now;
-    st.active_count.allocated += c.count.added;
-    st.active_count.freed += c.count.removed;
-    c.bytes.fold_into(st.allocated_bytes);
-    c.requested.fold_into(st.requested_bytes);
-    c.count.fold_into(st.allocation_count);
+    c.bytes.apply_to(st.allocated_bytes);
+    c.bytes.apply_to(st.active_bytes);
+    c.requested.apply_to(st.requested_bytes);
+    c.count.apply_to(st.allocation_count);
+    c.count.apply_to(st.active_count);
+    c.bytes = c.requested = c.count = {};
   }
 
   void fold_mine() {
@@ -964,10 +958,11 @@ struct caching_allocator::impl {
       for (block* b : free_blocks) unmap_block(b);
       r.released_bytes += before - rg->mapped_bytes;
     }
-    for (const block* h : segments) {
-      r.kept_bytes += h->segment_bytes;
+    // What is kept, and why: a block still allocated, or one awaiting other streams' events.
+    const auto kept = [&r](const block* head, std::size_t bytes) {
+      r.kept_bytes += bytes;
       bool in_use = false, waiting = false;
-      for (const block* b = h; b; b = b->next) {
+      for (const block* b = head; b; b = b->next) {
         in_use |= b->allocated;
         waiting |= !b->allocated && b->pending_events > 0;
       }
@@ -975,19 +970,9 @@ struct caching_allocator::impl {
         ++r.kept_in_use_segments;
       else if (waiting)
         ++r.kept_pending_segments;
-    }
-    for (const auto& rg : ranges) {
-      r.kept_bytes += rg->mapped_bytes;
-      bool in_use = false, waiting = false;
-      for (const block* b = rg->head; b; b = b->next) {
-        in_use |= b->allocated;
-        waiting |= !b->allocated && b->pending_events > 0;
-      }
-      if (in_use)
-        ++r.kept_in_use_segments;
-      else if (waiting)
-        ++r.kept_pending_segments;
-    }
+    };
+    for (const block* h : segments) kept(h, h->segment_bytes);
+    for (const auto& rg : ranges) kept(rg->head, rg->mapped_bytes);
     return r;
   }
 

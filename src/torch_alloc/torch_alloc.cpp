@@ -127,24 +127,12 @@ const env_options& environment() {
   return s.env;
 }
 
-/// Makes `device` current for its scope, and restores the previous one.
-class device_guard {
- public:
-  explicit device_guard(int device) {
-    GPU_BASICS_CUDA_TRY(cudaGetDevice(&previous_));
-    if (previous_ != device) GPU_BASICS_CUDA_TRY(cudaSetDevice(device));
-    device_ = device;
-  }
-  ~device_guard() {
-    if (previous_ != device_) GPU_BASICS_CUDA_TRY_NOTHROW(cudaSetDevice(previous_));
-  }
-  device_guard(const device_guard&) = delete;
-  device_guard& operator=(const device_guard&) = delete;
-
- private:
-  int previous_ = -1;
-  int device_ = -1;
-};
+/// `fraction` of the current device's memory, in bytes (PyTorch's memory fraction).
+std::size_t fraction_of_device(double fraction) {
+  std::size_t free = 0, total = 0;
+  GPU_BASICS_CUDA_TRY(cudaMemGetInfo(&free, &total));
+  return static_cast<std::size_t>(fraction * static_cast<double>(total));
+}
 
 void check_device(int device) {
   if (device < 0 || device >= kMaxDevices)
@@ -167,12 +155,9 @@ caching_allocator* allocator_for(int device) {
   auto& slot = s.allocators[static_cast<std::size_t>(device)];
   if (caching_allocator* a = slot.load(std::memory_order_acquire)) return a;
   allocator_options o = *env.options;
-  device_guard guard(device);
-  if (const double f = s.fractions[static_cast<std::size_t>(device)]; f > 0) {
-    std::size_t free = 0, total = 0;
-    GPU_BASICS_CUDA_TRY(cudaMemGetInfo(&free, &total));
-    o.reserved_limit = static_cast<std::size_t>(f * static_cast<double>(total));
-  }
+  gpu_basics::device_scope guard(device);
+  if (const double f = s.fractions[static_cast<std::size_t>(device)]; f > 0)
+    o.reserved_limit = fraction_of_device(f);
   auto* a = new caching_allocator(std::make_shared<gpu_basics::cuda_device_backend>(), o);
   slot.store(a, std::memory_order_release);
   return a;
@@ -202,7 +187,7 @@ GPU_BASICS_TORCH_API void* gpu_basics_torch_alloc(size_t size, int device,
   if (size == 0) return nullptr;
   try {
     caching_allocator* a = allocator_for(device);
-    device_guard guard(device);
+    gpu_basics::device_scope guard(device);
     return a->allocate(size, reinterpret_cast<stream_handle>(stream));
   } catch (...) {
     const std::string what = what_of(std::current_exception());
@@ -224,7 +209,7 @@ GPU_BASICS_TORCH_API void gpu_basics_torch_free(void* ptr, size_t size, int devi
   try {
     caching_allocator* a = existing(device);
     if (!a) throw gpu_basics::logic_error("no allocation was ever made on this device");
-    device_guard guard(device);
+    gpu_basics::device_scope guard(device);
     a->deallocate(ptr);
   } catch (...) {
     fail("free(" + pointer_text(ptr) + ", " + std::to_string(size) + " bytes, device " +
@@ -239,7 +224,7 @@ GPU_BASICS_TORCH_API void gpu_basics_torch_record_stream(void* ptr,
     const int device = device_of(ptr);
     caching_allocator* a = existing(device);
     if (!a) throw gpu_basics::logic_error("not an allocation of this library");
-    device_guard guard(device);
+    gpu_basics::device_scope guard(device);
     a->record_stream(ptr, reinterpret_cast<stream_handle>(stream));
   } catch (...) {
     fail("record_stream(" + pointer_text(ptr) + "): " + what_of(std::current_exception()));
@@ -251,7 +236,7 @@ GPU_BASICS_TORCH_API void gpu_basics_torch_empty_cache(void) {
     try {
       caching_allocator* a = existing(d);
       if (!a) continue;
-      device_guard guard(d);
+      gpu_basics::device_scope guard(d);
       (void)a->empty_cache();
     } catch (...) {
       set_error(
@@ -282,10 +267,8 @@ GPU_BASICS_TORCH_API void gpu_basics_torch_set_memory_fraction(double fraction, 
     s.fractions[static_cast<std::size_t>(device)] = fraction;
     if (caching_allocator* a =
             s.allocators[static_cast<std::size_t>(device)].load(std::memory_order_acquire)) {
-      device_guard guard(device);
-      std::size_t free = 0, total = 0;
-      GPU_BASICS_CUDA_TRY(cudaMemGetInfo(&free, &total));
-      a->set_reserved_limit(static_cast<std::size_t>(fraction * static_cast<double>(total)));
+      gpu_basics::device_scope guard(device);
+      a->set_reserved_limit(fraction_of_device(fraction));
     }
   } catch (...) {
     set_error("set_memory_fraction(" + std::to_string(fraction) + ", device " +

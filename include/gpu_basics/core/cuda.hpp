@@ -131,7 +131,8 @@ class cuda_event {
 };
 
 /// Makes `device` the calling thread's current device for its scope, then restores the previous
-/// one (for code that works on several GPUs).
+/// one (for code that works on several GPUs). Costs one cudaGetDevice when `device` is current
+/// already (the pluggable allocator makes one per call).
 class device_scope {
  public:
   /// Makes `device` current, remembering the device that was.
@@ -144,6 +145,7 @@ class device_scope {
   device_scope& operator=(const device_scope&) = delete;
 
  private:
+  int device_;
   int previous_ = 0;
 };
 
