@@ -17,6 +17,7 @@
 #include "gpu_basics/memory/cuda_backend.hpp"
 #include "gpu_basics/memory/fake_backend.hpp"
 #include "gpu_basics/memory/replay.hpp"
+#include "per_thread.hpp"
 
 using namespace gpu_basics;
 
@@ -181,11 +182,13 @@ void BM_CachingPair_Fake_Threads(benchmark::State& state) {
   auto& a = fake_allocator();
   const auto stream = static_cast<stream_handle>(state.thread_index() + 1);
   a.deallocate(a.allocate(1 << 20, stream));
+  const bench::per_thread_latency clock;
   for (auto _ : state) {
     void* p = a.allocate(1 << 20, stream);
     benchmark::DoNotOptimize(p);
     a.deallocate(p);
   }
+  clock.report(state);
 }
 // 8 threads on one stream: every pair contends for the same stream's pool (PyTorch's common case:
 // data-loader and autograd threads on the current stream).
@@ -193,18 +196,22 @@ void BM_CachingPair_Fake_OneStream_Threads(benchmark::State& state) {
   auto& a = fake_allocator();
   const auto bytes = static_cast<std::size_t>(state.range(0));
   a.deallocate(a.allocate(bytes, 0));
+  const bench::per_thread_latency clock;
   for (auto _ : state) {
     void* p = a.allocate(bytes, 0);
     benchmark::DoNotOptimize(p);
     a.deallocate(p);
   }
+  clock.report(state);
 }
 void BM_GlibcMallocFree_Threads(benchmark::State& state) {
+  const bench::per_thread_latency clock;
   for (auto _ : state) {
     void* p = std::malloc(1 << 20);
     benchmark::DoNotOptimize(p);
     std::free(p);
   }
+  clock.report(state);
 }
 
 // ---- frugality: what a policy reserves for a trace, on the fake backend ------------------------

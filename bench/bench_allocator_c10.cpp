@@ -54,6 +54,7 @@
 #include "gpu_basics/memory/replay.hpp"
 
 #include "gpu_basics/memory/snapshot.hpp"
+#include "per_thread.hpp"
 
 using namespace gpu_basics;
 
@@ -136,11 +137,13 @@ void pair(benchmark::State& state, Ops ops, stream_use use) {
       streams()[use == stream_use::one ? 0 : static_cast<std::size_t>(state.thread_index())];
   try {
     ops.free(ops.alloc(bytes, s));  // warm: the block is cached
+    const bench::per_thread_latency clock;
     for (auto _ : state) {
       void* p = ops.alloc(bytes, s);
       benchmark::DoNotOptimize(p);
       ops.free(p);
     }
+    clock.report(state);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }

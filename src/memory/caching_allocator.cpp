@@ -136,7 +136,7 @@ struct alignas(64) block {
   expandable_range* range = nullptr;  // the expandable range this block is part of
   thread_cache* owner = nullptr;      // the thread cache holding it (cached or handed out)
   std::uint64_t gc_count_base = 0;    // the pool's lookup count when it was last freed
-  std::uint64_t epoch = 0;            // the allocator's epoch when a thread cache handed it out
+  std::uint64_t epoch = 0;            // its thread cache's epoch when that cache handed it out
   std::vector<stream_handle> stream_uses;
   // Container node kept while the block is outside the free set, so the hot path reinserts
   // without allocating.
@@ -287,8 +287,11 @@ struct stat_delta {
 
 /// A thread's cache of small blocks it freed (`cached`), and of those it handed out again from
 /// there (`out`): both without the allocator's lock. Its own lock is taken by the owning thread
-/// on every fast operation (uncontended: one atomic exchange) and by the allocator when it
-/// empties the cache or looks for a pointer handed out by it.
+/// on every fast operation (uncontended: one atomic exchange, on a line no other thread writes)
+/// and by the allocator when it empties the cache or looks for a pointer handed out by it.
+/// `epoch` moves whenever the shared cache may have changed under the blocks handed out (the
+/// owner's own shared operations, and sweeps of this cache by others): such a block then goes
+/// back through the shared cache, merged as plain merge-on-free would merge it.
 constexpr std::size_t kMaxThreadCache = 64;
 
 /// Aligned to two cache lines, so that threads' caches never share one (false sharing would
@@ -298,10 +301,12 @@ struct alignas(128) thread_cache {
   spin_lock lock;
   std::size_t capacity;
   std::size_t n_cached = 0, n_out = 0;
+  std::uint64_t epoch = 0;
   std::array<block*, kMaxThreadCache> cached{};  // free blocks, not in any free set
   std::array<block*, kMaxThreadCache> out{};     // allocated blocks handed out by the fast path
   stat_delta bytes, requested, count;
   std::atomic<bool> orphaned{false};  // its thread has ended (or forgot it): the allocator frees it
+  std::atomic<std::size_t>* orphans = nullptr;  // the allocator's count of orphaned caches
 };
 
 // Which thread cache the calling thread uses for which allocator: a few slots per thread,
@@ -330,7 +335,9 @@ struct thread_slots {
   /// Marks a cache orphaned if its allocator is still alive.
   static void orphan(std::uint64_t id, thread_cache* c) noexcept {
     std::lock_guard lock(registry_mutex());
-    if (live_allocators().count(id)) c->orphaned.store(true, std::memory_order_release);
+    if (!live_allocators().count(id)) return;
+    c->orphaned.store(true, std::memory_order_release);
+    c->orphans->fetch_add(1, std::memory_order_release);
   }
   ~thread_slots() {
     tls_dead = true;
@@ -357,18 +364,6 @@ thread_local thread_slots tls_caches;
 
 }  // namespace
 
-/// Moves the allocator's epoch on when a shared operation ends (also by an exception), so a
-/// block handed out by a thread cache during it cannot go back to that cache unchecked.
-namespace {
-struct epoch_guard {
-  explicit epoch_guard(std::atomic<std::uint64_t>& e) : epoch(e) {}
-  std::atomic<std::uint64_t>& epoch;
-  epoch_guard(const epoch_guard&) = delete;
-  epoch_guard& operator=(const epoch_guard&) = delete;
-  ~epoch_guard() { epoch.fetch_add(1, std::memory_order_acq_rel); }
-};
-}  // namespace
-
 struct caching_allocator::impl {
   allocator_backend& backend;
   allocator_options o;
@@ -377,11 +372,10 @@ struct caching_allocator::impl {
   const bool fast_ok;         // thread caches in use
   const bool plain_rounding;  // no roundup_power2_divisions: 512-byte steps
   std::atomic<bool> traced{false};
-  // Counts operations on the shared cache. A block handed out by a thread cache goes back to it
-  // only if nothing happened in the shared cache since (else the lock path frees it, merging
-  // it as plain merge-on-free would have).
-  std::atomic<std::uint64_t> epoch{0};
-  mutable spin_lock mutex;
+  // Everything below is written under the shared lock; on cache lines of its own, away from
+  // what the fast paths read above, so a shared operation does not stall other threads.
+  alignas(128) mutable spin_lock mutex;
+  std::atomic<std::size_t> orphans{0};  // caches whose threads ended, not yet reclaimed
   free_set small_free, large_free;
   unmapped_set small_unmapped, large_unmapped;
   std::uint64_t small_lookups = 0, large_lookups = 0;  // for garbage collection ages
@@ -576,6 +570,7 @@ struct caching_allocator::impl {
     if (!fast_ok || tls_dead) return nullptr;
     if (thread_cache* c = tls_caches.find(id)) return c;
     caches.push_back(std::make_unique<thread_cache>(o.thread_cache_blocks));
+    caches.back()->orphans = &orphans;
     tls_caches.put(id, caches.back().get());
     return caches.back().get();
   }
@@ -591,32 +586,30 @@ struct caching_allocator::impl {
     c.bytes = c.requested = c.count = {};
   }
 
-  void fold_mine() {
-    if (thread_cache* c = my_cache()) {
-      std::lock_guard lock(c->lock);
-      fold(*c);
+  /// Folds the counters of thread cache c (under its lock); with `empty`, also returns its
+  /// cached blocks to the shared cache (merged) and moves its epoch on, so blocks it handed out
+  /// before come back through the shared cache.
+  void sweep(thread_cache& c, bool empty) {
+    fold(c);
+    if (!empty) return;
+    for (std::size_t k = 0; k < c.n_cached; ++k) {
+      block* b = c.cached[k];
+      b->owner = nullptr;
+      merge_and_insert(b);
     }
+    c.n_cached = 0;
+    ++c.epoch;
   }
 
-  /// Folds every thread cache's counters; with `empty`, also returns their cached blocks to the
-  /// shared cache (merged); orphaned caches give their handed-out blocks to the shared map and
-  /// are deleted.
+  /// Sweeps every thread cache; orphaned caches also give their handed-out blocks to the shared
+  /// map and are deleted.
   void sweep_caches(bool empty) {
-    if (empty) epoch.fetch_add(1, std::memory_order_acq_rel);  // the shared cache changes
     for (std::size_t i = 0; i < caches.size();) {
       thread_cache& c = *caches[i];
       const bool orphan = c.orphaned.load(std::memory_order_acquire);
       {
         std::lock_guard lock(c.lock);
-        fold(c);
-        if (empty || orphan) {
-          for (std::size_t k = 0; k < c.n_cached; ++k) {
-            block* b = c.cached[k];
-            b->owner = nullptr;
-            merge_and_insert(b);
-          }
-          c.n_cached = 0;
-        }
+        sweep(c, empty || orphan);
         if (orphan) {
           for (std::size_t k = 0; k < c.n_out; ++k) {
             c.out[k]->owner = nullptr;
@@ -626,6 +619,7 @@ struct caching_allocator::impl {
         }
       }
       if (orphan) {
+        orphans.fetch_sub(1, std::memory_order_relaxed);
         caches[i] = std::move(caches.back());
         caches.pop_back();
       } else {
@@ -639,11 +633,11 @@ struct caching_allocator::impl {
   /// Every block handed out by a thread cache moves to the shared map (segments() and
   /// release_cached() read their fields, which the fast path writes under the cache's lock).
   void adopt_all() {
-    epoch.fetch_add(1, std::memory_order_acq_rel);
     for (auto& cp : caches) {
       thread_cache& c = *cp;
       std::lock_guard lock(c.lock);
       fold(c);
+      ++c.epoch;
       for (std::size_t k = 0; k < c.n_out; ++k) {
         c.out[k]->owner = nullptr;
         active.insert(c.out[k]->ptr, c.out[k]);
@@ -653,7 +647,6 @@ struct caching_allocator::impl {
   }
 
   block* adopt_from_caches(std::uintptr_t p) {
-    epoch.fetch_add(1, std::memory_order_acq_rel);
     for (auto& cp : caches) {
       thread_cache& c = *cp;
       std::lock_guard lock(c.lock);
@@ -662,6 +655,7 @@ struct caching_allocator::impl {
         if (b->ptr != p) continue;
         c.out[k] = c.out[--c.n_out];
         fold(c);
+        ++c.epoch;
         b->owner = nullptr;
         active.insert(b->ptr, b);
         return b;
@@ -1023,13 +1017,18 @@ struct caching_allocator::impl {
     return new_segment(rounded, small, stream);
   }
 
-  /// What every operation on the shared cache starts with: the calling thread's counters folded
-  /// in, the epoch moved on, and the thread caches emptied into the shared cache, so every
-  /// decision below sees the cache exactly as plain merge-on-free would have it.
+  /// What every operation on the shared cache starts with: the calling thread's cache emptied
+  /// into the shared cache (its counters folded, its epoch moved on), and caches of threads
+  /// that ended reclaimed. With one thread, every decision below then sees the cache exactly as
+  /// plain merge-on-free would have it. Other threads' caches are left alone (sweeping them
+  /// on every miss would make each thread's misses everybody's), except before the allocator
+  /// asks the backend for memory (allocate_slow).
   void begin_shared_operation() {
-    fold_mine();
-    epoch.fetch_add(1, std::memory_order_acq_rel);
-    if (caches_hold_blocks()) sweep_caches(true);
+    if (thread_cache* c = my_cache()) {
+      std::lock_guard lock(c->lock);
+      sweep(*c, true);
+    }
+    if (orphans.load(std::memory_order_acquire) != 0) sweep_caches(false);
   }
 
   void* allocate_slow(std::size_t bytes, stream_handle stream) {
@@ -1039,6 +1038,10 @@ struct caching_allocator::impl {
     const bool small = is_small_request(rounded);
     alloc_source source = alloc_source::cache_hit;
     block* b = find_free(stream, rounded, small);
+    if (!b && caches_hold_blocks()) {  // other threads' cached blocks, merged, may serve it
+      sweep_caches(true);
+      b = find_free(stream, rounded, small);
+    }
     if (!b) {
       if (gc_enabled()) garbage_collect();
       source = alloc_source::new_segment;
@@ -1177,7 +1180,7 @@ void* caching_allocator::allocate(std::size_t bytes, stream_handle stream) {
           c->cached[k] = c->cached[--c->n_cached];
           c->out[c->n_out++] = b;
           b->allocated = true;
-          b->epoch = m.epoch.load(std::memory_order_acquire);
+          b->epoch = c->epoch;
           b->requested = bytes;
           c->bytes.add(static_cast<std::int64_t>(b->size));
           c->requested.add(static_cast<std::int64_t>(bytes));
@@ -1188,7 +1191,6 @@ void* caching_allocator::allocate(std::size_t bytes, stream_handle stream) {
     }
   }
   std::lock_guard lock(m.mutex);
-  const epoch_guard moved{m.epoch};
   return m.allocate_slow(bytes, stream);
 }
 
@@ -1203,7 +1205,7 @@ void caching_allocator::deallocate(void* p) {
       block* b = c->out[k];
       if (b->ptr != addr) continue;
       if (!b->stream_uses.empty()) break;  // used on other streams: events, on the slow path
-      if (b->epoch != m.epoch.load(std::memory_order_acquire)) break;  // the cache moved on
+      if (b->epoch != c->epoch) break;     // the shared cache may have changed since
       c->out[k] = c->out[--c->n_out];
       c->cached[c->n_cached++] = b;
       b->allocated = false;
@@ -1214,7 +1216,6 @@ void caching_allocator::deallocate(void* p) {
     }
   }
   std::lock_guard lock(m.mutex);
-  const epoch_guard moved{m.epoch};
   m.deallocate_slow(addr);
 }
 

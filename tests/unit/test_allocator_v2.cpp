@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <latch>
 #include <map>
 #include <mutex>
 #include <random>
@@ -270,6 +271,38 @@ TEST(AllocatorV2, ThreadCacheKeepsStatsExactForOneThread) {
   (void)a.empty_cache();
   EXPECT_EQ(a.stats().active_bytes.current, 0);
   EXPECT_THROW(a.deallocate(z), logic_error);
+}
+
+TEST(AllocatorV2, OtherThreadsCachedBlocksServeARequestBeforeTheBackendIsAsked) {
+  auto be = std::make_shared<fake_backend>(1 * GiB, true);
+  caching_allocator a(be);
+  void *x = nullptr, *y = nullptr;
+  std::latch cached(1), done(1);
+  // The thread stays alive (a thread that ends gives its cache back anyway).
+  std::thread owner([&] {
+    // Two 1 MiB blocks fill one 2 MiB small segment; both freed into this thread's cache.
+    x = a.allocate(1 * MiB);
+    y = a.allocate(1 * MiB);
+    a.deallocate(x);
+    a.deallocate(y);
+    void* again = a.allocate(1 * MiB);  // served by the thread's own cache
+    EXPECT_TRUE(again == x || again == y);
+    a.deallocate(again);
+    cached.count_down();
+    done.wait();
+  });
+  cached.wait();
+  EXPECT_EQ(be->allocations(), 1u);
+  // Another thread's miss: the cached blocks, merged, serve it; no second segment.
+  void* whole = a.allocate(1 * MiB);
+  void* rest = a.allocate(1 * MiB);
+  done.count_down();
+  owner.join();
+  EXPECT_EQ(be->allocations(), 1u);
+  EXPECT_EQ(std::min(addr(whole), addr(rest)), std::min(addr(x), addr(y)));
+  EXPECT_EQ(a.stats().reserved_bytes.peak, static_cast<std::int64_t>(2 * MiB));
+  a.deallocate(whole);
+  a.deallocate(rest);
 }
 
 TEST(AllocatorV2, FastPathReservesNoMoreThanPlainMergeOnFree) {
