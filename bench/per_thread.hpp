@@ -16,11 +16,11 @@ class per_thread_latency {
  public:
   per_thread_latency() : start_(std::chrono::steady_clock::now()) {}
   void report(benchmark::State& state) const {
-    const std::chrono::duration<double, std::nano> spent = std::chrono::steady_clock::now() - start_;
+    const std::chrono::duration<double, std::nano> spent =
+        std::chrono::steady_clock::now() - start_;
     if (state.iterations() == 0) return;
-    state.counters["ns_per_thread"] =
-        benchmark::Counter(spent.count() / static_cast<double>(state.iterations()),
-                           benchmark::Counter::kAvgThreads);
+    state.counters["ns_per_thread"] = benchmark::Counter(
+        spent.count() / static_cast<double>(state.iterations()), benchmark::Counter::kAvgThreads);
   }
 
  private:

@@ -158,6 +158,10 @@ bool block_address_less::operator()(const block* a, const block* b) const noexce
 }
 
 /// One stream's growable address range (expandable segments): reserved once, mapped in pages.
+/// Two levels: the blocks (mapped or not, as PyTorch places them: the range grows at its end),
+/// and the pages backed by physical memory (`resident`). A page of a mapped block may be without
+/// memory while it lies wholly inside free blocks; a page touched by a block in use always has
+/// memory; an unmapped block never does.
 struct expandable_range {
   std::uintptr_t base = 0;
   std::size_t bytes = 0;  // address space reserved
@@ -165,7 +169,13 @@ struct expandable_range {
   stream_handle stream = 0;
   bool small = false;
   block* head = nullptr;  // the block at `base` (blocks only merge into their left neighbour)
-  std::size_t mapped_bytes = 0;
+  std::size_t mapped_bytes = 0;  // bytes of resident pages (what the range reserves)
+  std::vector<bool> resident;    // per page from `base`, as far as blocks were ever mapped
+
+  [[nodiscard]] std::size_t page_of(std::uintptr_t p) const noexcept { return (p - base) / page; }
+  [[nodiscard]] bool is_resident(std::size_t i) const noexcept {
+    return i < resident.size() && resident[i];
+  }
 };
 
 /// Live allocations by address: open addressing with linear probing and backward-shift
@@ -376,6 +386,7 @@ struct caching_allocator::impl {
   // what the fast paths read above, so a shared operation does not stall other threads.
   alignas(128) mutable spin_lock mutex;
   std::atomic<std::size_t> orphans{0};  // caches whose threads ended, not yet reclaimed
+  std::size_t reserved_high = 0;        // highest reserved so far (never reset): see make_resident
   free_set small_free, large_free;
   unmapped_set small_unmapped, large_unmapped;
   std::uint64_t small_lookups = 0, large_lookups = 0;  // for garbage collection ages
@@ -720,6 +731,7 @@ struct caching_allocator::impl {
     b->segment_bytes = seg;
     segments.insert(b);
     st.reserved_bytes.add(static_cast<std::int64_t>(seg));
+    reserved_high = std::max(reserved_high, static_cast<std::size_t>(st.reserved_bytes.current));
     st.segment_count.add(1);
     ++st.device_allocations;
     record(history_kind::segment_alloc, p, seg, stream);
@@ -752,27 +764,12 @@ struct caching_allocator::impl {
     return ranges.back().get();
   }
 
-  /// Maps the first `bytes` (rounded up to pages) of the unmapped block `u`; the mapped part
-  /// becomes a free block merged with free neighbours. False when the backend has no memory.
-  bool map_block(block* u, std::size_t bytes) {
+  /// Maps the first `bytes` (rounded up to pages) of the unmapped block `u` into the range's
+  /// blocks: the mapped part becomes a free block merged with free neighbours. Its pages get
+  /// memory only when a block in use needs them (make_resident).
+  void map_block(block* u, std::size_t bytes) {
     expandable_range& r = *u->range;
     const std::size_t n = std::min(u->size, (bytes + r.page - 1) / r.page * r.page);
-    if (!within_limit(n)) return false;
-    std::size_t done = 0;
-    const auto undo = [&](std::size_t mapped) {
-      for (std::size_t k = 0; k < mapped; k += r.page) backend.unmap(u->ptr + k, r.page);
-    };
-    try {
-      for (; done < n; done += r.page)
-        if (!backend.map(u->ptr + done, r.page)) break;
-    } catch (...) {  // a failure other than out of memory: give back what this call mapped
-      undo(done);
-      throw;
-    }
-    if (done < n) {
-      undo(done);
-      return false;
-    }
     unmapped_of(u).erase(u);
     if (n < u->size) {  // the rest stays unmapped, after u
       block* rest = split_off(u, n);
@@ -780,34 +777,120 @@ struct caching_allocator::impl {
       unmapped_of(rest).insert(rest);
     }
     u->mapped = true;
-    r.mapped_bytes += n;
-    st.reserved_bytes.add(static_cast<std::int64_t>(n));
-    ++st.device_allocations;
-    record(history_kind::segment_map, u->ptr, n, u->stream);
+    r.resident.resize(std::max(r.resident.size(), r.page_of(u->ptr + n - 1) + 1), false);
     merge_and_insert(u);
+  }
+
+  /// Gives the whole resident pages inside free blocks of `stream`'s ranges of one pool back
+  /// to the device; the blocks stay free where they are. Called before a range takes more
+  /// memory (PyTorch keeps such pages until empty_cache or an OOM retry): the block layout is
+  /// PyTorch's, and the pages with memory are a subset of PyTorch's at every moment, so peak
+  /// reserved can only be lower. On a real transformer trace recorded on the H200 this took
+  /// peak reserved / peak live from 1.103 (PyTorch's own figure) to 1.039.
+  void release_free_pages(bool small, stream_handle stream) {
+    for (const auto& rg : ranges) {
+      if (rg->small != small || rg->stream != stream) continue;
+      for (block* b = rg->head; b; b = b->next)
+        if (b->in_free_set) release_pages(*rg, b->ptr, b->ptr + b->size);
+    }
+  }
+
+  /// Calls f(ptr, bytes, resident) for the parts of the range block b with and without memory,
+  /// in address order.
+  template <class F>
+  void for_each_part(const block* b, F&& f) const {
+    const expandable_range& r = *b->range;
+    const std::uintptr_t end = b->ptr + b->size;
+    for (std::uintptr_t p = b->ptr; p < end;) {
+      const bool resident = r.is_resident(r.page_of(p));
+      std::uintptr_t q = p;
+      while (q < end && r.is_resident(r.page_of(q)) == resident)
+        q = std::min(end, r.base + (r.page_of(q) + 1) * r.page);
+      f(p, q - p, resident);
+      p = q;
+    }
+  }
+
+  /// Bytes of block b that have memory behind them.
+  [[nodiscard]] std::size_t resident_size(const block* b) const {
+    if (!b->range) return b->size;
+    std::size_t n = 0;
+    for_each_part(b, [&](std::uintptr_t, std::size_t bytes, bool resident) {
+      if (resident) n += bytes;
+    });
+    return n;
+  }
+
+  /// Unmaps the resident pages wholly inside [from, to).
+  void release_pages(expandable_range& r, std::uintptr_t from, std::uintptr_t to) {
+    const std::size_t first = r.page_of(from + r.page - 1);
+    const std::size_t last = r.page_of(to);  // one past
+    for (std::size_t i = first; i < last;) {
+      if (!r.is_resident(i)) {
+        ++i;
+        continue;
+      }
+      const std::size_t run = i;
+      for (; i < last && r.is_resident(i); ++i) {
+        backend.unmap(r.base + i * r.page, r.page);
+        r.resident[i] = false;
+      }
+      const std::size_t n = (i - run) * r.page;
+      r.mapped_bytes -= n;
+      st.reserved_bytes.sub(static_cast<std::int64_t>(n));
+      ++st.device_frees;
+      record(history_kind::segment_unmap, r.base + run * r.page, n, r.stream);
+    }
+  }
+
+  /// Backs every page that b touches with memory, giving free pages of the same pool and stream
+  /// back first. False (nothing changed) when the device or the reserved limit has no room.
+  bool make_resident(block* b, bool& mapped_any) {
+    expandable_range& r = *b->range;
+    const std::size_t first = r.page_of(b->ptr), last = r.page_of(b->ptr + b->size - 1) + 1;
+    std::size_t missing = 0;
+    for (std::size_t i = first; i < last; ++i) missing += !r.is_resident(i);
+    if (missing == 0) return true;
+    // Free pages go back only when reserved would otherwise pass its highest mark (or the
+    // limit): below it they cost no peak, and mapping them again costs time.
+    const std::size_t need = missing * r.page;
+    if (static_cast<std::size_t>(st.reserved_bytes.current) + need > reserved_high ||
+        !within_limit(need))
+      release_free_pages(b->small, b->stream);
+    if (!within_limit(need)) return false;
+    std::vector<std::size_t> done;
+    try {
+      for (std::size_t i = first; i < last; ++i) {
+        if (r.is_resident(i)) continue;
+        if (!backend.map(r.base + i * r.page, r.page)) break;
+        done.push_back(i);
+      }
+    } catch (...) {  // a failure other than out of memory: give back what this call mapped
+      for (std::size_t i : done) backend.unmap(r.base + i * r.page, r.page);
+      throw;
+    }
+    if (done.size() < missing) {
+      for (std::size_t i : done) backend.unmap(r.base + i * r.page, r.page);
+      return false;
+    }
+    for (std::size_t k = 0; k < done.size();) {  // one history event per run of pages
+      std::size_t j = k;
+      while (j + 1 < done.size() && done[j + 1] == done[j] + 1) ++j;
+      record(history_kind::segment_map, r.base + done[k] * r.page, (j - k + 1) * r.page, r.stream);
+      k = j + 1;
+    }
+    for (std::size_t i : done) r.resident[i] = true;
+    r.mapped_bytes += need;
+    st.reserved_bytes.add(static_cast<std::int64_t>(need));
+    reserved_high = std::max(reserved_high, static_cast<std::size_t>(st.reserved_bytes.current));
+    ++st.device_allocations;
+    mapped_any = true;
     return true;
   }
 
   /// A free block of at least `rounded` bytes on `stream` in an expandable range, mapping what
   /// is missing (PyTorch's try_allocate_expandable_block); it stays in the free set.
-  /// Unmaps the whole free pages of `stream`'s ranges of one pool. Called before a range grows
-  /// (unlike PyTorch, which unmaps only on empty_cache and before an OOM retry): the pages of
-  /// holes inside the range go back first, so mapped bytes follow live bytes. On a real
-  /// transformer trace recorded on the H200 this took peak reserved / peak live from 1.103
-  /// (PyTorch's own figure) to 1.039, for 29 more page maps over 40 steps; on the synthetic
-  /// transformer trace of replay.hpp it costs one 20 MiB page more than PyTorch (1.008 vs 1.007),
-  /// placement having gone another way.
-  void unmap_free_pages(bool small, stream_handle stream) {
-    std::vector<block*> free_blocks;
-    for (const auto& rg : ranges)
-      if (rg->small == small && rg->stream == stream)
-        for (block* b = rg->head; b; b = b->next)
-          if (b->in_free_set && b->size >= rg->page) free_blocks.push_back(b);
-    for (block* b : free_blocks) unmap_block(b);
-  }
-
   block* expandable_block(std::size_t rounded, bool small, stream_handle stream) {
-    unmap_free_pages(small, stream);
     const auto usable = [](const block* b) { return b && b->in_free_set; };
     unmapped_set& u = small ? small_unmapped : large_unmapped;
     block key;
@@ -834,19 +917,20 @@ struct caching_allocator::impl {
     if (!c->mapped) {
       block* prev = c->prev;
       const bool prev_free = prev && prev->in_free_set;
-      if (!map_block(c, rounded)) return nullptr;
+      map_block(c, rounded);
       if (prev_free) c = prev;  // map_block merged the mapped part into its free neighbour
     }
     while (c->size < rounded) {
       block* u2 = c->next;
       if (!u2 || u2->mapped) return nullptr;
-      if (!map_block(u2, rounded - c->size)) return nullptr;  // merges into c
+      map_block(u2, rounded - c->size);  // merges into c
     }
     return c;
   }
 
   /// Unmaps the whole pages inside the free block b of an expandable range (PyTorch's
-  /// unmap_block): what lies before and after them stays a free mapped block.
+  /// unmap_block): they leave the range's blocks (and their memory, if they have any, goes
+  /// back); what lies before and after them stays a free mapped block.
   void unmap_block(block* b) {
     expandable_range& r = *b->range;
     const std::uintptr_t first = r.base + (b->ptr - r.base + r.page - 1) / r.page * r.page;
@@ -860,13 +944,8 @@ struct caching_allocator::impl {
     }
     if (mid->ptr + mid->size > last)  // the part after stays free
       insert_free(split_off(mid, last - mid->ptr));
-    for (std::uintptr_t p = mid->ptr; p < mid->ptr + mid->size; p += r.page)
-      backend.unmap(p, r.page);
+    release_pages(r, mid->ptr, mid->ptr + mid->size);
     mid->mapped = false;
-    r.mapped_bytes -= mid->size;
-    st.reserved_bytes.sub(static_cast<std::int64_t>(mid->size));
-    ++st.device_frees;
-    record(history_kind::segment_unmap, mid->ptr, mid->size, mid->stream);
     unmapped_set& u = unmapped_of(mid);
     if (mid->prev && !mid->prev->mapped) {  // merge with unmapped neighbours
       block* a = mid->prev;
@@ -973,9 +1052,10 @@ struct caching_allocator::impl {
   void fill_free_stats(allocator_stats& s) const {
     std::size_t total = 0, largest = 0;
     for (const free_set* p : {&small_free, &large_free})
-      for (const block* b : *p) {
-        total += b->size;
-        largest = std::max(largest, b->size);
+      for (const block* b : *p) {  // free bytes with memory behind them
+        const std::size_t n = resident_size(b);
+        total += n;
+        largest = std::max(largest, n);
       }
     for (const auto& c : caches) {
       std::lock_guard lock(c->lock);
@@ -1031,12 +1111,11 @@ struct caching_allocator::impl {
     if (orphans.load(std::memory_order_acquire) != 0) sweep_caches(false);
   }
 
-  void* allocate_slow(std::size_t bytes, stream_handle stream) {
-    begin_shared_operation();
-    process_events();
-    const std::size_t rounded = round_request(bytes, o);
-    const bool small = is_small_request(rounded);
-    alloc_source source = alloc_source::cache_hit;
+  /// A block of `rounded` bytes taken out of the cache (split as needed) or from the backend,
+  /// with memory behind every page it touches; nullptr when the device (or the reserved limit)
+  /// has no room left.
+  block* place(std::size_t rounded, bool small, stream_handle stream, alloc_source& source) {
+    source = alloc_source::cache_hit;
     block* b = find_free(stream, rounded, small);
     if (!b && caches_hold_blocks()) {  // other threads' cached blocks, merged, may serve it
       sweep_caches(true);
@@ -1046,21 +1125,38 @@ struct caching_allocator::impl {
       if (gc_enabled()) garbage_collect();
       source = alloc_source::new_segment;
       b = from_backend(rounded, small, stream);
-      if (!b) {
-        // Free what the cache holds (after letting pending stream work finish) and try again.
-        backend.synchronize();
-        process_events();
-        (void)release_cached();
-        b = from_backend(rounded, small, stream);
-        if (!b) throw_oom(bytes, rounded, stream);
-        ++st.alloc_retries;
-        source = alloc_source::after_retry;
-      }
+      if (!b) return nullptr;
     }
     if (b->in_free_set) remove_free(b);
     if (should_split(b, rounded)) {
       insert_free(split_off(b, rounded));
       if (source == alloc_source::cache_hit) source = alloc_source::split;
+    }
+    bool mapped = false;
+    if (b->range && !make_resident(b, mapped)) {
+      merge_and_insert(b);
+      return nullptr;
+    }
+    if (mapped) source = alloc_source::new_segment;
+    return b;
+  }
+
+  void* allocate_slow(std::size_t bytes, stream_handle stream) {
+    begin_shared_operation();
+    process_events();
+    const std::size_t rounded = round_request(bytes, o);
+    const bool small = is_small_request(rounded);
+    alloc_source source{};
+    block* b = place(rounded, small, stream, source);
+    if (!b) {
+      // Free what the cache holds (after letting pending stream work finish) and try again.
+      backend.synchronize();
+      process_events();
+      (void)release_cached();
+      b = place(rounded, small, stream, source);
+      if (!b) throw_oom(bytes, rounded, stream);
+      ++st.alloc_retries;
+      source = alloc_source::after_retry;
     }
     b->allocated = true;
     b->requested = bytes;
@@ -1274,29 +1370,26 @@ std::vector<segment_view> caching_allocator::segments() const {
   std::lock_guard lock(m.mutex);
   m.adopt_all();
   std::vector<segment_view> out;
-  // One view per plain segment, and per run of mapped blocks of an expandable range (as
-  // PyTorch's snapshot reports expandable segments).
+  // One view per plain segment, and per run of memory-backed blocks of an expandable range (as
+  // PyTorch's snapshot reports expandable segments): a free block's pages without memory are
+  // left out, cutting the run.
   const auto view = [&](const block* h, bool expandable) {
     segment_view sv;
     const auto flush = [&] {
       if (!sv.blocks.empty()) out.push_back(std::move(sv));
       sv = {};
     };
-    for (const block* b = h; b; b = b->next) {
-      if (!b->mapped) {
-        flush();
-        continue;
-      }
+    const auto add = [&](const block* b, std::uintptr_t ptr, std::size_t size) {
       if (sv.blocks.empty()) {
-        sv.ptr = b->ptr;
+        sv.ptr = ptr;
         sv.stream = b->stream;
         sv.small = b->small;
         sv.expandable = expandable;
       }
       block_view bv;
-      bv.ptr = b->ptr;
-      bv.size = b->size;
-      sv.total_size += b->size;
+      bv.ptr = ptr;
+      bv.size = size;
+      sv.total_size += size;
       if (b->allocated) {
         bv.requested = b->requested;
         bv.state = "active_allocated";
@@ -1310,6 +1403,20 @@ std::vector<segment_view> caching_allocator::segments() const {
         bv.state = "inactive";
       }
       sv.blocks.push_back(bv);
+    };
+    for (const block* b = h; b; b = b->next) {
+      if (!b->mapped) {
+        flush();
+      } else if (b->range && b->in_free_set) {
+        m.for_each_part(b, [&](std::uintptr_t p, std::size_t n, bool resident) {
+          if (resident)
+            add(b, p, n);
+          else
+            flush();
+        });
+      } else {
+        add(b, b->ptr, b->size);
+      }
     }
     flush();
   };

@@ -184,6 +184,83 @@ TEST(AllocatorV2, ExpandableSegmentsGrowInPagesAndShrinkOnEmptyCache) {
   EXPECT_GE(unmaps, 2u);
 }
 
+TEST(AllocatorV2, ExpandableSegmentsGiveFreePagesBackBeforeReservingMore) {
+  allocator_options o;
+  o.expandable_segments = true;
+  auto be = std::make_shared<fake_backend>(4 * GiB);  // real addresses: pages are touched
+  caching_allocator a(be, o);
+  void* x = a.allocate(40 * MiB);  // large pool, 20 MiB pages: x and y take four
+  void* y = a.allocate(40 * MiB);
+  std::memset(y, 0x3c, 40 * MiB);
+  a.deallocate(x);  // x's two pages stay mapped: nothing needs more memory yet
+  EXPECT_EQ(be->mapped(), 80 * MiB);
+  // z goes where PyTorch puts it, after y (x's 40 MiB are too small); its three pages would take
+  // reserved past its highest mark, so x's two free pages go back first.
+  void* z = a.allocate(60 * MiB);
+  EXPECT_EQ(addr(z), addr(y) + 40 * MiB);
+  EXPECT_EQ(be->mapped(), 100 * MiB);
+  EXPECT_EQ(a.stats().reserved_bytes.current, static_cast<std::int64_t>(100 * MiB));
+  std::memset(z, 0x7e, 60 * MiB);
+  // x's place, without memory now, serves the next request of its size: its pages come back.
+  void* w = a.allocate(40 * MiB);
+  EXPECT_EQ(w, x);
+  EXPECT_EQ(be->mapped(), 140 * MiB);
+  std::memset(w, 0x11, 40 * MiB);
+  EXPECT_EQ(static_cast<unsigned char*>(y)[40 * MiB - 1], 0x3c);
+  EXPECT_EQ(static_cast<unsigned char*>(z)[0], 0x7e);
+  // Snapshot segments hold only pages with memory behind them.
+  a.deallocate(w);
+  void* v = a.allocate(100 * MiB);  // after z: 100 more MiB, past the mark: w's pages go back
+  EXPECT_EQ(addr(v), addr(z) + 60 * MiB);
+  std::size_t listed = 0;
+  for (const auto& sv : a.segments()) listed += sv.total_size;
+  EXPECT_EQ(listed, be->mapped());
+  EXPECT_EQ(be->mapped(), 200 * MiB);
+  for (void* p : {y, z, v}) a.deallocate(p);
+  (void)a.empty_cache();
+  EXPECT_EQ(be->mapped(), 0u);
+  EXPECT_EQ(be->bad_deallocations(), 0u);
+}
+
+TEST(AllocatorV2, ExpandableSegmentsBackEveryByteInUse) {
+  // Random sizes in both pools on two streams, real addresses: every block is written end to
+  // end and checked when freed, so a page left without memory faults.
+  allocator_options o;
+  o.expandable_segments = true;
+  auto be = std::make_shared<fake_backend>(2 * GiB);
+  caching_allocator a(be, o);
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> log_size(9.0, 26.0);  // 512 B .. 64 MiB
+  struct live {
+    unsigned char* p;
+    std::size_t n;
+    unsigned char tag;
+  };
+  std::vector<live> blocks;
+  for (int i = 0; i < 3000; ++i) {
+    if (blocks.size() < 24 && (blocks.empty() || rng() % 3 != 0)) {
+      const auto n = static_cast<std::size_t>(std::exp2(log_size(rng)));
+      auto* p = static_cast<unsigned char*>(a.allocate(n, 1 + rng() % 2));
+      const auto tag = static_cast<unsigned char>(rng());
+      std::memset(p, tag, n);
+      blocks.push_back({p, n, tag});
+    } else {
+      const std::size_t k = rng() % blocks.size();
+      const live b = blocks[k];
+      ASSERT_EQ(b.p[0], b.tag);
+      ASSERT_EQ(b.p[b.n / 2], b.tag);
+      ASSERT_EQ(b.p[b.n - 1], b.tag);
+      a.deallocate(b.p);
+      blocks[k] = blocks.back();
+      blocks.pop_back();
+    }
+    ASSERT_EQ(static_cast<std::size_t>(a.stats().reserved_bytes.current), be->mapped());
+  }
+  for (const live& b : blocks) a.deallocate(b.p);
+  (void)a.empty_cache();
+  EXPECT_EQ(be->mapped(), 0u);
+}
+
 TEST(AllocatorV2, ExpandableSegmentsUnmapBeforeRunningOutOfMemory) {
   allocator_options o;
   o.expandable_segments = true;
