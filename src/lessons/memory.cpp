@@ -397,8 +397,9 @@ std::vector<note> expandable_notes(const expandable_result& e) {
                  " here memory.allocator.expandable_segments): one virtual address range per "
                  "stream, reserved once; physical pages (20 MiB for large blocks, 2 MiB for small "
                  "ones) are mapped at its end as it grows, so a larger request extends the range "
-                 "instead of needing a new segment, and whole free pages are unmapped before it "
-                 "grows. Peak reserved is {:.2f}x peak allocated ({} page maps).",
+                 "instead of needing a new segment; pages wholly inside free blocks give their "
+                 "memory back before the range would reserve more than it ever did. Peak reserved "
+                 "is {:.2f}x peak allocated ({} page maps).",
                  ratio(grown->peak_reserved_bytes, grown->peak_allocated_bytes),
                  grown->device_allocations)});
   else if (grown != e.rows.end())

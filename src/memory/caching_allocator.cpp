@@ -683,23 +683,51 @@ struct caching_allocator::impl {
   /// Whether the freed block b may wait in a thread cache for the next request of its size
   /// without changing what merge-on-free would do. Merge-on-free would merge b with a free right
   /// neighbour into M (a free left one would move the block: then no), and the next request of
-  /// b's size would split M at b's address if M is its best fit: no other free block of the
-  /// stream between b's size and M's (or of M's size at a lower address). Then handing b out
-  /// again, with the neighbour left as it is, is the same placement.
+  /// b's size would split M at b's address if find_free() would pick M: walking the free blocks
+  /// of the stream from b's size up in find_free()'s order, with M in place of the neighbour.
+  /// Then handing b out again, with the neighbour left as it is, is the same placement.
   [[nodiscard]] bool cacheable(const block* b) {
     if (b->prev && b->prev->in_free_set) return false;
     const block* n = b->next && b->next->in_free_set ? b->next : nullptr;
     const std::size_t merged = b->size + (n ? n->size : 0);
+    if (b->size < o.max_split_size && merged >= o.max_split_size) return false;
+    const block* after = n ? n->next : b->next;
+    struct candidate {
+      std::size_t size = 0;
+      std::uintptr_t ptr = 0;
+      std::size_t growable = 0;  // as find_free counts it for range blocks
+      bool range = false;
+      bool merged = false;
+    };
+    const candidate m{merged, b->ptr, merged + (after && !after->mapped ? after->size : 0),
+                      b->range != nullptr, true};
+    const free_set& p = pool_of(b);
     block key;
     key.stream = b->stream;
     key.size = b->size;
     key.ptr = 0;
-    const free_set& p = pool_of(b);
     auto it = p.lower_bound(&key);
-    if (it != p.end() && *it == n) ++it;
-    if (it == p.end() || (*it)->stream != b->stream) return true;
-    const block* x = *it;
-    return x->size > merged || (x->size == merged && x->ptr > b->ptr);
+    bool m_pending = true;
+    // The next candidate in find_free()'s order: M or the next block of the set (n skipped).
+    const auto next = [&](candidate& c) {
+      if (it != p.end() && *it == n) ++it;
+      const bool in_set = it != p.end() && (*it)->stream == b->stream;
+      if (m_pending &&
+          (!in_set || m.size < (*it)->size || (m.size == (*it)->size && m.ptr < (*it)->ptr))) {
+        m_pending = false;
+        c = m;
+        return true;
+      }
+      if (!in_set) return false;
+      const block* x = *it++;
+      c = {x->size, x->ptr, x->size + (x->next && !x->next->mapped ? x->next->size : 0),
+           x->range != nullptr, false};
+      return true;
+    };
+    candidate pick, c;
+    (void)next(pick);  // M at least
+    while (pick.range && next(c) && c.growable < pick.growable) pick = c;
+    return pick.merged;
   }
 
   [[nodiscard]] bool caches_hold_blocks() const {
@@ -1196,7 +1224,7 @@ struct caching_allocator::impl {
     record(history_kind::free_completed, b->ptr, b->size, b->stream);
     // A small block goes to the freeing thread's cache, for its next request of the size, when
     // that changes nothing merge-on-free would do (cacheable()).
-    if (b->small && !b->range && !traced.load(std::memory_order_relaxed) && cacheable(b)) {
+    if (b->small && !traced.load(std::memory_order_relaxed) && cacheable(b)) {
       if (thread_cache* c = my_cache_or_new()) {
         std::lock_guard lock(c->lock);
         if (c->n_cached + c->n_out < c->capacity) {

@@ -382,18 +382,42 @@ TEST(AllocatorV2, OtherThreadsCachedBlocksServeARequestBeforeTheBackendIsAsked) 
   a.deallocate(rest);
 }
 
+TEST(AllocatorV2, ThreadCacheKeepsTheExpandableBestFitThatAvoidsARangesEnd) {
+  // In an expandable range, best fit passes over the free block at the range's mapped end
+  // (it can grow) for a larger one that cannot (PyTorch's get_free_block): a block freed there
+  // must not wait in the thread cache, or the next request would get it back instead.
+  allocator_options o;
+  o.expandable_segments = true;
+  auto be = std::make_shared<fake_backend>(1 * GiB, true);
+  caching_allocator a(be, o);
+  void* y = a.allocate(1 * MiB);  // one 2 MiB page of the small pool: y, sep, end
+  void* sep = a.allocate(512 * KiB);
+  void* end = a.allocate(512 * KiB);  // up to the page's end: unmapped space follows
+  EXPECT_EQ(addr(end), addr(y) + 1536 * KiB);
+  a.deallocate(y);                   // into the thread cache ...
+  void* big = a.allocate(30 * MiB);  // ... and out of it, by this operation on the cache
+  a.deallocate(end);
+  void* again = a.allocate(512 * KiB);  // y's free 1 MiB, not the end block
+  EXPECT_EQ(again, y);
+  for (void* p : {again, sep, big}) a.deallocate(p);
+}
+
 TEST(AllocatorV2, FastPathReservesNoMoreThanPlainMergeOnFree) {
   // Proof on the traces: thread caches on (default) against off, same requests.
-  for (const auto& trace : {mixed_trace(), mixed_trace(20000, 3), transformer_trace(10)}) {
-    allocator_options plain;
-    plain.thread_cache_blocks = 0;
-    const auto with = replay_trace(trace, {});
-    const auto without = replay_trace(trace, plain);
-    EXPECT_EQ(with.peak_reserved, without.peak_reserved);  // the same placement throughout
-    EXPECT_EQ(with.backend_allocations, without.backend_allocations);
-    EXPECT_EQ(with.peak_requested, without.peak_requested);
-    EXPECT_EQ(with.peak_allocated, without.peak_allocated);
-  }
+  // With expandable segments too, where blocks in ranges wait in thread caches as well.
+  for (const auto& trace : {mixed_trace(), mixed_trace(20000, 3), transformer_trace(10)})
+    for (const bool expandable : {false, true}) {
+      allocator_options fast, plain;
+      fast.expandable_segments = plain.expandable_segments = expandable;
+      plain.thread_cache_blocks = 0;
+      const auto with = replay_trace(trace, fast);
+      const auto without = replay_trace(trace, plain);
+      EXPECT_EQ(with.peak_reserved, without.peak_reserved) << expandable;  // same placement
+      EXPECT_EQ(with.backend_allocations, without.backend_allocations) << expandable;
+      EXPECT_EQ(with.peak_requested, without.peak_requested) << expandable;
+      EXPECT_EQ(with.peak_allocated, without.peak_allocated) << expandable;
+      EXPECT_EQ(with.fragmentation_at_peak, without.fragmentation_at_peak) << expandable;
+    }
 }
 
 TEST(AllocatorV2, ExpandableSegmentsReserveCloseToLiveBytes) {

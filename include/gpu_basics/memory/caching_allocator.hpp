@@ -4,14 +4,18 @@
 // block merges with its free neighbours at once (as PyTorch's free_block does); a freed block is
 // reused on the stream it was allocated on, and one used on other streams (record_stream) only
 // after events on those streams complete. With expandable_segments, each stream's pool is one
-// virtual address range that grows by mapping physical pages and shrinks by unmapping them.
+// virtual address range that grows by mapping physical pages: blocks are laid out as PyTorch lays
+// them out, and pages wholly inside free blocks give their memory back when reserved would pass
+// its highest mark (and on empty_cache), so the pages holding memory are a subset of PyTorch's.
 //
 // Threads: the cache itself is guarded by one lock, and each thread keeps a small cache of the
 // small blocks it freed last (thread_cache_blocks), so a thread that frees and allocates again
-// the same size on the same stream touches no shared state. The thread caches are emptied into
-// the shared cache before the allocator asks the backend for memory, so they never make it
-// reserve more. The bookkeeping is host-only over an allocator_backend, so it is tested on a
-// CPU with fake_backend.
+// the same size on the same stream touches no shared state. A block waits in a thread cache only
+// where merge-on-free would hand it back at the same address; a thread's operation on the shared
+// cache first empties its own cache into it, and other threads' caches are emptied before the
+// allocator asks the backend for memory, so they never make it reserve more. With one thread,
+// placement is exactly merge-on-free's. The bookkeeping is host-only over an allocator_backend,
+// so it is tested on a CPU with fake_backend.
 #pragma once
 
 #include <array>
@@ -169,9 +173,10 @@ struct block_view {
   bool mapped = true;  // false for the unmapped part of an expandable segment (not listed)
 };
 
-/// One segment (or, with expandable segments, one stream's range) and its blocks in address
-/// order. Unmapped parts of an expandable range are left out of `blocks`; total_size counts
-/// mapped bytes only.
+/// One segment (or, with expandable segments, one run of pages with memory of a stream's range)
+/// and its blocks in address order. Parts of an expandable range without memory (unmapped, or
+/// pages of free blocks given back) are left out of `blocks`; total_size counts bytes with
+/// memory only.
 struct segment_view {
   std::uintptr_t ptr = 0;
   std::size_t total_size = 0;
