@@ -346,8 +346,9 @@ struct thread_slots {
   static void orphan(std::uint64_t id, thread_cache* c) noexcept {
     std::lock_guard lock(registry_mutex());
     if (!live_allocators().count(id)) return;
-    c->orphaned.store(true, std::memory_order_release);
+    // Counted before the flag is set: once it is, a sweep may delete the cache at once.
     c->orphans->fetch_add(1, std::memory_order_release);
+    c->orphaned.store(true, std::memory_order_release);
   }
   ~thread_slots() {
     tls_dead = true;
@@ -690,7 +691,9 @@ struct caching_allocator::impl {
     if (b->prev && b->prev->in_free_set) return false;
     const block* n = b->next && b->next->in_free_set ? b->next : nullptr;
     const std::size_t merged = b->size + (n ? n->size : 0);
+    // find_free()'s rules for oversize blocks, applied to M.
     if (b->size < o.max_split_size && merged >= o.max_split_size) return false;
+    if (b->size >= o.max_split_size && merged >= b->size + kLargeSlack) return false;
     const block* after = n ? n->next : b->next;
     struct candidate {
       std::size_t size = 0;
@@ -872,7 +875,8 @@ struct caching_allocator::impl {
   }
 
   /// Backs every page that b touches with memory, giving free pages of the same pool and stream
-  /// back first. False (nothing changed) when the device or the reserved limit has no room.
+  /// back first (other threads' cached blocks merged in, so that their pages can go too). False
+  /// when the device or the reserved limit has no room: b's pages are then as they were.
   bool make_resident(block* b, bool& mapped_any) {
     expandable_range& r = *b->range;
     const std::size_t first = r.page_of(b->ptr), last = r.page_of(b->ptr + b->size - 1) + 1;
@@ -883,10 +887,13 @@ struct caching_allocator::impl {
     // limit): below it they cost no peak, and mapping them again costs time.
     const std::size_t need = missing * r.page;
     if (static_cast<std::size_t>(st.reserved_bytes.current) + need > reserved_high ||
-        !within_limit(need))
+        !within_limit(need)) {
+      if (caches_hold_blocks()) sweep_caches(true);  // b is outside the free set: not merged
       release_free_pages(b->small, b->stream);
+    }
     if (!within_limit(need)) return false;
     std::vector<std::size_t> done;
+    done.reserve(missing);
     try {
       for (std::size_t i = first; i < last; ++i) {
         if (r.is_resident(i)) continue;
@@ -901,17 +908,17 @@ struct caching_allocator::impl {
       for (std::size_t i : done) backend.unmap(r.base + i * r.page, r.page);
       return false;
     }
+    for (std::size_t i : done) r.resident[i] = true;
+    r.mapped_bytes += need;
+    st.reserved_bytes.add(static_cast<std::int64_t>(need));
+    reserved_high = std::max(reserved_high, static_cast<std::size_t>(st.reserved_bytes.current));
+    ++st.device_allocations;
     for (std::size_t k = 0; k < done.size();) {  // one history event per run of pages
       std::size_t j = k;
       while (j + 1 < done.size() && done[j + 1] == done[j] + 1) ++j;
       record(history_kind::segment_map, r.base + done[k] * r.page, (j - k + 1) * r.page, r.stream);
       k = j + 1;
     }
-    for (std::size_t i : done) r.resident[i] = true;
-    r.mapped_bytes += need;
-    st.reserved_bytes.add(static_cast<std::int64_t>(need));
-    reserved_high = std::max(reserved_high, static_cast<std::size_t>(st.reserved_bytes.current));
-    ++st.device_allocations;
     mapped_any = true;
     return true;
   }
@@ -1160,8 +1167,14 @@ struct caching_allocator::impl {
       insert_free(split_off(b, rounded));
       if (source == alloc_source::cache_hit) source = alloc_source::split;
     }
-    bool mapped = false;
-    if (b->range && !make_resident(b, mapped)) {
+    bool mapped = false, resident = true;
+    try {
+      resident = !b->range || make_resident(b, mapped);
+    } catch (...) {  // a backend failure other than out of memory: the block goes back
+      merge_and_insert(b);
+      throw;
+    }
+    if (!resident) {
       merge_and_insert(b);
       return nullptr;
     }
@@ -1396,6 +1409,7 @@ std::vector<history_event> caching_allocator::history() const {
 std::vector<segment_view> caching_allocator::segments() const {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
+  m.sweep_caches(true);  // cached blocks are read below; their owners write them
   m.adopt_all();
   std::vector<segment_view> out;
   // One view per plain segment, and per run of memory-backed blocks of an expandable range (as

@@ -224,41 +224,54 @@ TEST(AllocatorV2, ExpandableSegmentsGiveFreePagesBackBeforeReservingMore) {
 
 TEST(AllocatorV2, ExpandableSegmentsBackEveryByteInUse) {
   // Random sizes in both pools on two streams, real addresses: every block is written end to
-  // end and checked when freed, so a page left without memory faults.
+  // end and checked when freed, so a page left without memory faults. One thread alone (reserved
+  // checked against the backend now and then: stats() empties the thread caches), then two at
+  // once.
   allocator_options o;
   o.expandable_segments = true;
-  auto be = std::make_shared<fake_backend>(2 * GiB);
+  auto be = std::make_shared<fake_backend>(3 * GiB);
   caching_allocator a(be, o);
-  std::mt19937_64 rng(7);
-  std::uniform_real_distribution<double> log_size(9.0, 26.0);  // 512 B .. 64 MiB
-  struct live {
-    unsigned char* p;
-    std::size_t n;
-    unsigned char tag;
-  };
-  std::vector<live> blocks;
-  for (int i = 0; i < 3000; ++i) {
-    if (blocks.size() < 24 && (blocks.empty() || rng() % 3 != 0)) {
-      const auto n = static_cast<std::size_t>(std::exp2(log_size(rng)));
-      auto* p = static_cast<unsigned char*>(a.allocate(n, 1 + rng() % 2));
-      const auto tag = static_cast<unsigned char>(rng());
-      std::memset(p, tag, n);
-      blocks.push_back({p, n, tag});
-    } else {
-      const std::size_t k = rng() % blocks.size();
-      const live b = blocks[k];
-      ASSERT_EQ(b.p[0], b.tag);
-      ASSERT_EQ(b.p[b.n / 2], b.tag);
-      ASSERT_EQ(b.p[b.n - 1], b.tag);
-      a.deallocate(b.p);
-      blocks[k] = blocks.back();
-      blocks.pop_back();
+  const auto work = [&](std::uint64_t seed, bool check_reserved) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> log_size(9.0, 26.0);  // 512 B .. 64 MiB
+    struct live {
+      unsigned char* p;
+      std::size_t n;
+      unsigned char tag;
+    };
+    std::vector<live> blocks;
+    for (int i = 0; i < 3000; ++i) {
+      if (blocks.size() < 16 && (blocks.empty() || rng() % 3 != 0)) {
+        // Mostly small: small blocks are what thread caches hold.
+        const auto n = static_cast<std::size_t>(std::exp2(rng() % 2 ? log_size(rng) : 12.0));
+        auto* p = static_cast<unsigned char*>(a.allocate(n, 1 + rng() % 2));
+        const auto tag = static_cast<unsigned char>(rng());
+        std::memset(p, tag, n);
+        blocks.push_back({p, n, tag});
+      } else {
+        const std::size_t k = rng() % blocks.size();
+        const live b = blocks[k];
+        ASSERT_EQ(b.p[0], b.tag);
+        ASSERT_EQ(b.p[b.n / 2], b.tag);
+        ASSERT_EQ(b.p[b.n - 1], b.tag);
+        a.deallocate(b.p);
+        blocks[k] = blocks.back();
+        blocks.pop_back();
+      }
+      if (check_reserved && i % 97 == 0) {
+        ASSERT_EQ(static_cast<std::size_t>(a.stats().reserved_bytes.current), be->mapped());
+      }
     }
-    ASSERT_EQ(static_cast<std::size_t>(a.stats().reserved_bytes.current), be->mapped());
-  }
-  for (const live& b : blocks) a.deallocate(b.p);
+    for (const live& b : blocks) a.deallocate(b.p);
+  };
+  work(7, true);
+  std::thread other(work, 8, false);
+  work(9, false);
+  other.join();
+  EXPECT_EQ(static_cast<std::size_t>(a.stats().reserved_bytes.current), be->mapped());
   (void)a.empty_cache();
   EXPECT_EQ(be->mapped(), 0u);
+  EXPECT_EQ(be->bad_deallocations(), 0u);
 }
 
 TEST(AllocatorV2, ExpandableSegmentsUnmapBeforeRunningOutOfMemory) {
