@@ -613,16 +613,24 @@ struct caching_allocator::impl {
     ++c.epoch;
   }
 
-  /// Sweeps every thread cache; orphaned caches also give their handed-out blocks to the shared
-  /// map and are deleted.
-  void sweep_caches(bool empty) {
+  /// What a sweep of every thread cache does besides folding their counters.
+  enum class sweep_mode {
+    fold,   // counters only
+    empty,  // cached blocks back to the shared cache (merged)
+    adopt,  // that, and blocks handed out by the fast path moved to the shared map, since the
+            // caller reads their fields, which the fast path writes under the cache's lock
+  };
+
+  /// Sweeps every thread cache; orphaned caches are emptied and adopted whatever the mode, and
+  /// deleted.
+  void sweep_caches(sweep_mode mode) {
     for (std::size_t i = 0; i < caches.size();) {
       thread_cache& c = *caches[i];
       const bool orphan = c.orphaned.load(std::memory_order_acquire);
       {
         std::lock_guard lock(c.lock);
-        sweep(c, empty || orphan);
-        if (orphan) {
+        sweep(c, orphan || mode != sweep_mode::fold);
+        if (orphan || mode == sweep_mode::adopt) {
           for (std::size_t k = 0; k < c.n_out; ++k) {
             c.out[k]->owner = nullptr;
             active.insert(c.out[k]->ptr, c.out[k]);
@@ -642,22 +650,6 @@ struct caching_allocator::impl {
 
   /// A live allocation handed out by some thread's fast path: moved into the shared map (its
   /// counters with it), so the caller can treat it as any other.
-  /// Every block handed out by a thread cache moves to the shared map (segments() and
-  /// release_cached() read their fields, which the fast path writes under the cache's lock).
-  void adopt_all() {
-    for (auto& cp : caches) {
-      thread_cache& c = *cp;
-      std::lock_guard lock(c.lock);
-      fold(c);
-      ++c.epoch;
-      for (std::size_t k = 0; k < c.n_out; ++k) {
-        c.out[k]->owner = nullptr;
-        active.insert(c.out[k]->ptr, c.out[k]);
-      }
-      c.n_out = 0;
-    }
-  }
-
   block* adopt_from_caches(std::uintptr_t p) {
     for (auto& cp : caches) {
       thread_cache& c = *cp;
@@ -743,6 +735,12 @@ struct caching_allocator::impl {
 
   // ---- segments and expandable ranges -----------------------------------------------------
 
+  /// Counts `bytes` more reserved, and the highest mark reserved has reached.
+  void add_reserved(std::size_t bytes) {
+    st.reserved_bytes.add(static_cast<std::int64_t>(bytes));
+    reserved_high = std::max(reserved_high, static_cast<std::size_t>(st.reserved_bytes.current));
+  }
+
   [[nodiscard]] bool within_limit(std::size_t bytes) const {
     return o.reserved_limit == SIZE_MAX ||
            static_cast<std::size_t>(st.reserved_bytes.current) + bytes <= o.reserved_limit;
@@ -761,8 +759,7 @@ struct caching_allocator::impl {
     b->small = small;
     b->segment_bytes = seg;
     segments.insert(b);
-    st.reserved_bytes.add(static_cast<std::int64_t>(seg));
-    reserved_high = std::max(reserved_high, static_cast<std::size_t>(st.reserved_bytes.current));
+    add_reserved(seg);
     st.segment_count.add(1);
     ++st.device_allocations;
     record(history_kind::segment_alloc, p, seg, stream);
@@ -888,7 +885,8 @@ struct caching_allocator::impl {
     const std::size_t need = missing * r.page;
     if (static_cast<std::size_t>(st.reserved_bytes.current) + need > reserved_high ||
         !within_limit(need)) {
-      if (caches_hold_blocks()) sweep_caches(true);  // b is outside the free set: not merged
+      if (caches_hold_blocks())
+        sweep_caches(sweep_mode::empty);  // b is outside the free set: not merged
       release_free_pages(b->small, b->stream);
     }
     if (!within_limit(need)) return false;
@@ -910,8 +908,7 @@ struct caching_allocator::impl {
     }
     for (std::size_t i : done) r.resident[i] = true;
     r.mapped_bytes += need;
-    st.reserved_bytes.add(static_cast<std::int64_t>(need));
-    reserved_high = std::max(reserved_high, static_cast<std::size_t>(st.reserved_bytes.current));
+    add_reserved(need);
     ++st.device_allocations;
     for (std::size_t k = 0; k < done.size();) {  // one history event per run of pages
       std::size_t j = k;
@@ -1046,8 +1043,7 @@ struct caching_allocator::impl {
   }
 
   empty_cache_report release_cached() {
-    sweep_caches(true);
-    adopt_all();
+    sweep_caches(sweep_mode::adopt);
     empty_cache_report r;
     for (auto it = segments.begin(); it != segments.end();) {
       block* h = *it;
@@ -1143,7 +1139,7 @@ struct caching_allocator::impl {
       std::lock_guard lock(c->lock);
       sweep(*c, true);
     }
-    if (orphans.load(std::memory_order_acquire) != 0) sweep_caches(false);
+    if (orphans.load(std::memory_order_acquire) != 0) sweep_caches(sweep_mode::fold);
   }
 
   /// A block of `rounded` bytes taken out of the cache (split as needed) or from the backend,
@@ -1153,7 +1149,7 @@ struct caching_allocator::impl {
     source = alloc_source::cache_hit;
     block* b = find_free(stream, rounded, small);
     if (!b && caches_hold_blocks()) {  // other threads' cached blocks, merged, may serve it
-      sweep_caches(true);
+      sweep_caches(sweep_mode::empty);
       b = find_free(stream, rounded, small);
     }
     if (!b) {
@@ -1384,7 +1380,8 @@ empty_cache_report caching_allocator::empty_cache() {
 allocator_stats caching_allocator::stats() const {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
-  m.sweep_caches(true);  // report the cache merged, as it is after thread caches are emptied
+  m.sweep_caches(impl::sweep_mode::empty);  // report the cache merged, as it is after thread caches
+                                            // are emptied
   allocator_stats s = m.st;
   m.fill_free_stats(s);
   return s;
@@ -1393,7 +1390,7 @@ allocator_stats caching_allocator::stats() const {
 void caching_allocator::reset_peak_stats() {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
-  m.sweep_caches(false);
+  m.sweep_caches(impl::sweep_mode::fold);
   for (memory_stat* s : {&m.st.allocated_bytes, &m.st.requested_bytes, &m.st.reserved_bytes,
                          &m.st.active_bytes, &m.st.inactive_split_bytes, &m.st.allocation_count,
                          &m.st.segment_count, &m.st.active_count, &m.st.inactive_split_count})
@@ -1409,8 +1406,7 @@ std::vector<history_event> caching_allocator::history() const {
 std::vector<segment_view> caching_allocator::segments() const {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
-  m.sweep_caches(true);  // cached blocks are read below; their owners write them
-  m.adopt_all();
+  m.sweep_caches(impl::sweep_mode::adopt);  // the blocks are read below
   std::vector<segment_view> out;
   // One view per plain segment, and per run of memory-backed blocks of an expandable range (as
   // PyTorch's snapshot reports expandable segments): a free block's pages without memory are
@@ -1479,7 +1475,7 @@ void caching_allocator::set_trace_callback(std::function<void(const alloc_trace&
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
   m.traced.store(static_cast<bool>(cb));
-  m.sweep_caches(true);
+  m.sweep_caches(impl::sweep_mode::empty);
   m.trace = std::move(cb);
 }
 
