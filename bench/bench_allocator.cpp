@@ -18,6 +18,7 @@
 #include "gpu_basics/memory/fake_backend.hpp"
 #include "gpu_basics/memory/replay.hpp"
 #include "per_thread.hpp"
+#include "trace_loop.hpp"
 
 using namespace gpu_basics;
 
@@ -115,28 +116,10 @@ void BM_CudaMallocAsyncPair(benchmark::State& state) {
 
 // ---- the mixed trace of replay.hpp: up to 256 live blocks, sizes log-uniform 512 B - 32 MiB ----
 
-const std::vector<replay_event>& mixed() {
-  static const std::vector<replay_event> ops = gpu_basics::mixed_trace();
-  return ops;
-}
-
 template <class Alloc, class Free>
 void run_trace(benchmark::State& state, Alloc alloc, Free release) {
-  const auto& ops = mixed();
-  std::vector<void*> slots(256, nullptr);  // mixed_trace's ids are its slots, 0-255
-  for (auto _ : state)
-    for (const auto& op : ops) {
-      if (op.kind == replay_event::op::alloc) {
-        slots[op.id] = alloc(op.bytes);
-      } else {
-        release(slots[op.id]);
-        slots[op.id] = nullptr;
-      }
-    }
-  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(ops.size()));
-  state.counters["ns_per_op"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(ops.size()),
-                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  std::vector<void*> slots;
+  bench::run_mixed_trace(state, slots, alloc, release);
 }
 
 void BM_MixedTrace_CachingFake(benchmark::State& state) {

@@ -27,7 +27,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -55,6 +54,7 @@
 
 #include "gpu_basics/memory/snapshot.hpp"
 #include "per_thread.hpp"
+#include "trace_loop.hpp"
 
 using namespace gpu_basics;
 
@@ -166,29 +166,17 @@ void BM_Pair_C10(benchmark::State& state, stream_use use) {
 
 template <class Ops>
 void mixed(benchmark::State& state, Ops ops) {
-  static const std::vector<replay_event> trace = mixed_trace();
-  std::vector<void*> slots(256, nullptr);  // mixed_trace's ids are slots 0-255
+  std::vector<void*> slots;
   const cudaStream_t s = streams()[0];
   try {
-    for (auto _ : state)
-      for (const replay_event& e : trace) {
-        if (e.kind == replay_event::op::alloc) {
-          slots[e.id] = ops.alloc(e.bytes, s);
-        } else {
-          ops.free(slots[e.id]);
-          slots[e.id] = nullptr;
-        }
-      }
+    bench::run_mixed_trace(
+        state, slots, [&](std::size_t n) { return ops.alloc(n, s); },
+        [&](void* p) { ops.free(p); });
   } catch (const std::exception& e) {
     for (void*& p : slots)
       if (p) ops.free(std::exchange(p, nullptr));
     return state.SkipWithError(e.what());
   }
-  const double ops_done =
-      static_cast<double>(state.iterations()) * static_cast<double>(trace.size());
-  state.SetItemsProcessed(static_cast<std::int64_t>(ops_done));
-  state.counters["ns_per_op"] =
-      benchmark::Counter(ops_done, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void BM_MixedTrace_Ours(benchmark::State& state, bool expandable) {
@@ -272,7 +260,6 @@ struct replay_outcome {
   std::size_t peak_reserved = 0;
   std::size_t peak_requested = 0;
   std::size_t skipped_frees = 0;
-  double seconds = 0;
   std::string error;  // empty when the replay finished
 };
 
@@ -284,7 +271,6 @@ replay_outcome replay_on_gpu(const std::vector<replay_event>& trace, Ops ops) {
   std::map<stream_handle, cudaStream_t> stream_of;
   std::unordered_map<std::uint64_t, std::pair<void*, std::size_t>> live;
   std::size_t requested = 0;
-  const auto t0 = std::chrono::steady_clock::now();
   try {
     for (const replay_event& e : trace) {
       if (e.kind == replay_event::op::alloc) {
@@ -314,7 +300,6 @@ replay_outcome replay_on_gpu(const std::vector<replay_event>& trace, Ops ops) {
   } catch (const std::exception& x) {
     r.error = x.what();
   }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (auto& [id, pb] : live) ops.free(pb.first);
   cudaDeviceSynchronize();
   for (auto& [id, s] : stream_of)
@@ -424,10 +409,7 @@ int main(int argc, char** argv) {
       if (path.size() > 7 && path.substr(path.size() - 7) == ".pickle") {
         // A PyTorch memory snapshot: the device with the most events.
         const torch_snapshot snap = read_torch_snapshot(path);
-        std::size_t device = 0;
-        for (std::size_t d = 0; d < snap.device_traces.size(); ++d)
-          if (snap.device_traces[d].size() > snap.device_traces[device].size()) device = d;
-        traces.push_back({path, to_replay_trace(snap, static_cast<int>(device))});
+        traces.push_back({path, to_replay_trace(snap, snap.busiest_device())});
       } else {
         traces.push_back({path, read_text_trace(path)});
       }

@@ -62,10 +62,10 @@ replay_report replay_snapshot(const torch_snapshot& s, const std::string& file, 
   replay_report r;
   r.file = file;
   r.device = device;
-  r.recorded = recorded(s, device);
+  const auto trace = to_replay_trace(s, device, &r.rebuilt);
+  r.recorded = recorded(s, device, trace);
   r.recorded_conf = s.alloc_conf;
   r.trace_events = r.recorded.events;
-  const auto trace = to_replay_trace(s, device, &r.rebuilt);
   r.replay_events = trace.size();
   // garbage_collection_threshold acts only under a reserved limit, and a snapshot does not hold
   // the device's memory size: the limit is the larger of what PyTorch reserved at its peak and
@@ -124,8 +124,8 @@ presentation::table replay_table(const replay_report& r) {
     const auto& x = *p.result;
     t.add_row({label(p.conf), static_cast<std::int64_t>(x.peak_reserved),
                static_cast<std::int64_t>(x.peak_allocated),
-               ratio(x.peak_reserved, x.peak_allocated), ratio(x.peak_reserved, x.peak_requested),
-               x.backend_allocations, x.fragmentation_at_peak});
+               ratio(x.peak_reserved, x.peak_allocated), x.reserved_ratio(), x.backend_allocations,
+               x.fragmentation_at_peak});
   }
   const auto& rec = r.recorded;
   t.add_row({std::string("PyTorch (recorded)") +

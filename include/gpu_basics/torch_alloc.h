@@ -58,7 +58,6 @@ typedef struct CUstream_st* gpu_basics_torch_stream_t;
 #define GPU_BASICS_TORCH_OK 0
 #define GPU_BASICS_TORCH_EINVAL (-1)   /* a bad argument (device out of range, NULL out) */
 #define GPU_BASICS_TORCH_ERUNTIME (-2) /* CUDA or the allocator failed: see last_error */
-#define GPU_BASICS_TORCH_ENOTSUP (-3)  /* not built into this library */
 #define GPU_BASICS_TORCH_EIO (-4)      /* a file could not be written */
 
 /* Statistics of one device's allocator (all bytes; counts where named so). */
@@ -113,8 +112,7 @@ GPU_BASICS_TORCH_API int gpu_basics_torch_stats(int device, gpu_basics_torch_sta
 /* Sets every peak of `device` to its current value. */
 GPU_BASICS_TORCH_API int gpu_basics_torch_reset_peak(int device);
 /* Writes `device`'s memory snapshot (segments, blocks, history) to `path`, in PyTorch's pickle
- * format, readable by `python -m torch.cuda._memory_viz`. ENOTSUP where this library was built
- * without snapshot support. */
+ * format, readable by `python -m torch.cuda._memory_viz`. */
 GPU_BASICS_TORCH_API int gpu_basics_torch_write_snapshot(int device, const char* path);
 /* The options in effect, in GPU_BASICS_ALLOC_CONF's syntax (empty for the defaults), copied into
  * buf (NUL-terminated, cut to len - 1); returns the full length, or a negative code when the

@@ -10,27 +10,38 @@
 
 namespace gpu_basics {
 
-replay_result replay_trace(const std::vector<replay_event>& trace, const allocator_options& o,
-                           std::size_t capacity, std::size_t* skipped) {
-  auto backend = std::make_shared<fake_backend>(capacity, true);
+std::size_t peak_requested(const std::vector<replay_event>& trace) {
+  std::unordered_map<std::uint64_t, std::size_t> live;
+  std::size_t now = 0, peak = 0;
+  for (const replay_event& e : trace) {
+    if (e.kind == replay_event::op::alloc) {
+      auto [it, fresh] = live.try_emplace(e.id, e.bytes);
+      if (!fresh) {  // an id allocated twice without a free: the first one leaks, as recorded
+        now -= it->second;
+        it->second = e.bytes;
+      }
+      now += e.bytes;
+      peak = std::max(peak, now);
+    } else if (const auto it = live.find(e.id); it != live.end()) {
+      now -= it->second;
+      live.erase(it);
+    }
+  }
+  return peak;
+}
+
+replay_result replay_trace(const std::vector<replay_event>& trace, const allocator_options& o) {
+  auto backend = std::make_shared<fake_backend>(std::size_t{1} << 46, true);
   allocator_options opts = o;
   opts.history_capacity = 0;
   caching_allocator a(backend, opts);
-  std::unordered_map<std::uint64_t, std::pair<void*, std::size_t>> live;
+  std::unordered_map<std::uint64_t, void*> live;
   live.reserve(1024);
   replay_result r;
-  std::size_t requested = 0, skip = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (const replay_event& e : trace) {
     if (e.kind == replay_event::op::alloc) {
-      void* p = a.allocate(e.bytes, e.stream);
-      auto [it, fresh] = live.try_emplace(e.id, p, e.bytes);
-      if (!fresh) {  // an id allocated twice without a free: the first one leaks, as recorded
-        requested -= it->second.second;
-        it->second = {p, e.bytes};
-      }
-      requested += e.bytes;
-      r.peak_requested = std::max(r.peak_requested, requested);
+      live[e.id] = a.allocate(e.bytes, e.stream);  // an id allocated twice: the first leaks
       const std::size_t reserved = backend->used();
       if (reserved > r.peak_reserved) {
         r.peak_reserved = reserved;
@@ -38,22 +49,18 @@ replay_result replay_trace(const std::vector<replay_event>& trace, const allocat
       }
     } else {
       const auto it = live.find(e.id);
-      if (it == live.end()) {
-        ++skip;
-        continue;
-      }
-      a.deallocate(it->second.first);
-      requested -= it->second.second;
+      if (it == live.end()) continue;
+      a.deallocate(it->second);
       live.erase(it);
     }
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.events = trace.size();
+  r.peak_requested = peak_requested(trace);
   const allocator_stats s = a.stats();
   r.peak_allocated = static_cast<std::size_t>(s.allocated_bytes.peak);
   r.backend_allocations = s.device_allocations;
-  if (skipped) *skipped = skip;
-  for (auto& [id, pb] : live) a.deallocate(pb.first);
+  for (auto& [id, p] : live) a.deallocate(p);
   return r;
 }
 

@@ -430,6 +430,11 @@ std::vector<replay_event> to_replay_trace(const torch_snapshot& s, int device,
 }
 
 recorded_figures recorded(const torch_snapshot& s, int device) {
+  return recorded(s, device, to_replay_trace(s, device));
+}
+
+recorded_figures recorded(const torch_snapshot& s, int device,
+                          const std::vector<replay_event>& replayed) {
   recorded_figures r;
   if (device < 0 || static_cast<std::size_t>(device) >= s.device_traces.size()) return r;
   const auto& trace = s.device_traces[static_cast<std::size_t>(device)];
@@ -467,23 +472,7 @@ recorded_figures recorded(const torch_snapshot& s, int device) {
     if (reserved > 0)
       r.peak_reserved = std::max(r.peak_reserved, static_cast<std::uint64_t>(reserved));
   }
-  // Live requested bytes over the trace as replayed.
-  std::unordered_map<std::uint64_t, std::uint64_t> live;
-  std::uint64_t now = 0;
-  for (const auto& e : to_replay_trace(s, device)) {
-    if (e.kind == replay_event::op::alloc) {
-      auto [it, fresh] = live.try_emplace(e.id, e.bytes);
-      if (!fresh) {
-        now -= it->second;
-        it->second = e.bytes;
-      }
-      now += e.bytes;
-      r.peak_requested = std::max(r.peak_requested, now);
-    } else if (const auto it = live.find(e.id); it != live.end()) {
-      now -= it->second;
-      live.erase(it);
-    }
-  }
+  r.peak_requested = peak_requested(replayed);  // live requested bytes as replayed
   return r;
 }
 

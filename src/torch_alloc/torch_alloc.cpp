@@ -55,7 +55,6 @@ struct state {
   std::mutex create_mutex;  // creating an allocator, and the fractions
   std::array<std::atomic<caching_allocator*>, kMaxDevices> allocators{};
   std::array<double, kMaxDevices> fractions{};  // 0: no limit
-  std::atomic<int> device_count{-1};
   std::mutex error_mutex;
   std::string last_error;
 };
@@ -253,7 +252,6 @@ GPU_BASICS_TORCH_API void gpu_basics_torch_init(int device_count) {
               true);
     return;
   }
-  g().device_count.store(device_count);
   (void)environment();  // report a bad GPU_BASICS_ALLOC_CONF now rather than at the first alloc
 }
 

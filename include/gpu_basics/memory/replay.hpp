@@ -29,9 +29,6 @@ struct replay_result {
   std::int64_t backend_allocations = 0;  // segments created, or pages mapped (expandable)
   double fragmentation_at_peak = 0;      // 1 - largest free block / free bytes, at peak reserved
   double seconds = 0;                    // wall time of the replay loop alone
-  [[nodiscard]] double events_per_second() const noexcept {
-    return seconds > 0 ? static_cast<double>(events) / seconds : 0;
-  }
   /// peak_reserved / peak_requested (0 for an empty trace).
   [[nodiscard]] double reserved_ratio() const noexcept {
     return peak_requested ? static_cast<double>(peak_reserved) / static_cast<double>(peak_requested)
@@ -39,14 +36,15 @@ struct replay_result {
   }
 };
 
-/// Replays `trace` on a fresh allocator with `o` over a fake backend of `capacity` bytes (made-up
-/// addresses: nothing is touched). Frees of ids never allocated in the trace are skipped (they
-/// are counted in `skipped` when given); allocations still live at the end stay live.
-/// @throws out_of_memory when the capacity cannot hold the trace under this policy.
+/// Replays `trace` on a fresh allocator with `o` over a fake backend of 64 TiB (made-up
+/// addresses: nothing is touched). Frees of ids never allocated in the trace are skipped;
+/// allocations still live at the end stay live.
 [[nodiscard]] replay_result replay_trace(const std::vector<replay_event>& trace,
-                                         const allocator_options& o,
-                                         std::size_t capacity = std::size_t{1} << 46,
-                                         std::size_t* skipped = nullptr);
+                                         const allocator_options& o);
+
+/// The trace's own peak of live requested bytes (an id allocated again without a free replaces
+/// its block; frees of unknown ids are skipped), as replay_trace() counts it.
+[[nodiscard]] std::size_t peak_requested(const std::vector<replay_event>& trace);
 
 /// Synthetic traces of the benchmarks (fixed seeds): `mixed`: log-uniform sizes 512 B - 32 MiB,
 /// at most 256 live blocks; `transformer`: activations of a layered forward pass kept for the

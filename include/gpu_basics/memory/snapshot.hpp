@@ -122,5 +122,8 @@ struct recorded_figures {
 /// The recorded figures of `device` (blocks alive at the start as to_replay_trace() rebuilds
 /// them).
 [[nodiscard]] recorded_figures recorded(const torch_snapshot& s, int device);
+/// The same, with `device`'s trace as to_replay_trace() made it already.
+[[nodiscard]] recorded_figures recorded(const torch_snapshot& s, int device,
+                                        const std::vector<replay_event>& replayed);
 
 }  // namespace gpu_basics
