@@ -8,7 +8,8 @@
 #                            lib/libc10*.so (default: that Python's torch, or the venv's):
 #                            builds bench/bench_allocator_c10.cpp.
 #
-# Results: GPU_BASICS_TORCH_PYTHON_OK (and GPU_BASICS_TORCH_PYTHON_WHY when not), and the
+# Results: GPU_BASICS_TORCH_PYTHON_OK (and GPU_BASICS_TORCH_PYTHON_WHY when not),
+# GPU_BASICS_TORCH_CXX11_ABI (that torch's _GLIBCXX_USE_CXX11_ABI, where the Python ran), and the
 # imported target gpu_basics::c10 (c10 + c10_cuda, headers as system headers) when found.
 
 set(_gpu_basics_default_python "")
@@ -24,13 +25,14 @@ set(_gpu_basics_python_torch_dir "")
 if(GPU_BASICS_TORCH_PYTHON)
   execute_process(
     COMMAND ${GPU_BASICS_TORCH_PYTHON} -c
-            "import os, torch; print(torch.__version__); print(os.path.dirname(torch.__file__))"
+            "import os, torch; print(torch.__version__); print(os.path.dirname(torch.__file__)); print(int(torch._C._GLIBCXX_USE_CXX11_ABI))"
     RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err
     OUTPUT_STRIP_TRAILING_WHITESPACE TIMEOUT 120)
   if(_rc EQUAL 0)
     string(REPLACE "\n" ";" _out "${_out}")
     list(GET _out 0 _version)
     list(GET _out 1 _gpu_basics_python_torch_dir)
+    list(GET _out 2 GPU_BASICS_TORCH_CXX11_ABI)
     set(GPU_BASICS_TORCH_PYTHON_OK TRUE)
     message(STATUS "PyTorch ${_version} for the bridge's tests: ${GPU_BASICS_TORCH_PYTHON}")
   else()

@@ -65,11 +65,14 @@ def add_model_args(p, steps=40, layers=4, d_model=384, heads=6, vocab=8192, batc
     p.add_argument("--min-seq", type=int, default=min_seq)
     p.add_argument("--max-seq", type=int, default=max_seq)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                   help="run forward and loss under torch.autocast(dtype=bfloat16)")
 
 
 def model_config(args) -> dict:
     return {k: getattr(args, k) for k in
-            ("steps", "layers", "d_model", "heads", "vocab", "batch", "min_seq", "max_seq", "seed")}
+            ("steps", "layers", "d_model", "heads", "vocab", "batch", "min_seq", "max_seq", "seed",
+             "autocast")}
 
 
 def build(args, device):
@@ -90,9 +93,10 @@ def batches(args):
         yield step, t, tokens[:, :-1], tokens[:, 1:]
 
 
-def train_step(model, opt, x, y) -> torch.Tensor:
-    logits = model(x)
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+def train_step(model, opt, x, y, autocast: str = "off") -> torch.Tensor:
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast == "bf16"):
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()

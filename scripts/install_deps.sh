@@ -48,6 +48,14 @@ if [[ "${1:-}" == "--tests" ]]; then
   command -v python3 >/dev/null || browser+=(python3)
   command -v chromium >/dev/null || command -v chromium-browser >/dev/null || browser+=(chromium)
   [[ -d /usr/share/fonts/truetype/dejavu ]] || browser+=(fonts-dejavu-core)  # text in screenshots
+  # The Python package's tests (pytest) and its pip install in a fresh venv (ctest -R python):
+  # Debian's Python tooling, since no package index is reachable.
+  for mod in pytest:python3-pytest setuptools:python3-setuptools wheel:python3-wheel \
+             venv:python3-venv ensurepip:python3-venv pip:python3-pip; do
+    if ! /usr/bin/python3 -c "import ${mod%%:*}" >/dev/null 2>&1; then
+      [[ " ${browser[*]} " == *" ${mod##*:} "* ]] || browser+=("${mod##*:}")
+    fi
+  done
   if (( ${#browser[@]} )); then
     if [[ "${CI:-}" == "true" ]]; then missing+=("${browser[@]}"); else optional+=("${browser[@]}"); fi
   fi

@@ -1,36 +1,42 @@
 /* gpu_basics_torch_alloc: gpu-basics' caching allocator as PyTorch's CUDA allocator.
  *
- * libgpu_basics_torch_alloc.so exports this C ABI and nothing else. PyTorch loads it with
+ * Two libraries export this C ABI and nothing else:
+ *   libgpu_basics_torch_alloc_c10.so  built against PyTorch's headers and libc10 (where CMake
+ *                                     finds PyTorch): out of memory raises torch.OutOfMemoryError
+ *                                     in Python, and CUDA graph capture is refused at its start.
+ *                                     It must be loaded by the PyTorch it was built for
+ *                                     (gpu_basics_torch_build_info() says which).
+ *   libgpu_basics_torch_alloc.so      needs no PyTorch: out of memory throws a std::bad_alloc
+ *                                     (RuntimeError in Python) and other failures a
+ *                                     std::runtime_error.
+ * The Python package (python/, `import gpu_basics.torch as gbt; gbt.use()`) picks one, checks it
+ * against the running torch and installs it. By hand:
  *
  *   alloc = torch.cuda.memory.CUDAPluggableAllocator(
  *       path, "gpu_basics_torch_alloc", "gpu_basics_torch_free")
- *   a = alloc.allocator()               # optional hooks, where this PyTorch has them:
- *   a.set_record_stream_fn(ctypes address of gpu_basics_torch_record_stream)
- *   a.set_reset_fn(...gpu_basics_torch_empty_cache)          # reached by torch.cuda.empty_cache()
- *   a.set_memory_fraction_fn(...gpu_basics_torch_set_memory_fraction)
- *   a.set_base_alloc_fn(...gpu_basics_torch_base_alloc)
+ *   a = alloc.allocator()               # optional hooks, as ctypes addresses:
+ *   a.set_record_stream_fn(gpu_basics_torch_record_stream)
+ *   a.set_reset_fn(gpu_basics_torch_empty_cache)          # reached by torch.cuda.empty_cache()
+ *   a.set_memory_fraction_fn(gpu_basics_torch_set_memory_fraction)
+ *   a.set_base_alloc_fn(gpu_basics_torch_base_alloc)
+ *   a.set_begin_allocate_to_pool(gpu_basics_torch_begin_allocate_to_pool)   # _c10 library only
  *   torch.cuda.memory.change_current_allocator(alloc)   # before the first CUDA allocation
  *
- * and reads the statistics through ctypes from the same file (PyTorch's memory_stats() does not
- * work with a pluggable allocator). examples/torch_pluggable.py does all of it.
- *
  * One allocator per device, created on the first allocation on that device, with the options of
- * the environment, read once:
+ * gpu_basics_torch_configure() or else of the environment, read once:
  *   GPU_BASICS_ALLOC_CONF     options in PYTORCH_CUDA_ALLOC_CONF's syntax
- *                             ("expandable_segments:True,max_split_size_mb:128,..."). A string
- *                             that does not parse is reported once on stderr and every
- *                             allocation fails (returns NULL) until the process restarts with a
- *                             good one: a wrong policy is never used silently.
+ *                             ("expandable_segments:True,max_split_size_mb:128,..."), plus
+ *                             page_release:deferred|eager|keep (when free pages of expandable
+ *                             segments give memory back). A string that does not parse is
+ *                             reported once on stderr and every allocation fails with it until
+ *                             the options are set again: a wrong policy is never used silently.
  *   GPU_BASICS_ALLOC_HISTORY  keep the last N allocator events (for snapshots); default 0.
- *   GPU_BASICS_ALLOC_ON_FAILURE  "null" (default): a failed allocation returns NULL after
- *                             printing why on stderr; "abort": prints why and aborts. PyTorch
- *                             does not check what a pluggable allocator returns, so a NULL becomes
- *                             a tensor without memory and a later kernel faults; "abort" stops at
- *                             the cause instead.
  *
- * Nothing here throws or aborts (except GPU_BASICS_ALLOC_ON_FAILURE=abort): failures return NULL
- * or a negative code, and gpu_basics_torch_last_error() says why. All functions are thread-safe.
- * Plain C: usable from C, C++ and ctypes. */
+ * gpu_basics_torch_alloc throws (C++) on failure, as PyTorch needs: PyTorch does not check the
+ * pointer a pluggable allocator returns. Every other function catches everything: failures return
+ * NULL or a negative code, and gpu_basics_torch_last_error() says why. All functions are
+ * thread-safe. Plain C (gpu_basics_torch_begin_allocate_to_pool aside, which takes C++ types
+ * and is not declared here): usable from C, C++ and ctypes. */
 #ifndef GPU_BASICS_TORCH_ALLOC_H
 #define GPU_BASICS_TORCH_ALLOC_H
 
@@ -52,7 +58,7 @@ extern "C" {
 typedef struct CUstream_st* gpu_basics_torch_stream_t;
 
 /* Version of this ABI (the layout of gpu_basics_torch_stats_t and the functions below). */
-#define GPU_BASICS_TORCH_ABI_VERSION 1
+#define GPU_BASICS_TORCH_ABI_VERSION 2
 
 /* Return codes. */
 #define GPU_BASICS_TORCH_OK 0
@@ -82,10 +88,15 @@ typedef struct gpu_basics_torch_stats_t {
   double fragmentation; /* 1 - largest free block / cached free bytes (0: nothing free) */
 } gpu_basics_torch_stats_t;
 
-/* PyTorch's alloc_fn: `size` bytes on `device` usable on `stream`. NULL for size 0 (as PyTorch's
- * own allocator), and on failure (out of memory, a bad GPU_BASICS_ALLOC_CONF, a CUDA error). */
+/* PyTorch's alloc_fn: `size` bytes on `device` usable on `stream`; NULL for size 0 (as PyTorch's
+ * own allocator). Never NULL otherwise: a failure throws a C++ exception (see the top), after the
+ * allocator freed its cache and retried, as PyTorch does. Not for C callers: use try_alloc. */
 GPU_BASICS_TORCH_API void* gpu_basics_torch_alloc(size_t size, int device,
                                                   gpu_basics_torch_stream_t stream);
+/* As gpu_basics_torch_alloc, but NULL on failure (last_error says why): for C and ctypes, and the
+ * alloc_fn of a torch.cuda.MemPool, where PyTorch's own allocator checks for NULL. */
+GPU_BASICS_TORCH_API void* gpu_basics_torch_try_alloc(size_t size, int device,
+                                                      gpu_basics_torch_stream_t stream);
 /* PyTorch's free_fn: gives back `ptr` from gpu_basics_torch_alloc (NULL is ignored). The block is
  * reused on its stream at once, on other streams it was recorded on after their work so far. */
 GPU_BASICS_TORCH_API void gpu_basics_torch_free(void* ptr, size_t size, int device,
@@ -99,9 +110,8 @@ GPU_BASICS_TORCH_API void gpu_basics_torch_empty_cache(void);
 /* set_init_fn: records the device count (allocators are created lazily either way). PyTorch calls
  * it when the pluggable allocator is created, before Python can set it: calling it is optional. */
 GPU_BASICS_TORCH_API void gpu_basics_torch_init(int device_count);
-/* set_memory_fraction_fn: caps `device`'s reserved bytes at fraction x its total memory. Takes
- * effect only before the first allocation on that device (the allocator's options are fixed once
- * it exists); later calls fail with a message in last_error. */
+/* set_memory_fraction_fn: caps `device`'s reserved bytes at fraction x its total memory, before
+ * or after its first allocation (memory reserved beyond a lowered cap stays until freed). */
 GPU_BASICS_TORCH_API void gpu_basics_torch_set_memory_fraction(double fraction, int device);
 /* set_base_alloc_fn: the start of the segment holding `ptr`, its size in *size (0 and NULL when
  * `ptr` is not in one). */
@@ -111,8 +121,9 @@ GPU_BASICS_TORCH_API void* gpu_basics_torch_base_alloc(void* ptr, size_t* size);
 GPU_BASICS_TORCH_API int gpu_basics_torch_stats(int device, gpu_basics_torch_stats_t* out);
 /* Sets every peak of `device` to its current value. */
 GPU_BASICS_TORCH_API int gpu_basics_torch_reset_peak(int device);
-/* Writes `device`'s memory snapshot (segments, blocks, history) to `path`, in PyTorch's pickle
- * format, readable by `python -m torch.cuda._memory_viz`. */
+/* Writes `device`'s memory snapshot (segments, blocks, and the history kept: see
+ * record_history) to `path`, in PyTorch's pickle format (torch.cuda.memory._snapshot()'s dict),
+ * readable by `python -m torch.cuda._memory_viz`. */
 GPU_BASICS_TORCH_API int gpu_basics_torch_write_snapshot(int device, const char* path);
 /* The options in effect, in GPU_BASICS_ALLOC_CONF's syntax (empty for the defaults), copied into
  * buf (NUL-terminated, cut to len - 1); returns the full length, or a negative code when the
@@ -123,6 +134,26 @@ GPU_BASICS_TORCH_API int gpu_basics_torch_conf(char* buf, size_t len);
 GPU_BASICS_TORCH_API const char* gpu_basics_torch_last_error(void);
 /* GPU_BASICS_TORCH_ABI_VERSION of the library. */
 GPU_BASICS_TORCH_API int gpu_basics_torch_abi_version(void);
+/* What this library was built for, as JSON: {"abi_version": 2, "torch": "2.11.0+cu130" or null,
+ * "cxx11_abi": 1, "oom_exception": "c10::OutOfMemoryError" or "std::bad_alloc", "capture": ...}.
+ * A static string. */
+GPU_BASICS_TORCH_API const char* gpu_basics_torch_build_info(void);
+/* Sets the options of allocators created from now on (conf in GPU_BASICS_ALLOC_CONF's syntax,
+ * NULL or "" for the defaults; history: events kept for snapshots), over the environment's.
+ * GPU_BASICS_TORCH_EINVAL when conf does not parse, GPU_BASICS_TORCH_ERUNTIME when a device has an
+ * allocator already (options are fixed at its first allocation). */
+GPU_BASICS_TORCH_API int gpu_basics_torch_configure(const char* conf, size_t history);
+/* Parses conf without using it: its normalised form into buf (as gpu_basics_torch_conf), or
+ * GPU_BASICS_TORCH_EINVAL with the reason in last_error. */
+GPU_BASICS_TORCH_API int gpu_basics_torch_check_conf(const char* conf, char* buf, size_t len);
+/* `device`'s statistics as JSON (every counter with current/peak/allocated/freed, device calls,
+ * the reserved limit and options; null before its first allocation) into buf; returns the full
+ * length (call again with a larger buf when it is >= len). */
+GPU_BASICS_TORCH_API int gpu_basics_torch_stats_json(int device, char* buf, size_t len);
+/* Keeps the last `max_events` allocator events of `device` from now on (0: stops, and drops
+ * them), as torch.cuda.memory._record_memory_history(max_entries=...); before the device's first
+ * allocation it applies to the allocator to come. */
+GPU_BASICS_TORCH_API int gpu_basics_torch_record_history(int device, size_t max_events);
 
 #ifdef __cplusplus
 }

@@ -37,8 +37,42 @@ std::size_t round_request(std::size_t bytes) noexcept {
   return (bytes + kMinBlock - 1) / kMinBlock * kMinBlock;
 }
 allocator_options parse_allocator_conf(std::string_view conf, allocator_options base) {
-  static_cast<allocator_policy&>(base) = parse_allocator_policy(conf, base);
+  // gpu-basics' own keys (page_release) are taken out here; PyTorch's go to the policy parser.
+  std::string pytorch_keys;
+  bool first = true;
+  int depth = 0;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= conf.size(); ++i) {
+    if (i < conf.size() && conf[i] == '[') ++depth;
+    if (i < conf.size() && conf[i] == ']') --depth;
+    if (i < conf.size() && (conf[i] != ',' || depth != 0)) continue;
+    std::string_view item = conf.substr(start, i - start);
+    start = i + 1;
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    if (item.starts_with("page_release:")) {
+      std::string_view v = item.substr(std::string_view("page_release:").size());
+      while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+      try {
+        base.release_pages = parse_page_release(v);
+      } catch (const logic_error&) {
+        throw logic_error(fmt::format(
+            "allocator conf: page_release: expected deferred, eager or keep, got '{}'", v));
+      }
+      continue;
+    }
+    if (!first) pytorch_keys += ',';
+    pytorch_keys += item;
+    first = false;
+  }
+  static_cast<allocator_policy&>(base) = parse_allocator_policy(pytorch_keys, base);
   return base;
+}
+
+std::string to_conf_string(const allocator_options& o) {
+  std::string s = to_conf_string(static_cast<const allocator_policy&>(o));
+  if (o.release_pages != page_release::deferred)
+    s += fmt::format("{}page_release:{}", s.empty() ? "" : ",", to_string(o.release_pages));
+  return s;
 }
 
 std::size_t round_request(std::size_t bytes, const allocator_options& o) noexcept {
@@ -101,6 +135,25 @@ std::string_view to_string(history_kind k) noexcept {
   return "?";
 }
 
+std::string_view to_string(page_release p) noexcept {
+  switch (p) {
+    case page_release::deferred:
+      return "deferred";
+    case page_release::eager:
+      return "eager";
+    case page_release::keep:
+      return "keep";
+  }
+  return "?";
+}
+
+page_release parse_page_release(std::string_view name) {
+  for (page_release p : {page_release::deferred, page_release::eager, page_release::keep})
+    if (name == to_string(p)) return p;
+  throw logic_error(
+      fmt::format("page release policy '{}': expected deferred, eager or keep", name));
+}
+
 namespace {
 
 struct block;
@@ -157,11 +210,18 @@ bool block_address_less::operator()(const block* a, const block* b) const noexce
   return a->ptr < b->ptr;
 }
 
+/// What backs one page of an expandable range.
+enum class page_state : std::uint8_t {
+  none,      // no memory
+  resident,  // memory
+  retiring,  // memory, to be unmapped once its retirement's event is done (page_release::deferred)
+};
+
 /// One stream's growable address range (expandable segments): reserved once, mapped in pages.
 /// Two levels: the blocks (mapped or not, as PyTorch places them: the range grows at its end),
-/// and the pages backed by physical memory (`resident`). A page of a mapped block may be without
-/// memory while it lies wholly inside free blocks; a page touched by a block in use always has
-/// memory; an unmapped block never does.
+/// and the pages backed by physical memory (`pages`). A page of a mapped block may be without
+/// memory (or retiring) while it lies wholly inside free blocks; a page touched by a block in use
+/// is always resident; an unmapped block never has memory.
 struct expandable_range {
   std::uintptr_t base = 0;
   std::size_t bytes = 0;  // address space reserved
@@ -169,13 +229,27 @@ struct expandable_range {
   stream_handle stream = 0;
   bool small = false;
   block* head = nullptr;  // the block at `base` (blocks only merge into their left neighbour)
-  std::size_t mapped_bytes = 0;  // bytes of resident pages (what the range reserves)
-  std::vector<bool> resident;    // per page from `base`, as far as blocks were ever mapped
+  std::size_t mapped_bytes = 0;       // bytes of pages with memory (what the range reserves)
+  std::vector<page_state> pages;      // per page from `base`, as far as blocks were ever mapped
+  std::vector<std::uint64_t> ticket;  // per page: the retirement that made it retiring
 
   [[nodiscard]] std::size_t page_of(std::uintptr_t p) const noexcept { return (p - base) / page; }
-  [[nodiscard]] bool is_resident(std::size_t i) const noexcept {
-    return i < resident.size() && resident[i];
+  [[nodiscard]] page_state state(std::size_t i) const noexcept {
+    return i < pages.size() ? pages[i] : page_state::none;
   }
+  /// Whether page i has memory behind it (resident or retiring).
+  [[nodiscard]] bool is_resident(std::size_t i) const noexcept {
+    return state(i) != page_state::none;
+  }
+};
+
+/// Pages of one range retired together, unmapped once `event` (recorded on the range's stream
+/// after the blocks holding them were freed) is done; a page taken back since is left alone.
+struct retirement {
+  event_handle event = nullptr;
+  expandable_range* range = nullptr;
+  std::uint64_t ticket = 0;
+  std::vector<std::size_t> pages;
 };
 
 /// Live allocations by address: open addressing with linear probing and backward-shift
@@ -395,6 +469,8 @@ struct caching_allocator::impl {
   std::unordered_set<block*> segments;  // first block of each plain segment
   std::vector<std::unique_ptr<expandable_range>> ranges;
   std::vector<std::pair<event_handle, block*>> pending;
+  std::vector<retirement> retiring;  // deferred page releases, oldest first
+  std::uint64_t next_ticket = 0;
   std::vector<std::unique_ptr<thread_cache>> caches;
   allocator_stats st;
   std::deque<history_event> hist;
@@ -564,7 +640,24 @@ struct caching_allocator::impl {
     free_block(b);
   }
 
+  /// Runs a backend call, counting the host time it took (allocator_stats::device_call_ns).
+  template <class F>
+  decltype(auto) timed(F&& f) {
+    struct clock_guard {
+      std::int64_t& total;
+      std::uint64_t t0 = host_clock_ns();
+      ~clock_guard() { total += static_cast<std::int64_t>(host_clock_ns() - t0); }
+    } g{st.device_call_ns};
+    return f();
+  }
+
+  void synchronize_device() {
+    timed([&] { backend.synchronize(); });
+    ++st.device_syncs;
+  }
+
   void process_events() {
+    if (!retiring.empty()) poll_retirements();
     if (pending.empty()) return;
     poll_completed(
         pending, [&](const auto& entry) { return backend.event_done(entry.first); },
@@ -750,7 +843,7 @@ struct caching_allocator::impl {
   block* new_segment(std::size_t rounded, bool small, stream_handle stream) {
     const std::size_t seg = small ? kSmallSegment : segment_size_for(rounded);
     if (!within_limit(seg)) return nullptr;
-    const auto p = reinterpret_cast<std::uintptr_t>(backend.allocate(seg));
+    const auto p = reinterpret_cast<std::uintptr_t>(timed([&] { return backend.allocate(seg); }));
     if (!p) return nullptr;
     block* b = new_block();
     b->ptr = p;
@@ -805,7 +898,9 @@ struct caching_allocator::impl {
       unmapped_of(rest).insert(rest);
     }
     u->mapped = true;
-    r.resident.resize(std::max(r.resident.size(), r.page_of(u->ptr + n - 1) + 1), false);
+    const std::size_t pages = std::max(r.pages.size(), r.page_of(u->ptr + n - 1) + 1);
+    r.pages.resize(pages, page_state::none);
+    r.ticket.resize(pages, 0);
     merge_and_insert(u);
   }
 
@@ -815,12 +910,107 @@ struct caching_allocator::impl {
   /// PyTorch's, and the pages with memory are a subset of PyTorch's at every moment, so peak
   /// reserved can only be lower. On a real transformer trace recorded on the H200 this took
   /// peak reserved / peak live from 1.103 (PyTorch's own figure) to 1.039.
+  ///
+  /// Note [Deferred page release]: the freed blocks' last kernels may still be queued on the
+  /// stream, so a page can only go once they are done. Synchronising the device for it (eager)
+  /// drains the CPU's lead over the GPU at every release: on an H200 training loop that cost
+  /// several percent of step time. Deferred (the default) records one event per range instead
+  /// and unmaps at a later allocator call once it is done; a page some block needs again before
+  /// then is kept (no unmap, no map). Pages keep their memory, and count as reserved, until
+  /// unmapped, so the subset guarantee holds either way.
   void release_free_pages(bool small, stream_handle stream) {
+    if (o.release_pages == page_release::keep) return;
+    const bool eager = o.release_pages == page_release::eager;
+    if (eager) {
+      bool any = false;
+      for_each_free_page(small, stream, [&](expandable_range&, std::size_t) { any = true; });
+      if (!any) return;
+      synchronize_device();
+    }
     for (const auto& rg : ranges) {
       if (rg->small != small || rg->stream != stream) continue;
-      for (block* b = rg->head; b; b = b->next)
-        if (b->in_free_set) release_pages(*rg, b->ptr, b->ptr + b->size);
+      if (eager) {
+        for (block* b = rg->head; b; b = b->next)
+          if (b->in_free_set) release_pages(*rg, b->ptr, b->ptr + b->size);
+        continue;
+      }
+      retirement t;
+      t.range = rg.get();
+      t.ticket = ++next_ticket;
+      for_each_free_page(*rg, [&](expandable_range& r, std::size_t i) {
+        if (r.pages[i] != page_state::resident) return;
+        r.pages[i] = page_state::retiring;
+        r.ticket[i] = t.ticket;
+        t.pages.push_back(i);
+      });
+      if (t.pages.empty()) continue;
+      st.pages_retired += static_cast<std::int64_t>(t.pages.size());
+      t.event = timed([&] { return backend.record_event(rg->stream); });
+      retiring.push_back(std::move(t));
     }
+    poll_retirements();  // an idle GPU: they go at once
+  }
+
+  /// Calls f(range, page) for each page with memory wholly inside a free block of `r`.
+  template <class F>
+  void for_each_free_page(expandable_range& r, F&& f) {
+    for (block* b = r.head; b; b = b->next) {
+      if (!b->in_free_set) continue;
+      const std::size_t first = r.page_of(b->ptr + r.page - 1);
+      const std::size_t last = r.page_of(b->ptr + b->size);  // one past
+      for (std::size_t i = first; i < last; ++i)
+        if (r.is_resident(i)) f(r, i);
+    }
+  }
+  template <class F>
+  void for_each_free_page(bool small, stream_handle stream, F&& f) {
+    for (const auto& rg : ranges)
+      if (rg->small == small && rg->stream == stream) for_each_free_page(*rg, f);
+  }
+
+  /// Unmaps the pages of retirements whose events are done (all of them with `all`, after the
+  /// caller synchronised the device), except pages a block took back since.
+  void poll_retirements(bool all = false) {
+    std::size_t kept = 0;
+    for (std::size_t k = 0; k < retiring.size(); ++k) {
+      retirement& t = retiring[k];
+      if (!all && !timed([&] { return backend.event_done(t.event); })) {
+        if (kept != k) retiring[kept] = std::move(t);  // never onto itself: that empties pages
+        ++kept;
+        continue;
+      }
+      backend.release_event(t.event);
+      expandable_range& r = *t.range;
+      std::sort(t.pages.begin(), t.pages.end());
+      const auto still = [&](std::size_t i) {  // not taken back, nor retired again since
+        return r.pages[i] == page_state::retiring && r.ticket[i] == t.ticket;
+      };
+      for (std::size_t q = 0; q < t.pages.size();) {  // runs of pages still retiring
+        const std::size_t i = t.pages[q];
+        if (!still(i)) {
+          ++q;
+          continue;
+        }
+        std::size_t j = q + 1;
+        while (j < t.pages.size() && t.pages[j] == t.pages[j - 1] + 1 && still(t.pages[j])) ++j;
+        unmap_pages(r, i, i + (j - q));
+        q = j;
+      }
+    }
+    retiring.resize(kept);
+  }
+
+  /// Unmaps pages [first, last) of r, all with memory, and counts them out of reserved.
+  void unmap_pages(expandable_range& r, std::size_t first, std::size_t last) {
+    timed([&] {
+      for (std::size_t i = first; i < last; ++i) backend.unmap(r.base + i * r.page, r.page);
+    });
+    for (std::size_t i = first; i < last; ++i) r.pages[i] = page_state::none;
+    const std::size_t n = (last - first) * r.page;
+    r.mapped_bytes -= n;
+    st.reserved_bytes.sub(static_cast<std::int64_t>(n));
+    ++st.device_frees;
+    record(history_kind::segment_unmap, r.base + first * r.page, n, r.stream);
   }
 
   /// Calls f(ptr, bytes, resident) for the parts of the range block b with and without memory,
@@ -849,7 +1039,8 @@ struct caching_allocator::impl {
     return n;
   }
 
-  /// Unmaps the resident pages wholly inside [from, to).
+  /// Unmaps the pages with memory wholly inside [from, to) at once: the caller has made sure
+  /// the GPU is done with them (a device synchronisation).
   void release_pages(expandable_range& r, std::uintptr_t from, std::uintptr_t to) {
     const std::size_t first = r.page_of(from + r.page - 1);
     const std::size_t last = r.page_of(to);  // one past
@@ -859,15 +1050,8 @@ struct caching_allocator::impl {
         continue;
       }
       const std::size_t run = i;
-      for (; i < last && r.is_resident(i); ++i) {
-        backend.unmap(r.base + i * r.page, r.page);
-        r.resident[i] = false;
-      }
-      const std::size_t n = (i - run) * r.page;
-      r.mapped_bytes -= n;
-      st.reserved_bytes.sub(static_cast<std::int64_t>(n));
-      ++st.device_frees;
-      record(history_kind::segment_unmap, r.base + run * r.page, n, r.stream);
+      while (i < last && r.is_resident(i)) ++i;
+      unmap_pages(r, run, i);
     }
   }
 
@@ -878,7 +1062,13 @@ struct caching_allocator::impl {
     expandable_range& r = *b->range;
     const std::size_t first = r.page_of(b->ptr), last = r.page_of(b->ptr + b->size - 1) + 1;
     std::size_t missing = 0;
-    for (std::size_t i = first; i < last; ++i) missing += !r.is_resident(i);
+    for (std::size_t i = first; i < last; ++i) {
+      if (r.state(i) == page_state::retiring) {  // still has its memory: take it back
+        r.pages[i] = page_state::resident;
+        ++st.pages_reclaimed;
+      }
+      missing += !r.is_resident(i);
+    }
     if (missing == 0) return true;
     // Free pages go back only when reserved would otherwise pass its highest mark (or the
     // limit): below it they cost no peak, and mapping them again costs time.
@@ -889,24 +1079,35 @@ struct caching_allocator::impl {
         sweep_caches(sweep_mode::empty);  // b is outside the free set: not merged
       release_free_pages(b->small, b->stream);
     }
+    if (!within_limit(need) && !retiring.empty()) {  // the limit is hard: wait for the GPU
+      synchronize_device();
+      poll_retirements(true);
+    }
     if (!within_limit(need)) return false;
     std::vector<std::size_t> done;
     done.reserve(missing);
+    const auto undo = [&] {  // pages this call mapped, never used: no synchronisation needed
+      timed([&] {
+        for (std::size_t i : done) backend.unmap(r.base + i * r.page, r.page);
+      });
+    };
     try {
-      for (std::size_t i = first; i < last; ++i) {
-        if (r.is_resident(i)) continue;
-        if (!backend.map(r.base + i * r.page, r.page)) break;
-        done.push_back(i);
-      }
+      timed([&] {
+        for (std::size_t i = first; i < last; ++i) {
+          if (r.is_resident(i)) continue;
+          if (!backend.map(r.base + i * r.page, r.page)) break;
+          done.push_back(i);
+        }
+      });
     } catch (...) {  // a failure other than out of memory: give back what this call mapped
-      for (std::size_t i : done) backend.unmap(r.base + i * r.page, r.page);
+      undo();
       throw;
     }
     if (done.size() < missing) {
-      for (std::size_t i : done) backend.unmap(r.base + i * r.page, r.page);
+      undo();
       return false;
     }
-    for (std::size_t i : done) r.resident[i] = true;
+    for (std::size_t i : done) r.pages[i] = page_state::resident;
     r.mapped_bytes += need;
     add_reserved(need);
     ++st.device_allocations;
@@ -995,7 +1196,7 @@ struct caching_allocator::impl {
 
   void release_segment(block* h) {
     remove_free(h);
-    backend.deallocate(reinterpret_cast<void*>(h->ptr), h->segment_bytes);
+    timed([&] { backend.deallocate(reinterpret_cast<void*>(h->ptr), h->segment_bytes); });
     st.reserved_bytes.sub(static_cast<std::int64_t>(h->segment_bytes));
     st.segment_count.sub(1);
     ++st.device_frees;
@@ -1054,14 +1255,26 @@ struct caching_allocator::impl {
         release_segment(h);
       }
     }
+    // Pages of expandable ranges go at once: the GPU must be done with them first.
+    std::size_t mapped_before = 0;
+    bool unmapping = !retiring.empty();
     for (const auto& rg : ranges) {
-      const std::size_t before = rg->mapped_bytes;
+      mapped_before += rg->mapped_bytes;
+      for_each_free_page(*rg, [&](expandable_range&, std::size_t) { unmapping = true; });
+    }
+    if (unmapping) {
+      synchronize_device();
+      poll_retirements(true);
+    }
+    std::size_t mapped_after = 0;
+    for (const auto& rg : ranges) {
       std::vector<block*> free_blocks;
       for (block* b = rg->head; b; b = b->next)
         if (b->in_free_set) free_blocks.push_back(b);
       for (block* b : free_blocks) unmap_block(b);
-      r.released_bytes += before - rg->mapped_bytes;
+      mapped_after += rg->mapped_bytes;
     }
+    r.released_bytes += mapped_before - mapped_after;
     // What is kept, and why: a block still allocated, or one awaiting other streams' events.
     const auto kept = [&r](const block* head, std::size_t bytes) {
       r.kept_bytes += bytes;
@@ -1100,6 +1313,13 @@ struct caching_allocator::impl {
     s.fragmentation = total ? 1.0 - static_cast<double>(largest) / static_cast<double>(total) : 0.0;
   }
 
+  /// What to try, as PyTorch's message says it (in PYTORCH_CUDA_ALLOC_CONF's syntax).
+  [[nodiscard]] std::string oom_hint(const allocator_stats& s) const {
+    if (s.cached_free_bytes == 0 || vmm) return "";
+    return ". If reserved but free memory is large, try expandable_segments:True to avoid "
+           "fragmentation";
+  }
+
   [[noreturn]] void throw_oom(std::size_t bytes, std::size_t rounded, stream_handle stream) {
     ++st.ooms;
     record(history_kind::oom, 0, bytes, stream);
@@ -1117,7 +1337,8 @@ struct caching_allocator::impl {
                     mib(static_cast<std::size_t>(s.allocated_bytes.current)),
                     mib(static_cast<std::size_t>(s.reserved_bytes.current)),
                     mib(s.cached_free_bytes), mib(s.largest_free_block), 100.0 * s.fragmentation,
-                    limit, backend.name(), mib(dev_free), mib(dev_total)),
+                    limit, backend.name(), mib(dev_free), mib(dev_total)) +
+            oom_hint(s),
         bytes);
   }
 
@@ -1187,7 +1408,7 @@ struct caching_allocator::impl {
     block* b = place(rounded, small, stream, source);
     if (!b) {
       // Free what the cache holds (after letting pending stream work finish) and try again.
-      backend.synchronize();
+      synchronize_device();
       process_events();
       (void)release_cached();
       b = place(rounded, small, stream, source);
@@ -1278,6 +1499,7 @@ caching_allocator::~caching_allocator() {
   } catch (...) {
   }
   for (auto& [e, b] : m.pending) m.backend.release_event(e);
+  for (auto& t : m.retiring) m.backend.release_event(t.event);
   // Still in use: the memory stays with its users.
   const auto delete_chain = [](block* h) {
     for (block* b = h; b;) {
@@ -1397,6 +1619,15 @@ void caching_allocator::reset_peak_stats() {
     s->peak = s->current;
 }
 
+void caching_allocator::set_history_capacity(std::size_t events) {
+  auto& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  m.o.history_capacity = o_.history_capacity = events;
+  while (m.hist.size() > events) m.hist.pop_front();
+  m.traced.store(static_cast<bool>(m.trace) || events > 0);
+  m.sweep_caches(impl::sweep_mode::empty);
+}
+
 std::vector<history_event> caching_allocator::history() const {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
@@ -1474,7 +1705,7 @@ void caching_allocator::set_reserved_limit(std::size_t bytes) {
 void caching_allocator::set_trace_callback(std::function<void(const alloc_trace&)> cb) {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
-  m.traced.store(static_cast<bool>(cb));
+  m.traced.store(static_cast<bool>(cb) || m.o.history_capacity > 0);
   m.sweep_caches(impl::sweep_mode::empty);
   m.trace = std::move(cb);
 }
@@ -1497,6 +1728,10 @@ void to_json(nlohmann::json& j, const allocator_stats& s) {
        {"device_frees", s.device_frees},
        {"alloc_retries", s.alloc_retries},
        {"ooms", s.ooms},
+       {"device_syncs", s.device_syncs},
+       {"device_call_ns", s.device_call_ns},
+       {"pages_retired", s.pages_retired},
+       {"pages_reclaimed", s.pages_reclaimed},
        {"cached_free_bytes", s.cached_free_bytes},
        {"largest_free_block_bytes", s.largest_free_block},
        {"fragmentation", s.fragmentation}};

@@ -165,9 +165,9 @@ void cuda_device_backend::unmap(std::uintptr_t ptr, std::size_t bytes) noexcept 
     h = it->second;
     d.handles.erase(it);
   }
-  // Work still queued on the range must finish before its pages go (PyTorch synchronizes the
-  // device before unmapping, too).
-  (void)cudaDeviceSynchronize();
+  // No synchronisation here: the allocator unmaps only pages the GPU is done with (after an
+  // event it recorded, or one device synchronisation for a whole release; see Note [Deferred
+  // page release] in caching_allocator.cpp).
   (void)d.unmap(static_cast<CUdeviceptr>(ptr), bytes);
   (void)d.release(h);
 }

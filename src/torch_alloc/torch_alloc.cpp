@@ -1,10 +1,16 @@
-// The C ABI of libgpu_basics_torch_alloc.so (include/gpu_basics/torch_alloc.h): one
-// caching_allocator per device over cuda_device_backend, created on the device's first
-// allocation with the options of GPU_BASICS_ALLOC_CONF / GPU_BASICS_ALLOC_HISTORY.
+// The C ABI of libgpu_basics_torch_alloc.so and libgpu_basics_torch_alloc_c10.so
+// (include/gpu_basics/torch_alloc.h): one caching_allocator per device over cuda_device_backend,
+// created on the device's first allocation with the options of gpu_basics_torch_configure() or
+// GPU_BASICS_ALLOC_CONF / GPU_BASICS_ALLOC_HISTORY.
 //
-// Every entry point catches everything: PyTorch calls them through plain function pointers and
-// ctypes cannot catch C++ exceptions. Failures are kept as the last error (and printed on stderr
-// where PyTorch would otherwise not hear of them: allocation and free).
+// Every entry point but gpu_basics_torch_alloc catches everything: ctypes cannot catch C++
+// exceptions, and PyTorch calls free from deleters that must not throw. Failures are kept as the
+// last error (and printed on stderr where PyTorch would otherwise not hear of them: free).
+// gpu_basics_torch_alloc is PyTorch's alloc_fn, and PyTorch does not check the pointer it
+// returns: it throws instead of returning NULL. Built against PyTorch's headers
+// (GPU_BASICS_WITH_C10, the _c10 library), it throws c10::OutOfMemoryError, which Python sees as
+// torch.OutOfMemoryError, and c10::Error (RuntimeError) for other failures; built without, it
+// throws a std::bad_alloc and std::runtime_error (both RuntimeError in Python).
 //
 // The allocators and this file's state are never destroyed: PyTorch frees tensors during Python's
 // shutdown, after a static destructor here would have run (PyTorch leaks its own allocator for the
@@ -13,6 +19,10 @@
 
 #include <cuda_runtime_api.h>
 
+#if GPU_BASICS_WITH_C10
+#include <c10/util/Exception.h>
+#endif
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -20,9 +30,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -31,6 +44,8 @@
 #include "gpu_basics/memory/cuda_backend.hpp"
 
 #include "gpu_basics/memory/snapshot.hpp"
+
+#include <nlohmann/json.hpp>
 
 static_assert(std::is_same_v<gpu_basics_torch_stream_t, cudaStream_t>,
               "gpu_basics_torch_stream_t must be cudaStream_t");
@@ -43,16 +58,24 @@ using gpu_basics::stream_handle;
 
 constexpr int kMaxDevices = 64;
 
+#define GPU_BASICS_TORCH_STR2(x) #x
+#define GPU_BASICS_TORCH_STR(x) GPU_BASICS_TORCH_STR2(x)
+
+constexpr const char* kCaptureUnsupported =
+    "gpu_basics allocator: CUDA graph capture is not supported (it has no private pools: blocks "
+    "allocated during capture would be reused while the graph still uses them). Capture with "
+    "PyTorch's allocator, or allocate the graph's memory in a torch.cuda.MemPool";
+
 struct env_options {
   std::optional<allocator_options> options;  // nullopt: the environment's string did not parse
   std::string error;
-  bool abort_on_failure = false;
 };
 
 struct state {
   std::once_flag env_once;
   env_options env;
-  std::mutex create_mutex;  // creating an allocator, and the fractions
+  std::atomic<bool> configured{false};  // gpu_basics_torch_configure() set env
+  std::mutex create_mutex;              // creating an allocator, and the fractions
   std::array<std::atomic<caching_allocator*>, kMaxDevices> allocators{};
   std::array<double, kMaxDevices> fractions{};  // 0: no limit
   std::mutex error_mutex;
@@ -77,14 +100,36 @@ void set_error(const std::string& msg, bool print) noexcept {
   }
 }
 
-/// A failure PyTorch will not hear of: printed, kept, and fatal under
-/// GPU_BASICS_ALLOC_ON_FAILURE=abort.
+/// A failure PyTorch will not hear of: printed and kept.
 void fail(const std::string& msg) noexcept {
   set_error(msg, true);
-  if (g().env.abort_on_failure) {
-    std::fprintf(stderr, "gpu_basics_torch_alloc: aborting (GPU_BASICS_ALLOC_ON_FAILURE=abort)\n");
-    std::abort();
-  }
+}
+
+/// An out-of-memory failure of gpu_basics_torch_alloc without PyTorch's headers: a
+/// std::bad_alloc that keeps the allocator's message.
+class oom_error : public std::bad_alloc {
+ public:
+  explicit oom_error(std::string msg) : msg_(std::move(msg)) {}
+  [[nodiscard]] const char* what() const noexcept override { return msg_.c_str(); }
+
+ private:
+  std::string msg_;
+};
+
+[[noreturn]] void throw_out_of_memory(const std::string& msg) {
+#if GPU_BASICS_WITH_C10
+  C10_THROW_ERROR(OutOfMemoryError, msg);
+#else
+  throw oom_error(msg);
+#endif
+}
+
+[[noreturn]] void throw_failure(const std::string& msg) {
+#if GPU_BASICS_WITH_C10
+  C10_THROW_ERROR(Error, msg);
+#else
+  throw std::runtime_error(msg);
+#endif
 }
 
 std::string what_of(std::exception_ptr e) {
@@ -101,8 +146,6 @@ const env_options& environment() {
   state& s = g();
   std::call_once(s.env_once, [&s] {
     env_options e;
-    if (const char* f = std::getenv("GPU_BASICS_ALLOC_ON_FAILURE"))
-      e.abort_on_failure = std::strcmp(f, "abort") == 0;
     try {
       allocator_options o;
       if (const char* conf = std::getenv("GPU_BASICS_ALLOC_CONF"))
@@ -147,13 +190,13 @@ caching_allocator* existing(int device) {
 /// The device's allocator, created on first use (with `device` current).
 caching_allocator* allocator_for(int device) {
   if (caching_allocator* a = existing(device)) return a;
-  const env_options& env = environment();
-  if (!env.options) throw gpu_basics::logic_error(env.error);
+  (void)environment();
   state& s = g();
   std::lock_guard lock(s.create_mutex);
   auto& slot = s.allocators[static_cast<std::size_t>(device)];
   if (caching_allocator* a = slot.load(std::memory_order_acquire)) return a;
-  allocator_options o = *env.options;
+  if (!s.env.options) throw gpu_basics::logic_error(s.env.error);
+  allocator_options o = *s.env.options;
   gpu_basics::device_scope guard(device);
   if (const double f = s.fractions[static_cast<std::size_t>(device)]; f > 0)
     o.reserved_limit = fraction_of_device(f);
@@ -177,6 +220,55 @@ std::string pointer_text(const void* p) {
   return buf;
 }
 
+/// Copies `text` into buf (NUL-terminated, cut to len - 1); returns its full length.
+int copy_out(const std::string& text, char* buf, std::size_t len) {
+  if (buf && len) {
+    const std::size_t n = std::min(text.size(), len - 1);
+    std::memcpy(buf, text.data(), n);
+    buf[n] = '\0';
+  }
+  return static_cast<int>(text.size());
+}
+
+std::string mib_text(std::size_t bytes) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+/// `size` bytes on `device` for `stream`, or a typed error whose message a Python user can act
+/// on: out_of_memory (PyTorch's wording first, the allocator's figures after), logic_error.
+void* allocate(std::size_t size, int device, gpu_basics_torch_stream_t stream) {
+  caching_allocator* a = nullptr;
+  try {
+    a = allocator_for(device);
+  } catch (const std::exception& e) {
+    throw gpu_basics::logic_error("gpu_basics allocator: alloc(" + std::to_string(size) +
+                                  " bytes, device " + std::to_string(device) + "): " + e.what());
+  }
+  gpu_basics::device_scope guard(device);
+#if !GPU_BASICS_WITH_C10
+  // Without PyTorch's headers there is no capture hook (gpu_basics_torch_begin_allocate_to_pool):
+  // refuse here, since a block handed out during capture would be reused by eager code while the
+  // graph still writes it.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
+      capture != cudaStreamCaptureStatusNone)
+    throw gpu_basics::logic_error(kCaptureUnsupported);
+#endif
+  try {
+    return a->allocate(size, reinterpret_cast<stream_handle>(stream));
+  } catch (const gpu_basics::out_of_memory& e) {
+    std::string limit;
+    if (const std::size_t l = a->options().reserved_limit; l != SIZE_MAX)
+      limit = " (memory fraction: " + mib_text(l) + " allowed)";
+    throw gpu_basics::out_of_memory("CUDA out of memory. Tried to allocate " + mib_text(size) +
+                                        " on GPU " + std::to_string(device) + limit +
+                                        " with gpu_basics' allocator: " + e.what(),
+                                    size);
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -184,20 +276,29 @@ extern "C" {
 GPU_BASICS_TORCH_API void* gpu_basics_torch_alloc(size_t size, int device,
                                                   gpu_basics_torch_stream_t stream) {
   if (size == 0) return nullptr;
+  std::string what;
+  bool oom = false;
   try {
-    caching_allocator* a = allocator_for(device);
-    gpu_basics::device_scope guard(device);
-    return a->allocate(size, reinterpret_cast<stream_handle>(stream));
+    return allocate(size, device, stream);
+  } catch (const gpu_basics::out_of_memory& e) {
+    oom = true;
+    what = e.what();
   } catch (...) {
-    const std::string what = what_of(std::current_exception());
-    const env_options& env = environment();
-    if (!env.options) {  // printed once already
-      set_error(env.error, false);
-      if (env.abort_on_failure) fail(env.error);
-    } else {
-      fail("alloc(" + std::to_string(size) + " bytes, device " + std::to_string(device) +
-           "): " + what);
-    }
+    what = what_of(std::current_exception());
+  }
+  // Thrown outside the handlers above, so nothing of ours is in flight.
+  set_error(what, false);
+  if (oom) throw_out_of_memory(what);
+  throw_failure(what);
+}
+
+GPU_BASICS_TORCH_API void* gpu_basics_torch_try_alloc(size_t size, int device,
+                                                      gpu_basics_torch_stream_t stream) {
+  if (size == 0) return nullptr;
+  try {
+    return allocate(size, device, stream);
+  } catch (...) {
+    set_error(what_of(std::current_exception()), false);
   }
   return nullptr;
 }
@@ -357,10 +458,6 @@ GPU_BASICS_TORCH_API int gpu_basics_torch_write_snapshot(int device, const char*
     if (!a)
       throw gpu_basics::logic_error("device " + std::to_string(device) +
                                     " has no allocator yet (nothing was allocated on it)");
-    if (a->options().history_capacity == 0)
-      throw gpu_basics::logic_error(
-          "no history is kept: set GPU_BASICS_ALLOC_HISTORY=N (events) before the first "
-          "allocation");
     gpu_basics::write_snapshot(std::string(path), a->segments(), a->history(), device,
                                a->options());
     return GPU_BASICS_TORCH_OK;
@@ -376,18 +473,14 @@ GPU_BASICS_TORCH_API int gpu_basics_torch_write_snapshot(int device, const char*
 
 GPU_BASICS_TORCH_API int gpu_basics_torch_conf(char* buf, size_t len) {
   try {
-    const env_options& env = environment();
-    if (!env.options) {
-      set_error(env.error, false);
+    (void)environment();
+    state& s = g();
+    std::lock_guard lock(s.create_mutex);
+    if (!s.env.options) {
+      set_error(s.env.error, false);
       return GPU_BASICS_TORCH_EINVAL;
     }
-    const std::string conf = gpu_basics::to_conf_string(*env.options);
-    if (buf && len) {
-      const std::size_t n = std::min(conf.size(), len - 1);
-      std::memcpy(buf, conf.data(), n);
-      buf[n] = '\0';
-    }
-    return static_cast<int>(conf.size());
+    return copy_out(gpu_basics::to_conf_string(*s.env.options), buf, len);
   } catch (...) {
     set_error("conf: " + what_of(std::current_exception()), false);
     return GPU_BASICS_TORCH_ERUNTIME;
@@ -409,5 +502,126 @@ GPU_BASICS_TORCH_API const char* gpu_basics_torch_last_error(void) {
 GPU_BASICS_TORCH_API int gpu_basics_torch_abi_version(void) {
   return GPU_BASICS_TORCH_ABI_VERSION;
 }
+
+GPU_BASICS_TORCH_API int gpu_basics_torch_configure(const char* conf, size_t history) {
+  try {
+    const std::string text = conf ? conf : "";
+    allocator_options o;
+    try {
+      o = gpu_basics::parse_allocator_conf(text);
+    } catch (const std::exception& e) {
+      set_error(e.what(), false);
+      return GPU_BASICS_TORCH_EINVAL;
+    }
+    o.history_capacity = history;
+    (void)environment();
+    state& s = g();
+    std::lock_guard lock(s.create_mutex);
+    for (int d = 0; d < kMaxDevices; ++d)
+      if (s.allocators[static_cast<std::size_t>(d)].load(std::memory_order_acquire)) {
+        set_error("configure: device " + std::to_string(d) +
+                      " has an allocator already: options are fixed at a device's first "
+                      "allocation (configure before CUDA is used)",
+                  false);
+        return GPU_BASICS_TORCH_ERUNTIME;
+      }
+    s.env.options = o;
+    s.env.error.clear();
+    return GPU_BASICS_TORCH_OK;
+  } catch (...) {
+    set_error("configure: " + what_of(std::current_exception()), false);
+    return GPU_BASICS_TORCH_ERUNTIME;
+  }
+}
+
+GPU_BASICS_TORCH_API int gpu_basics_torch_check_conf(const char* conf, char* buf, size_t len) {
+  try {
+    return copy_out(gpu_basics::to_conf_string(gpu_basics::parse_allocator_conf(conf ? conf : "")),
+                    buf, len);
+  } catch (const gpu_basics::logic_error& e) {
+    set_error(e.what(), false);
+    return GPU_BASICS_TORCH_EINVAL;
+  } catch (...) {
+    set_error("check_conf: " + what_of(std::current_exception()), false);
+    return GPU_BASICS_TORCH_ERUNTIME;
+  }
+}
+
+GPU_BASICS_TORCH_API int gpu_basics_torch_stats_json(int device, char* buf, size_t len) {
+  try {
+    check_device(device);
+    nlohmann::json j;
+    if (caching_allocator* a = existing(device)) {
+      j = a->stats();
+      j["reserved_limit_bytes"] = a->options().reserved_limit == SIZE_MAX
+                                      ? nlohmann::json(nullptr)
+                                      : nlohmann::json(a->options().reserved_limit);
+      j["max_split_size_bytes"] = a->options().max_split_size == SIZE_MAX
+                                      ? nlohmann::json(nullptr)
+                                      : nlohmann::json(a->options().max_split_size);
+      j["conf"] = gpu_basics::to_conf_string(a->options());
+    } else {
+      j = nullptr;  // nothing allocated on it yet
+    }
+    return copy_out(j.dump(), buf, len);
+  } catch (const gpu_basics::logic_error& e) {
+    set_error(std::string("stats_json: ") + e.what(), false);
+    return GPU_BASICS_TORCH_EINVAL;
+  } catch (...) {
+    set_error("stats_json: " + what_of(std::current_exception()), false);
+    return GPU_BASICS_TORCH_ERUNTIME;
+  }
+}
+
+GPU_BASICS_TORCH_API int gpu_basics_torch_record_history(int device, size_t max_events) {
+  try {
+    check_device(device);
+    state& s = g();
+    (void)environment();
+    std::lock_guard lock(s.create_mutex);
+    if (caching_allocator* a =
+            s.allocators[static_cast<std::size_t>(device)].load(std::memory_order_acquire)) {
+      a->set_history_capacity(max_events);
+    } else if (s.env.options) {  // the device's allocator, when it comes, keeps them too
+      s.env.options->history_capacity = max_events;
+    }
+    return GPU_BASICS_TORCH_OK;
+  } catch (const gpu_basics::logic_error& e) {
+    set_error(std::string("record_history: ") + e.what(), false);
+    return GPU_BASICS_TORCH_EINVAL;
+  } catch (...) {
+    set_error("record_history: " + what_of(std::current_exception()), false);
+    return GPU_BASICS_TORCH_ERUNTIME;
+  }
+}
+
+GPU_BASICS_TORCH_API const char* gpu_basics_torch_build_info(void) {
+  // Fixed at build time: the PyTorch whose headers this library was compiled against, and the
+  // C++ ABI of its std::string (which c10's exception types carry across the boundary).
+#if GPU_BASICS_WITH_C10
+  return "{\"abi_version\": " GPU_BASICS_TORCH_STR(GPU_BASICS_TORCH_ABI_VERSION)
+         ", \"torch\": \"" GPU_BASICS_TORCH_BUILT_FOR "\", \"cxx11_abi\": "
+         GPU_BASICS_TORCH_STR(_GLIBCXX_USE_CXX11_ABI)
+         ", \"oom_exception\": \"c10::OutOfMemoryError\", \"capture\": \"refused at "
+         "capture_begin\"}";
+#else
+  return "{\"abi_version\": " GPU_BASICS_TORCH_STR(GPU_BASICS_TORCH_ABI_VERSION)
+         ", \"torch\": null, \"cxx11_abi\": " GPU_BASICS_TORCH_STR(_GLIBCXX_USE_CXX11_ABI)
+         ", \"oom_exception\": \"std::bad_alloc\", \"capture\": \"refused at the first "
+         "allocation during capture\"}";
+#endif
+}
+
+#if GPU_BASICS_WITH_C10
+// PyTorch's set_begin_allocate_to_pool hook, called by CUDAGraph::capture_begin before the stream
+// starts capturing: refusing here fails torch.cuda.graph() at once, with nothing captured. The
+// types are c10's (MempoolId_t is a pair of CaptureId_t, unsigned long long).
+GPU_BASICS_TORCH_API void gpu_basics_torch_begin_allocate_to_pool(
+    int /*device*/, std::pair<unsigned long long, unsigned long long> /*pool*/,
+    std::function<bool(cudaStream_t)> /*filter*/) {
+  set_error(kCaptureUnsupported, false);
+  C10_THROW_ERROR(Error, kCaptureUnsupported);
+}
+#endif
 
 }  // extern "C"

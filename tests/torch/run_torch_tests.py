@@ -103,8 +103,8 @@ def pluggable(args) -> list:
                 failures.append(f"{name}: allocated {r['allocated_end_bytes']} B at the end, "
                                 f"{r['allocated_start_bytes']} B at the start ({left_req} B "
                                 f"requested left; native: {native_left})")
-        if r["stats_before_delete"].get("ooms", 0):
-            failures.append(f"{name}: {r['stats_before_delete']['ooms']} OOMs")
+        if r["stats_before_delete"].get("num_ooms", 0):
+            failures.append(f"{name}: {r['stats_before_delete']['num_ooms']} OOMs")
 
     print()
     print(f"{'run':<16} {'median step ms':>14} {'peak reserved MiB':>18} {'peak allocated MiB':>19}"

@@ -1,6 +1,7 @@
 /* The C ABI of libgpu_basics_torch_alloc.so from plain C, on a machine that sees no GPU (the test
  * hides any with CUDA_VISIBLE_DEVICES=""): every call returns its documented failure, keeps a
- * message, and nothing crashes or throws.
+ * message, and nothing crashes or throws (gpu_basics_torch_alloc, which throws, is called for
+ * size 0 only: tests/torch_alloc/test_throw.cpp covers its failures).
  *   test_c_abi defaults   GPU_BASICS_ALLOC_CONF unset
  *   test_c_abi bad_conf   GPU_BASICS_ALLOC_CONF set to something that does not parse */
 #include <stdio.h>
@@ -31,25 +32,53 @@ int main(int argc, char** argv) {
   CHECK(gpu_basics_torch_abi_version() == GPU_BASICS_TORCH_ABI_VERSION);
   CHECK(strcmp(gpu_basics_torch_last_error(), "") == 0);
 
-  /* size 0 is NULL without an error, as PyTorch's own allocator */
+  /* size 0 is NULL without an error, as PyTorch's own allocator (alloc does not throw for it) */
   CHECK(gpu_basics_torch_alloc(0, 0, NULL) == NULL);
+  CHECK(gpu_basics_torch_try_alloc(0, 0, NULL) == NULL);
   CHECK(strcmp(gpu_basics_torch_last_error(), "") == 0);
+
+  /* built without PyTorch: out of memory is a std::bad_alloc */
+  CHECK(contains(gpu_basics_torch_build_info(), "\"oom_exception\": \"std::bad_alloc\""));
+  CHECK(contains(gpu_basics_torch_build_info(), "\"torch\": null"));
+
+  /* a conf string is checked without being used */
+  CHECK(gpu_basics_torch_check_conf("expandable_segments:True,page_release:keep", conf,
+                                    sizeof conf) > 0);
+  CHECK(strcmp(conf, "expandable_segments:True,page_release:keep") == 0);
+  CHECK(gpu_basics_torch_check_conf("max_split_size_mb:3", conf, sizeof conf) ==
+        GPU_BASICS_TORCH_EINVAL);
+  CHECK(contains(gpu_basics_torch_last_error(), "max_split_size_mb"));
+  CHECK(gpu_basics_torch_check_conf("page_release:lazy", conf, sizeof conf) ==
+        GPU_BASICS_TORCH_EINVAL);
+  CHECK(contains(gpu_basics_torch_last_error(), "page_release"));
 
   if (bad_conf) {
     CHECK(gpu_basics_torch_conf(conf, sizeof conf) == GPU_BASICS_TORCH_EINVAL);
     CHECK(contains(gpu_basics_torch_last_error(), "GPU_BASICS_ALLOC_CONF"));
-    CHECK(gpu_basics_torch_alloc(1024, 0, NULL) == NULL);
+    CHECK(gpu_basics_torch_try_alloc(1024, 0, NULL) == NULL);
     CHECK(contains(gpu_basics_torch_last_error(), "GPU_BASICS_ALLOC_CONF"));
+    /* set again, well: the environment's string is replaced */
+    CHECK(gpu_basics_torch_configure("expandable_segments:True", 0) == GPU_BASICS_TORCH_OK);
+    CHECK(gpu_basics_torch_conf(conf, sizeof conf) > 0);
+    CHECK(strcmp(conf, "expandable_segments:True") == 0);
     return failures ? 1 : 0;
   }
 
   CHECK(gpu_basics_torch_conf(conf, sizeof conf) == 0);
   CHECK(strcmp(conf, "") == 0);
+  CHECK(gpu_basics_torch_configure("roundup_power2_divisions:x", 0) == GPU_BASICS_TORCH_EINVAL);
+  CHECK(contains(gpu_basics_torch_last_error(), "roundup_power2_divisions"));
+  CHECK(gpu_basics_torch_conf(conf, sizeof conf) == 0); /* unchanged */
+  CHECK(gpu_basics_torch_record_history(0, 100) == GPU_BASICS_TORCH_OK);
+  CHECK(gpu_basics_torch_record_history(-3, 100) == GPU_BASICS_TORCH_EINVAL);
+  CHECK(gpu_basics_torch_stats_json(0, conf, sizeof conf) == 4);
+  CHECK(strcmp(conf, "null") == 0);
+  CHECK(gpu_basics_torch_stats_json(64, conf, sizeof conf) == GPU_BASICS_TORCH_EINVAL);
 
   /* no GPU: the allocation fails with a reason */
-  CHECK(gpu_basics_torch_alloc(1024, 0, NULL) == NULL);
+  CHECK(gpu_basics_torch_try_alloc(1024, 0, NULL) == NULL);
   CHECK(contains(gpu_basics_torch_last_error(), "alloc(1024 bytes, device 0)"));
-  CHECK(gpu_basics_torch_alloc(1024, 99, NULL) == NULL);
+  CHECK(gpu_basics_torch_try_alloc(1024, 99, NULL) == NULL);
   CHECK(contains(gpu_basics_torch_last_error(), "out of range"));
 
   /* statistics of a device without an allocator: all zero */

@@ -59,12 +59,15 @@ TEST(AllocatorConf, WritesWhatItReads) {
   for (const char* conf :
        {"expandable_segments:True", "max_split_size_mb:256", "roundup_power2_divisions:4",
         "roundup_power2_divisions:[1:1,2:1,4:1,8:1,16:1,32:1,64:1,128:1,256:1,512:2,>:4]",
-        "expandable_segments:True,max_split_size_mb:64,garbage_collection_threshold:0.5"}) {
+        "expandable_segments:True,max_split_size_mb:64,garbage_collection_threshold:0.5",
+        "expandable_segments:True,page_release:eager", "page_release:keep"}) {
     const auto o = parse_allocator_conf(conf);
     EXPECT_EQ(to_conf_string(o), conf);
     EXPECT_EQ(parse_allocator_conf(to_conf_string(o)), o) << conf;
   }
-  EXPECT_EQ(to_conf_string({}), "");
+  EXPECT_EQ(to_conf_string(allocator_options{}), "");
+  EXPECT_EQ(parse_allocator_conf(" page_release:keep ,expandable_segments:True").release_pages,
+            page_release::keep);
 }
 
 TEST(AllocatorConf, BadStringsNameTheBadPart) {
@@ -87,6 +90,9 @@ TEST(AllocatorConf, BadStringsNameTheBadPart) {
   EXPECT_NE(conf_error("expandable_segments:True,,max_split_size_mb:64").find("empty entry"),
             std::string::npos);
   EXPECT_NE(conf_error("backend:cudaMallocAsync").find("backend"), std::string::npos);
+  EXPECT_NE(conf_error("expandable_segments:True,page_release:lazy")
+                .find("page_release: expected deferred, eager or keep, got 'lazy'"),
+            std::string::npos);
 }
 
 TEST(AllocatorConf, RoundupPowerTwoDivisionsRoundsAsPyTorch) {
@@ -187,6 +193,7 @@ TEST(AllocatorV2, ExpandableSegmentsGrowInPagesAndShrinkOnEmptyCache) {
 TEST(AllocatorV2, ExpandableSegmentsGiveFreePagesBackBeforeReservingMore) {
   allocator_options o;
   o.expandable_segments = true;
+  o.release_pages = page_release::eager;
   auto be = std::make_shared<fake_backend>(4 * GiB);  // real addresses: pages are touched
   caching_allocator a(be, o);
   void* x = a.allocate(40 * MiB);  // large pool, 20 MiB pages: x and y take four
@@ -220,6 +227,80 @@ TEST(AllocatorV2, ExpandableSegmentsGiveFreePagesBackBeforeReservingMore) {
   (void)a.empty_cache();
   EXPECT_EQ(be->mapped(), 0u);
   EXPECT_EQ(be->bad_deallocations(), 0u);
+}
+
+TEST(AllocatorV2, DeferredPageReleaseWaitsForTheStreamAndKeepsPagesTakenBack) {
+  // The default release: pages of freed blocks are retired with an event on their stream and
+  // unmapped only once it is done; a retired page that a new block needs before then keeps its
+  // memory (no unmap, no map), and that block's data survives the old event completing.
+  allocator_options o;
+  o.expandable_segments = true;
+  ASSERT_EQ(o.release_pages, page_release::deferred);
+  auto be = std::make_shared<fake_backend>(4 * GiB);  // real addresses: pages are touched
+  caching_allocator a(be, o);
+  void* x = a.allocate(40 * MiB);  // large pool, 20 MiB pages: x and y take four
+  void* y = a.allocate(40 * MiB);
+  std::memset(x, 0x11, 40 * MiB);
+  std::memset(y, 0x3c, 40 * MiB);
+  a.deallocate(x);
+  // z would take reserved past its mark: x's two pages retire, but the stream has not run.
+  void* z = a.allocate(60 * MiB);
+  EXPECT_EQ(addr(z), addr(y) + 40 * MiB);
+  EXPECT_EQ(be->mapped(), 140 * MiB);
+  EXPECT_EQ(a.stats().pages_retired, 2);
+  EXPECT_EQ(static_cast<std::size_t>(a.stats().reserved_bytes.current), be->mapped());
+  std::memset(z, 0x7e, 60 * MiB);
+  // x's place serves the next request of its size: its retired pages are taken back as they are.
+  const std::size_t maps = be->maps();
+  void* w = a.allocate(40 * MiB);
+  EXPECT_EQ(w, x);
+  EXPECT_EQ(be->maps(), maps);
+  EXPECT_EQ(a.stats().pages_reclaimed, 2);
+  std::memset(w, 0x22, 40 * MiB);
+  // The stream runs; the next allocator call polls the old retirement: w's pages stay.
+  be->complete_stream(0);
+  void* small = a.allocate(3 * MiB);
+  EXPECT_EQ(be->mapped(), 160 * MiB);
+  EXPECT_EQ(static_cast<unsigned char*>(w)[40 * MiB - 1], 0x22);
+  // Freed again and retired again, they go once the stream is done.
+  a.deallocate(w);
+  void* v = a.allocate(100 * MiB);  // past the mark: w's pages retire
+  EXPECT_EQ(be->mapped(), 260 * MiB);
+  be->complete_stream(0);
+  // Any call that reaches the shared cache polls. (A large request here would take w's place
+  // back: PyTorch's best fit avoids the free block at a range's growing end.)
+  void* other = a.allocate(512, 1);  // stream 1's first small page: 2 MiB
+  EXPECT_EQ(be->mapped(), 222 * MiB);
+  EXPECT_EQ(static_cast<std::size_t>(a.stats().reserved_bytes.current), be->mapped());
+  EXPECT_EQ(static_cast<unsigned char*>(y)[0], 0x3c);
+  EXPECT_EQ(static_cast<unsigned char*>(z)[60 * MiB - 1], 0x7e);
+  for (void* p : {y, z, v, small, other}) a.deallocate(p);
+  (void)a.empty_cache();
+  EXPECT_EQ(be->mapped(), 0u);
+  EXPECT_EQ(be->bad_deallocations(), 0u);
+  EXPECT_EQ(be->live_events(), 0u);
+}
+
+TEST(AllocatorV2, PageReleaseKeepHoldsPagesUntilEmptyCache) {
+  allocator_options o;
+  o.expandable_segments = true;
+  o.release_pages = page_release::keep;
+  auto be = std::make_shared<fake_backend>(4 * GiB, true);
+  caching_allocator a(be, o);
+  void* x = a.allocate(40 * MiB);
+  void* y = a.allocate(40 * MiB);
+  a.deallocate(x);
+  void* z = a.allocate(60 * MiB);
+  be->complete_stream(0);
+  a.deallocate(a.allocate(5 * MiB));
+  EXPECT_EQ(be->mapped(), 140 * MiB);  // PyTorch's figure: x's pages stay
+  EXPECT_EQ(a.stats().pages_retired, 0);
+  a.deallocate(y);
+  a.deallocate(z);
+  (void)a.empty_cache();
+  EXPECT_EQ(be->mapped(), 0u);
+  EXPECT_EQ(parse_page_release("eager"), page_release::eager);
+  EXPECT_THROW((void)parse_page_release("lazy"), logic_error);
 }
 
 TEST(AllocatorV2, ExpandableSegmentsBackEveryByteInUse) {

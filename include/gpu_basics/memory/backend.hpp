@@ -52,7 +52,8 @@ class allocator_backend {
   /// or 20 MiB, a multiple of 2 MiB); false when out of memory.
   /// @throws cuda_error (CUDA backends) for a failure other than running out of memory.
   [[nodiscard]] virtual bool map(std::uintptr_t /*ptr*/, std::size_t /*bytes*/) { return false; }
-  /// Returns the memory of one earlier map() call, with the same ptr and bytes.
+  /// Returns the memory of one earlier map() call, with the same ptr and bytes. Does not wait
+  /// for the device: the caller makes sure no queued work still uses the page.
   virtual void unmap(std::uintptr_t /*ptr*/, std::size_t /*bytes*/) noexcept {}
   /// The address space one expandable range reserves: PyTorch reserves the device's memory plus
   /// an eighth.

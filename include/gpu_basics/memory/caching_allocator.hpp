@@ -37,6 +37,27 @@
 
 namespace gpu_basics {
 
+/// When the free pages of expandable segments give their memory back (see make_resident in
+/// caching_allocator.cpp, and docs/torch_bridge.md for the measurements behind the default).
+enum class page_release {
+  /// Once reserved would pass its highest mark, free pages are retired: an event is recorded on
+  /// their stream and each page is unmapped at a later allocator call once the event is done, so
+  /// no call waits for the GPU. A retired page that a new block needs before then is simply
+  /// kept. The default.
+  deferred,
+  /// As deferred, but the device is synchronised and the pages unmapped at once (lowest peak;
+  /// every release stalls the CPU until the GPU is idle).
+  eager,
+  /// Never, except on empty_cache and before an out-of-memory retry: PyTorch's own behaviour.
+  keep,
+};
+
+/// "deferred", "eager", "keep".
+[[nodiscard]] std::string_view to_string(page_release p) noexcept;
+/// The policy of a name (to_string's).
+/// @throws logic_error naming the value and the accepted ones.
+[[nodiscard]] page_release parse_page_release(std::string_view name);
+
 struct allocator_options : allocator_policy {
   // From allocator_policy (core/allocator_conf.hpp), PyTorch's knobs: max_split_size,
   // roundup_power2_divisions, garbage_collection_threshold, expandable_segments. Expandable
@@ -52,6 +73,8 @@ struct allocator_options : allocator_policy {
   /// and stream without taking the shared lock (0 = none; at most 64). Off while a history is
   /// kept or a trace callback is set.
   std::size_t thread_cache_blocks = 8;
+  /// When free pages of expandable ranges give their memory back.
+  page_release release_pages = page_release::deferred;
 
   bool operator==(const allocator_options&) const = default;
 };
@@ -59,8 +82,11 @@ struct allocator_options : allocator_policy {
 /// Options with the policy of a conf string in PYTORCH_CUDA_ALLOC_CONF's syntax applied over
 /// `base` (see parse_allocator_policy).
 /// @throws logic_error naming the bad part of the string.
+/// Also reads gpu-basics' own key page_release:deferred|eager|keep (see page_release).
 [[nodiscard]] allocator_options parse_allocator_conf(std::string_view conf,
                                                      allocator_options base = {});
+/// The conf string of what differs from the defaults, page_release included.
+[[nodiscard]] std::string to_conf_string(const allocator_options& o);
 
 /// current / peak / total counts of one quantity.
 struct memory_stat {
@@ -96,6 +122,11 @@ struct allocator_stats {
   std::int64_t device_frees = 0;
   std::int64_t alloc_retries = 0;  // allocations that needed the cache freed first
   std::int64_t ooms = 0;
+  std::int64_t device_syncs = 0;      // device synchronisations made by the allocator
+  std::int64_t device_call_ns = 0;    // host time inside backend calls (allocate, map, unmap, free,
+                                      // synchronise): what the allocator costs beyond bookkeeping
+  std::int64_t pages_retired = 0;     // expandable pages retired (deferred release)
+  std::int64_t pages_reclaimed = 0;   // retired pages a new block took back before their unmap
   std::size_t cached_free_bytes = 0;  // free bytes in the cache
   std::size_t largest_free_block = 0;
   double fragmentation = 0;  // 1 - largest free block / total free (0 with nothing free)
@@ -227,6 +258,10 @@ class caching_allocator {
   [[nodiscard]] allocator_stats stats() const;
   /// Sets every peak to its current value, so the next peaks are of what follows.
   void reset_peak_stats();
+  /// Keeps the last `events` events from now on (0: none, and the kept ones are dropped), as
+  /// torch.cuda.memory._record_memory_history(max_entries=...). Thread caches are bypassed
+  /// while a history is kept, so every event is seen.
+  void set_history_capacity(std::size_t events);
   /// The last options().history_capacity events, oldest first.
   [[nodiscard]] std::vector<history_event> history() const;
   /// Every segment and its blocks now, by address (for memory snapshots).

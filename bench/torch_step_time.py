@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Step time and peak reserved of a training loop with PyTorch's allocator and with gpu-basics',
+with and without expandable segments, in interleaved runs (one process each, the order rotated
+every repetition), so that a shared machine's drift falls on every allocator alike.
+
+    bench/torch_step_time.py --reps 3 [--lib c10] [--json OUT] [-- MODEL ARGS...]
+
+The loop is examples/torch_pluggable.py (an 8-layer decoder-only transformer under bf16 autocast
+by default, a random sequence length each step). For our allocator it also reports what the
+expandable pages cost: device maps and unmaps (num_device_alloc / num_device_free), device
+synchronisations, host time inside those calls, and pages retired and taken back (deferred
+release). The medians are over the repetitions' median step times.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+MIB = 1 << 20
+MODEL = ["--layers", "8", "--d-model", "1024", "--heads", "16", "--vocab", "32000", "--batch",
+         "16", "--min-seq", "128", "--max-seq", "1024", "--autocast", "bf16", "--steps", "40"]
+RUNS = [  # name, allocator, PYTORCH_CUDA_ALLOC_CONF, our conf
+    ("pytorch", "native", "", None),
+    ("pytorch_expandable", "native", "expandable_segments:True", None),
+    ("ours", "ours", "", ""),
+    ("ours_expandable", "ours", "", "expandable_segments:True"),
+    ("ours_expandable_eager", "ours", "", "expandable_segments:True,page_release:eager"),
+    ("ours_expandable_keep", "ours", "", "expandable_segments:True,page_release:keep"),
+]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--lib", default="auto")
+    p.add_argument("--json")
+    p.add_argument("--work", default="step_time_work")
+    p.add_argument("--only", action="append", help="run names to keep (default: all)")
+    p.add_argument("model", nargs="*", help="model arguments for torch_pluggable.py")
+    args = p.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    runs = [r for r in RUNS if not args.only or r[0] in args.only]
+    model = args.model or MODEL
+    results = {r[0]: [] for r in runs}
+    for rep in range(args.reps):
+        order = runs[rep % len(runs):] + runs[:rep % len(runs)]
+        for name, allocator, torch_conf, conf in order:
+            out = os.path.join(args.work, f"{name}_{rep}.json")
+            cmd = [sys.executable, os.path.join(REPO, "examples", "torch_pluggable.py"),
+                   "--allocator", allocator, "--json", out] + model
+            if allocator == "ours":
+                cmd += ["--lib", args.lib, "--conf", conf]
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("PYTORCH_CUDA_ALLOC_CONF", "GPU_BASICS_ALLOC_CONF")}
+            if torch_conf:
+                env["PYTORCH_CUDA_ALLOC_CONF"] = torch_conf
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+            if proc.returncode != 0:
+                print(f"{name} rep {rep}: failed (rc {proc.returncode}): {proc.stderr[-1500:]}")
+                return 1
+            with open(out) as f:
+                r = json.load(f)
+            results[name].append(r)
+            s = r["stats_before_delete"]
+            print(f"rep {rep} {name:<22} median step {r['step_time_median_s'] * 1e3:7.2f} ms, "
+                  f"peak reserved {r['peak_reserved_bytes'] / MIB:8.0f} MiB, maps/frees "
+                  f"{s.get('num_device_alloc', '-')}/{s.get('num_device_free', '-')}, syncs "
+                  f"{s.get('num_sync_all_streams', '-')}, device calls "
+                  f"{s.get('gpu_basics.device_call_ns', 0) / 1e6:.1f} ms", flush=True)
+    print()
+    base = {k: statistics.median(x["step_time_median_s"] for x in results[k])
+            for k in results if results[k]}
+    print(f"| run | median step, ms (each rep) | x PyTorch same mode | peak reserved, MiB "
+          f"| maps / unmaps | syncs | ms in device calls | pages retired / taken back |")
+    print("|---|---|---|---|---|---|---|---|")
+    summary = {}
+    for name, rs in results.items():
+        med = base[name]
+        peer = base.get("pytorch_expandable" if "expandable" in name else "pytorch", med)
+        peaks = [x["peak_reserved_bytes"] for x in rs]
+        s = [x["stats_before_delete"] for x in rs]
+
+        def col(key, scale=1.0, fmt="{:.0f}"):
+            vals = [v.get(key) for v in s]
+            if any(v is None for v in vals):
+                return "-"
+            return "/".join(fmt.format(v / scale) for v in vals)
+        each = " / ".join(f"{x['step_time_median_s'] * 1e3:.2f}" for x in rs)
+        print(f"| {name} | {med * 1e3:.2f} ({each}) | {med / peer:.3f} | "
+              f"{'/'.join(f'{v / MIB:.0f}' for v in peaks)} | "
+              f"{col('num_device_alloc')} / {col('num_device_free')} | "
+              f"{col('num_sync_all_streams')} | {col('gpu_basics.device_call_ns', 1e6, '{:.1f}')} | "
+              f"{col('gpu_basics.pages_retired')} / {col('gpu_basics.pages_reclaimed')} |")
+        summary[name] = {"median_step_s": med, "ratio_to_pytorch_same_mode": med / peer,
+                         "step_medians_s": [x["step_time_median_s"] for x in rs],
+                         "peak_reserved_bytes": peaks, "stats": s,
+                         "losses_equal_first": rs[0]["losses"] == results[next(iter(results))][0]["losses"]}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"model": model, "reps": args.reps, "runs": summary}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

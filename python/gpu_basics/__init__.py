@@ -1,0 +1,30 @@
+"""gpu-basics from Python: its caching CUDA allocator as PyTorch's allocator.
+
+    import gpu_basics.torch as gbt
+    gbt.use(conf="expandable_segments:True")   # before CUDA is initialised
+    ...
+    print(gbt.memory_summary())
+
+`gpu_basics.torch` mirrors PyTorch's memory API (memory_stats, max_memory_reserved,
+memory_snapshot, ...). This module needs no PyTorch: it reads what the allocator library was
+built for and checks allocator conf strings.
+"""
+from ._native import (GpuBasicsError, Library, LibraryMismatch, LibraryNotFound,  # noqa: F401
+                      find_library)
+
+__version__ = "0.2.0"
+__all__ = ["GpuBasicsError", "Library", "LibraryMismatch", "LibraryNotFound", "build_info",
+           "check_conf", "find_library", "__version__"]
+
+
+def check_conf(conf: str, library: str = None) -> str:
+    """The conf string (PYTORCH_CUDA_ALLOC_CONF's syntax, plus page_release) normalised; raises
+    ValueError naming the bad part."""
+    return Library(library).check_conf(conf)
+
+
+def build_info(library: str = None) -> dict:
+    """What the allocator library was built for: its path, torch version (None without
+    PyTorch's headers), the exception out of memory raises."""
+    lib = Library(library)
+    return dict(lib.build, path=lib.path)

@@ -1,0 +1,205 @@
+"""The C ABI of libgpu_basics_torch_alloc*.so (include/gpu_basics/torch_alloc.h) through ctypes.
+
+Two libraries export it: `libgpu_basics_torch_alloc_c10.so`, built against one PyTorch (out of
+memory raises torch.OutOfMemoryError), and `libgpu_basics_torch_alloc.so`, built without PyTorch
+(out of memory raises RuntimeError from a std::bad_alloc). They are looked for, in order:
+
+1. the path in GPU_BASICS_TORCH_ALLOC_LIB (either library);
+2. the package's own `_lib/` folder (bundled by `pip install ./python` from a build tree);
+3. a build tree of the repository the package is imported from (`build/*/src/torch_alloc/`).
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import json
+import os
+from typing import Optional
+
+ABI_VERSION = 2
+PLAIN = "libgpu_basics_torch_alloc.so"
+C10 = "libgpu_basics_torch_alloc_c10.so"
+ENV_LIB = "GPU_BASICS_TORCH_ALLOC_LIB"
+
+OK, EINVAL, ERUNTIME, EIO = 0, -1, -2, -4
+
+
+class GpuBasicsError(RuntimeError):
+    """A failure of the allocator library, with its message."""
+
+
+class LibraryNotFound(GpuBasicsError, FileNotFoundError):
+    """No libgpu_basics_torch_alloc*.so where the package looks."""
+
+
+class LibraryMismatch(GpuBasicsError):
+    """The _c10 library was built for another PyTorch than the one running."""
+
+
+def _here() -> str:
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def candidates(name: str) -> list:
+    """Where `name` is looked for (after GPU_BASICS_TORCH_ALLOC_LIB), best first."""
+    out = [os.path.join(_here(), "_lib", name)]
+    repo = os.path.dirname(os.path.dirname(_here()))  # python/gpu_basics -> repository
+    for preset in ("default", "*"):
+        out += sorted(glob.glob(os.path.join(repo, "build", preset, "src", "torch_alloc", name)))
+    seen, unique = set(), []
+    for p in out:
+        if p not in seen:
+            seen.add(p)
+            unique.append(p)
+    return unique
+
+
+def find_library(kind: str = "any") -> str:
+    """The path of the library to load: kind "c10", "plain" or "any" (the _c10 one first).
+
+    Raises LibraryNotFound naming every place looked at."""
+    env = os.environ.get(ENV_LIB)
+    if env:
+        if not os.path.isfile(env):
+            raise LibraryNotFound(f"{ENV_LIB}={env}: no such file")
+        return os.path.realpath(env)
+    names = {"c10": [C10], "plain": [PLAIN], "any": [C10, PLAIN]}.get(kind)
+    if names is None:
+        raise ValueError(f"library kind {kind!r}: expected 'c10', 'plain' or 'any'")
+    looked = []
+    for name in names:
+        for p in candidates(name):
+            looked.append(p)
+            if os.path.isfile(p):
+                return os.path.realpath(p)
+    raise LibraryNotFound(
+        f"no {' or '.join(names)} found (looked in: {', '.join(looked) or 'nowhere'}); build "
+        f"gpu-basics (scripts/build.sh), install the package from that tree, or set {ENV_LIB}")
+
+
+def sidecar(path: str) -> Optional[dict]:
+    """What a _c10 library was built for, read without loading it (the JSON beside it)."""
+    base = os.path.basename(os.path.splitext(path)[0])
+    side = os.path.join(os.path.dirname(path), base[3:] if base.startswith("lib") else base) + ".json"
+    if not os.path.isfile(side):
+        return None
+    with open(side) as f:
+        return json.load(f)
+
+
+class Stats(ctypes.Structure):
+    """gpu_basics_torch_stats_t."""
+    _fields_ = [(name, ctypes.c_int64) for name in (
+        "allocated_current", "allocated_peak", "requested_current", "requested_peak",
+        "reserved_current", "reserved_peak", "active_current", "active_peak", "segments_current",
+        "segments_peak", "allocations_current", "device_allocations", "device_frees",
+        "alloc_retries", "ooms", "cached_free_bytes", "largest_free_block")] + [
+        ("fragmentation", ctypes.c_double)]
+
+
+class Library:
+    """One loaded libgpu_basics_torch_alloc*.so."""
+
+    def __init__(self, path: Optional[str] = None):
+        self.path = os.path.realpath(path) if path else find_library("any")
+        try:
+            self.lib = ctypes.CDLL(self.path)
+        except OSError as e:
+            raise GpuBasicsError(f"{self.path}: cannot be loaded: {e}") from None
+        L = self.lib
+        try:
+            L.gpu_basics_torch_abi_version.restype = ctypes.c_int
+        except AttributeError:
+            raise GpuBasicsError(f"{self.path}: not a gpu-basics allocator library") from None
+        abi = L.gpu_basics_torch_abi_version()
+        if abi != ABI_VERSION:
+            raise GpuBasicsError(f"{self.path}: C ABI version {abi}, this package reads "
+                                 f"{ABI_VERSION}: install the package from the same tree")
+        sig = {
+            "gpu_basics_torch_try_alloc": (ctypes.c_void_p, [ctypes.c_size_t, ctypes.c_int,
+                                                             ctypes.c_void_p]),
+            "gpu_basics_torch_free": (None, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                             ctypes.c_void_p]),
+            "gpu_basics_torch_empty_cache": (None, []),
+            "gpu_basics_torch_stats": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(Stats)]),
+            "gpu_basics_torch_stats_json": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p,
+                                                           ctypes.c_size_t]),
+            "gpu_basics_torch_reset_peak": (ctypes.c_int, [ctypes.c_int]),
+            "gpu_basics_torch_write_snapshot": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p]),
+            "gpu_basics_torch_conf": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),
+            "gpu_basics_torch_check_conf": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p,
+                                                           ctypes.c_size_t]),
+            "gpu_basics_torch_configure": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),
+            "gpu_basics_torch_record_history": (ctypes.c_int, [ctypes.c_int, ctypes.c_size_t]),
+            "gpu_basics_torch_last_error": (ctypes.c_char_p, []),
+            "gpu_basics_torch_build_info": (ctypes.c_char_p, []),
+            "gpu_basics_torch_set_memory_fraction": (None, [ctypes.c_double, ctypes.c_int]),
+        }
+        for name, (res, args) in sig.items():
+            f = getattr(L, name)
+            f.restype, f.argtypes = res, args
+        self.build = json.loads(L.gpu_basics_torch_build_info().decode())
+
+    @property
+    def is_c10(self) -> bool:
+        return self.build.get("torch") is not None
+
+    def address(self, name: str) -> int:
+        """The address of an exported function (for PyTorch's set_*_fn hooks)."""
+        return ctypes.cast(getattr(self.lib, name), ctypes.c_void_p).value
+
+    def last_error(self) -> str:
+        return (self.lib.gpu_basics_torch_last_error() or b"").decode(errors="replace")
+
+    def _check(self, rc: int, what: str) -> int:
+        if rc == EINVAL:
+            raise ValueError(self.last_error() or what)
+        if rc < 0:
+            raise GpuBasicsError(f"{what}: {self.last_error()}")
+        return rc
+
+    def _text(self, fn, *args) -> str:
+        size = 4096
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = self._check(fn(*args, buf, size), fn.__name__)
+            if n < size:
+                return buf.value.decode()
+            size = n + 1
+
+    def conf(self) -> str:
+        return self._text(self.lib.gpu_basics_torch_conf)
+
+    def check_conf(self, conf: str) -> str:
+        return self._text(self.lib.gpu_basics_torch_check_conf, conf.encode())
+
+    def configure(self, conf: Optional[str], history: int = 0) -> None:
+        self._check(self.lib.gpu_basics_torch_configure((conf or "").encode(), history),
+                    "configure")
+
+    def stats_json(self, device: int) -> Optional[dict]:
+        return json.loads(self._text(self.lib.gpu_basics_torch_stats_json, device))
+
+    def reset_peak(self, device: int) -> None:
+        self._check(self.lib.gpu_basics_torch_reset_peak(device), "reset_peak")
+
+    def record_history(self, device: int, max_events: int) -> None:
+        self._check(self.lib.gpu_basics_torch_record_history(device, max_events),
+                    "record_history")
+
+    def write_snapshot(self, device: int, path: str) -> None:
+        rc = self.lib.gpu_basics_torch_write_snapshot(device, os.fsencode(path))
+        self._check(rc, f"write_snapshot({path})")
+
+    def empty_cache(self) -> None:
+        self.lib.gpu_basics_torch_empty_cache()
+
+    def try_alloc(self, size: int, device: int = 0, stream: int = 0) -> int:
+        """Device memory from the allocator (for tests and C-style use); raises on failure."""
+        p = self.lib.gpu_basics_torch_try_alloc(size, device, stream)
+        if not p and size:
+            raise GpuBasicsError(self.last_error())
+        return p or 0
+
+    def free(self, ptr: int, device: int = 0) -> None:
+        self.lib.gpu_basics_torch_free(ptr, 0, device, None)
