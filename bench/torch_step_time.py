@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 MIB = 1 << 20
 MODEL = ["--layers", "8", "--d-model", "1024", "--heads", "16", "--vocab", "32000", "--batch",
-         "16", "--min-seq", "128", "--max-seq", "1024", "--autocast", "bf16", "--steps", "40"]
+         "16", "--min-seq", "128", "--max-seq", "1024", "--autocast", "bf16", "--steps", "60"]
 RUNS = [  # name, allocator, PYTORCH_CUDA_ALLOC_CONF, our conf
     ("pytorch", "native", "", None),
     ("pytorch_expandable", "native", "expandable_segments:True", None),
@@ -74,7 +74,10 @@ def main() -> int:
     print()
     base = {k: statistics.median(x["step_time_median_s"] for x in results[k])
             for k in results if results[k]}
-    print(f"| run | median step, ms (each rep) | x PyTorch same mode | peak reserved, MiB "
+    def paired(name, peer):  # each repetition's ratio to the peer's run of the same repetition
+        return [a["step_time_median_s"] / b["step_time_median_s"]
+                for a, b in zip(results[name], results.get(peer, []))]
+    print(f"| run | median step, ms (each rep) | x PyTorch same mode: median of paired ratios (each) | peak reserved, MiB "
           f"| maps / unmaps | syncs | ms in device calls | pages retired / taken back |")
     print("|---|---|---|---|---|---|---|---|")
     summary = {}
@@ -90,12 +93,16 @@ def main() -> int:
                 return "-"
             return "/".join(fmt.format(v / scale) for v in vals)
         each = " / ".join(f"{x['step_time_median_s'] * 1e3:.2f}" for x in rs)
-        print(f"| {name} | {med * 1e3:.2f} ({each}) | {med / peer:.3f} | "
+        peer_name = "pytorch_expandable" if "expandable" in name else "pytorch"
+        ratios = paired(name, peer_name) if peer_name in results else []
+        ratio = statistics.median(ratios) if ratios else med / peer
+        print(f"| {name} | {med * 1e3:.2f} ({each}) | {ratio:.3f} ({' / '.join(f'{x:.3f}' for x in ratios)}) | "
               f"{'/'.join(f'{v / MIB:.0f}' for v in peaks)} | "
               f"{col('num_device_alloc')} / {col('num_device_free')} | "
               f"{col('num_sync_all_streams')} | {col('gpu_basics.device_call_ns', 1e6, '{:.1f}')} | "
               f"{col('gpu_basics.pages_retired')} / {col('gpu_basics.pages_reclaimed')} |")
-        summary[name] = {"median_step_s": med, "ratio_to_pytorch_same_mode": med / peer,
+        summary[name] = {"median_step_s": med, "ratio_to_pytorch_same_mode": ratio,
+                         "paired_ratios": ratios,
                          "step_medians_s": [x["step_time_median_s"] for x in rs],
                          "peak_reserved_bytes": peaks, "stats": s,
                          "losses_equal_first": rs[0]["losses"] == results[next(iter(results))][0]["losses"]}

@@ -230,9 +230,10 @@ TEST(AllocatorV2, ExpandableSegmentsGiveFreePagesBackBeforeReservingMore) {
 }
 
 TEST(AllocatorV2, DeferredPageReleaseWaitsForTheStreamAndKeepsPagesTakenBack) {
-  // The default release: pages of freed blocks are retired with an event on their stream and
-  // unmapped only once it is done; a retired page that a new block needs before then keeps its
-  // memory (no unmap, no map), and that block's data survives the old event completing.
+  // The default release: pages of freed blocks retire (an event on their stream after the
+  // frees) and are unmapped only when reserved would pass its mark and the event is done; a
+  // retired page that a new block needs before then keeps its memory (no unmap, no map), and
+  // that block's data survives the old event completing.
   allocator_options o;
   o.expandable_segments = true;
   ASSERT_EQ(o.release_pages, page_release::deferred);
@@ -242,8 +243,8 @@ TEST(AllocatorV2, DeferredPageReleaseWaitsForTheStreamAndKeepsPagesTakenBack) {
   void* y = a.allocate(40 * MiB);
   std::memset(x, 0x11, 40 * MiB);
   std::memset(y, 0x3c, 40 * MiB);
-  a.deallocate(x);
-  // z would take reserved past its mark: x's two pages retire, but the stream has not run.
+  a.deallocate(x);  // x's two pages retire
+  // z would take reserved past its mark, but the stream has not run: x's pages stay.
   void* z = a.allocate(60 * MiB);
   EXPECT_EQ(addr(z), addr(y) + 40 * MiB);
   EXPECT_EQ(be->mapped(), 140 * MiB);
@@ -257,7 +258,8 @@ TEST(AllocatorV2, DeferredPageReleaseWaitsForTheStreamAndKeepsPagesTakenBack) {
   EXPECT_EQ(be->maps(), maps);
   EXPECT_EQ(a.stats().pages_reclaimed, 2);
   std::memset(w, 0x22, 40 * MiB);
-  // The stream runs; the next allocator call polls the old retirement: w's pages stay.
+  // The stream runs; the next call that needs memory past the mark unmaps what is done and still
+  // retired: nothing (w took its pages back).
   be->complete_stream(0);
   void* small = a.allocate(3 * MiB);
   EXPECT_EQ(be->mapped(), 160 * MiB);
@@ -267,8 +269,8 @@ TEST(AllocatorV2, DeferredPageReleaseWaitsForTheStreamAndKeepsPagesTakenBack) {
   void* v = a.allocate(100 * MiB);  // past the mark: w's pages retire
   EXPECT_EQ(be->mapped(), 260 * MiB);
   be->complete_stream(0);
-  // Any call that reaches the shared cache polls. (A large request here would take w's place
-  // back: PyTorch's best fit avoids the free block at a range's growing end.)
+  // The next call that needs memory past the mark unmaps them. (A large request here would take
+  // w's place back: PyTorch's best fit avoids the free block at a range's growing end.)
   void* other = a.allocate(512, 1);  // stream 1's first small page: 2 MiB
   EXPECT_EQ(be->mapped(), 222 * MiB);
   EXPECT_EQ(static_cast<std::size_t>(a.stats().reserved_bytes.current), be->mapped());
@@ -339,6 +341,9 @@ TEST(AllocatorV2, ExpandableSegmentsBackEveryByteInUse) {
         blocks[k] = blocks.back();
         blocks.pop_back();
       }
+      // The streams "run" now and then: retired pages whose events are done may be unmapped
+      // at the next need (deferred release), and a page a live block uses must never be.
+      if (rng() % 5 == 0) be->complete_stream(1 + rng() % 2);
       if (check_reserved && i % 97 == 0) {
         ASSERT_EQ(static_cast<std::size_t>(a.stats().reserved_bytes.current), be->mapped());
       }
