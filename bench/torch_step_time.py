@@ -27,9 +27,9 @@ RUNS = [  # name, allocator, PYTORCH_CUDA_ALLOC_CONF, our conf
     ("pytorch", "native", "", None),
     ("pytorch_expandable", "native", "expandable_segments:True", None),
     ("ours", "ours", "", ""),
-    ("ours_expandable", "ours", "", "expandable_segments:True"),
+    ("ours_expandable", "ours", "", "expandable_segments:True"),  # page_release:keep
     ("ours_expandable_eager", "ours", "", "expandable_segments:True,page_release:eager"),
-    ("ours_expandable_keep", "ours", "", "expandable_segments:True,page_release:keep"),
+    ("ours_expandable_deferred", "ours", "", "expandable_segments:True,page_release:deferred"),
 ]
 
 

@@ -26,8 +26,8 @@ def test_library_is_found_and_reports_what_it_was_built_for():
 def test_conf_strings_are_normalised_or_refused_with_the_bad_part():
     assert gpu_basics.check_conf("") == ""
     assert gpu_basics.check_conf("expandable_segments:True") == "expandable_segments:True"
-    assert (gpu_basics.check_conf("page_release:keep, expandable_segments:True")
-            == "expandable_segments:True,page_release:keep")
+    assert (gpu_basics.check_conf("page_release:eager, expandable_segments:True")
+            == "expandable_segments:True,page_release:eager")
     with pytest.raises(ValueError, match="max_split_size_mb: expected an integer > 20"):
         gpu_basics.check_conf("max_split_size_mb:3")
     with pytest.raises(ValueError, match="unknown key 'expandable'"):

@@ -70,7 +70,7 @@ allocator_options parse_allocator_conf(std::string_view conf, allocator_options 
 
 std::string to_conf_string(const allocator_options& o) {
   std::string s = to_conf_string(static_cast<const allocator_policy&>(o));
-  if (o.release_pages != page_release::deferred)
+  if (o.release_pages != page_release::keep)
     s += fmt::format("{}page_release:{}", s.empty() ? "" : ",", to_string(o.release_pages));
   return s;
 }
@@ -232,10 +232,6 @@ struct expandable_range {
   std::size_t mapped_bytes = 0;       // bytes of pages with memory (what the range reserves)
   std::vector<page_state> pages;      // per page from `base`, as far as blocks were ever mapped
   std::vector<std::uint64_t> ticket;  // per page: the retirement that made it retiring
-  // Pages retired by frees since the last event on the stream (Note [Deferred page release]).
-  std::vector<std::size_t> open_pages;
-  std::uint64_t open_ticket = 0;
-  std::uint64_t open_since_ns = 0;
 
   [[nodiscard]] std::size_t page_of(std::uintptr_t p) const noexcept { return (p - base) / page; }
   [[nodiscard]] page_state state(std::size_t i) const noexcept {
@@ -596,12 +592,10 @@ struct caching_allocator::impl {
   void free_block(block* b) {
     st.active_bytes.sub(static_cast<std::int64_t>(b->size));
     st.active_count.sub(1);
-    block* merged = merge_and_insert(b);
-    if (merged->range && o.release_pages == page_release::deferred) retire_at_free(*merged);
+    merge_and_insert(b);
   }
 
-  /// Inserts b into the free set merged with its free neighbours; returns the merged block.
-  block* merge_and_insert(block* b) {
+  void merge_and_insert(block* b) {
     if (b->prev && b->prev->in_free_set) {
       block* a = b->prev;
       remove_free(a);
@@ -614,7 +608,6 @@ struct caching_allocator::impl {
       absorb(b, n);
     }
     insert_free(b);
-    return b;
   }
 
   /// Cuts b at `at` bytes: a new block for the rest, linked after b, of b's stream, pool and
@@ -664,7 +657,7 @@ struct caching_allocator::impl {
   }
 
   void process_events() {
-    if (o.release_pages == page_release::deferred) close_batches(false);
+    if (!retiring.empty()) poll_retirements();
     if (pending.empty()) return;
     poll_completed(
         pending, [&](const auto& entry) { return backend.event_done(entry.first); },
@@ -919,106 +912,46 @@ struct caching_allocator::impl {
   /// peak reserved / peak live from 1.103 (PyTorch's own figure) to 1.039.
   ///
   /// Note [Deferred page release]: the freed blocks' last kernels may still be queued on the
-  /// stream, so a page can only go once they are done. Synchronising the device for it (eager)
-  /// drains the CPU's lead over the GPU at every release: on an H200 training loop that cost
-  /// several percent of step time. Deferred (the default) retires a page when the block that
-  /// holds it is freed (retire_at_free: pages freed within kBatchNs share one event, recorded on
-  /// the stream after their frees), and unmaps it only when reserved would pass its highest mark
-  /// and the page's event is done, so no call waits for the GPU and pages of blocks freed long
-  /// enough ago go as eager would have them go. A retired page that a block needs again is
-  /// simply taken back (no unmap, no map). Pages keep their memory, and count as reserved, until
-  /// unmapped, so the subset guarantee holds either way.
-  static constexpr std::uint64_t kBatchNs = 200'000;
-
-  /// Gives pages of free blocks back before a range of `stream` and pool `small` takes more
-  /// memory (see above): eager at once after a device synchronisation; deferred, the retired
-  /// pages whose events are done, then the rest of the free pages retire for later.
+  /// stream, so a page can only go once they are done. Eager synchronises the device once per
+  /// release (not once per page, as this allocator first did): the lowest peak, but each release
+  /// drains the CPU's lead over the GPU. Deferred records one event per range instead and unmaps
+  /// at a later allocator call once it is done; a page some block needs again before then is
+  /// taken back (no unmap, no map). On an H200 training loop (bench/torch_step_time.py) the GPU
+  /// ran a step behind, so deferred pages were still busy at every peak: the same peak as keep,
+  /// with twice the maps. Keep, PyTorch's behaviour, is the default: its peak and maps are
+  /// PyTorch's by construction. Pages keep their memory, and count as reserved, until unmapped,
+  /// so the subset guarantee holds for all three.
   void release_free_pages(bool small, stream_handle stream) {
     if (o.release_pages == page_release::keep) return;
-    if (o.release_pages == page_release::eager) {
+    const bool eager = o.release_pages == page_release::eager;
+    if (eager) {
       bool any = false;
       for_each_free_page(small, stream, [&](expandable_range&, std::size_t) { any = true; });
       if (!any) return;
       synchronize_device();
-      for (const auto& rg : ranges)
-        if (rg->small == small && rg->stream == stream)
-          for (block* b = rg->head; b; b = b->next)
-            if (b->in_free_set) release_pages(*rg, b->ptr, b->ptr + b->size);
-      return;
     }
-    close_batches(true);
-    unmap_retired();
     for (const auto& rg : ranges) {
       if (rg->small != small || rg->stream != stream) continue;
-      for_each_free_page(*rg, [&](expandable_range& r, std::size_t i) { retire_page(r, i); });
-    }
-    close_batches(true);
-  }
-
-  /// Marks resident page i of r retiring, in the range's open batch.
-  void retire_page(expandable_range& r, std::size_t i) {
-    if (r.pages[i] != page_state::resident) return;
-    if (r.open_pages.empty()) {
-      r.open_ticket = ++next_ticket;
-      r.open_since_ns = host_clock_ns();
-    }
-    r.pages[i] = page_state::retiring;
-    r.ticket[i] = r.open_ticket;
-    r.open_pages.push_back(i);
-    ++st.pages_retired;
-  }
-
-  /// The whole resident pages of the free block b (of a range) retire.
-  void retire_at_free(const block& b) {
-    expandable_range& r = *b.range;
-    const std::size_t first = r.page_of(b.ptr + r.page - 1);
-    const std::size_t last = r.page_of(b.ptr + b.size);  // one past
-    for (std::size_t i = first; i < last; ++i)
-      if (r.state(i) == page_state::resident) retire_page(r, i);
-  }
-
-  /// Records the event of every range's open batch that is older than kBatchNs (all with
-  /// `force`), and drops retirements whose pages were all taken back.
-  void close_batches(bool force) {
-    const std::uint64_t now = force ? 0 : host_clock_ns();
-    bool closed = false;
-    for (const auto& rg : ranges) {
-      expandable_range& r = *rg;
-      if (r.open_pages.empty() || (!force && now - r.open_since_ns < kBatchNs)) continue;
-      retirement t;
-      t.range = &r;
-      t.ticket = r.open_ticket;
-      t.pages = std::move(r.open_pages);
-      r.open_pages.clear();
-      t.event = timed([&] { return backend.record_event(r.stream); });
-      retiring.push_back(std::move(t));
-      closed = true;
-    }
-    if (!closed) return;
-    std::size_t kept = 0;
-    for (std::size_t k = 0; k < retiring.size(); ++k) {
-      retirement& t = retiring[k];
-      const bool any = std::any_of(t.pages.begin(), t.pages.end(),
-                                   [&](std::size_t i) { return still_retiring(t, i); });
-      if (!any) {
-        backend.release_event(t.event);
+      if (eager) {
+        for (block* b = rg->head; b; b = b->next)
+          if (b->in_free_set) release_pages(*rg, b->ptr, b->ptr + b->size);
         continue;
       }
-      if (kept != k) retiring[kept] = std::move(t);  // never onto itself: that empties pages
-      ++kept;
+      retirement t;
+      t.range = rg.get();
+      t.ticket = ++next_ticket;
+      for_each_free_page(*rg, [&](expandable_range& r, std::size_t i) {
+        if (r.pages[i] != page_state::resident) return;
+        r.pages[i] = page_state::retiring;
+        r.ticket[i] = t.ticket;
+        t.pages.push_back(i);
+      });
+      if (t.pages.empty()) continue;
+      st.pages_retired += static_cast<std::int64_t>(t.pages.size());
+      t.event = timed([&] { return backend.record_event(rg->stream); });
+      retiring.push_back(std::move(t));
     }
-    retiring.resize(kept);
-  }
-
-  /// Whether page i of t's range is still retiring in t (not taken back, nor retired again).
-  [[nodiscard]] static bool still_retiring(const retirement& t, std::size_t i) {
-    return t.range->pages[i] == page_state::retiring && t.range->ticket[i] == t.ticket;
-  }
-
-  [[nodiscard]] bool has_retired_pages() const {
-    if (!retiring.empty()) return true;
-    return std::any_of(ranges.begin(), ranges.end(),
-                       [](const auto& r) { return !r->open_pages.empty(); });
+    poll_retirements();  // an idle GPU: they go at once
   }
 
   /// Calls f(range, page) for each page with memory wholly inside a free block of `r`.
@@ -1038,9 +971,9 @@ struct caching_allocator::impl {
       if (rg->small == small && rg->stream == stream) for_each_free_page(*rg, f);
   }
 
-  /// Unmaps the pages of retirements whose events are done (of all of them with `all`, after
-  /// the caller synchronised the device), except pages a block took back since.
-  void unmap_retired(bool all = false) {
+  /// Unmaps the pages of retirements whose events are done (all of them with `all`, after the
+  /// caller synchronised the device), except pages a block took back since.
+  void poll_retirements(bool all = false) {
     std::size_t kept = 0;
     for (std::size_t k = 0; k < retiring.size(); ++k) {
       retirement& t = retiring[k];
@@ -1052,28 +985,22 @@ struct caching_allocator::impl {
       backend.release_event(t.event);
       expandable_range& r = *t.range;
       std::sort(t.pages.begin(), t.pages.end());
+      const auto still = [&](std::size_t i) {  // not taken back, nor retired again since
+        return r.pages[i] == page_state::retiring && r.ticket[i] == t.ticket;
+      };
       for (std::size_t q = 0; q < t.pages.size();) {  // runs of pages still retiring
         const std::size_t i = t.pages[q];
-        if (!still_retiring(t, i)) {
+        if (!still(i)) {
           ++q;
           continue;
         }
         std::size_t j = q + 1;
-        while (j < t.pages.size() && t.pages[j] == t.pages[j - 1] + 1 &&
-               still_retiring(t, t.pages[j]))
-          ++j;
+        while (j < t.pages.size() && t.pages[j] == t.pages[j - 1] + 1 && still(t.pages[j])) ++j;
         unmap_pages(r, i, i + (j - q));
         q = j;
       }
     }
     retiring.resize(kept);
-    if (all)  // pages of open batches: the device is idle
-      for (const auto& rg : ranges) {
-        for (std::size_t i : rg->open_pages)
-          if (rg->pages[i] == page_state::retiring && rg->ticket[i] == rg->open_ticket)
-            unmap_pages(*rg, i, i + 1);
-        rg->open_pages.clear();
-      }
   }
 
   /// Unmaps pages [first, last) of r, all with memory, and counts them out of reserved.
@@ -1155,9 +1082,9 @@ struct caching_allocator::impl {
         sweep_caches(sweep_mode::empty);  // b is outside the free set: not merged
       release_free_pages(b->small, b->stream);
     }
-    if (!within_limit(need) && has_retired_pages()) {  // the limit is hard: wait for the GPU
+    if (!within_limit(need) && !retiring.empty()) {  // the limit is hard: wait for the GPU
       synchronize_device();
-      unmap_retired(true);
+      poll_retirements(true);
     }
     if (!within_limit(need)) return false;
     std::vector<std::size_t> done;
@@ -1333,14 +1260,14 @@ struct caching_allocator::impl {
     }
     // Pages of expandable ranges go at once: the GPU must be done with them first.
     std::size_t mapped_before = 0;
-    bool unmapping = has_retired_pages();
+    bool unmapping = !retiring.empty();
     for (const auto& rg : ranges) {
       mapped_before += rg->mapped_bytes;
       for_each_free_page(*rg, [&](expandable_range&, std::size_t) { unmapping = true; });
     }
     if (unmapping) {
       synchronize_device();
-      unmap_retired(true);
+      poll_retirements(true);
     }
     std::size_t mapped_after = 0;
     for (const auto& rg : ranges) {

@@ -34,9 +34,9 @@ replay_result replay_trace(const std::vector<replay_event>& trace, const allocat
   auto backend = std::make_shared<fake_backend>(std::size_t{1} << 46, true);
   allocator_options opts = o;
   opts.history_capacity = 0;
-  // A trace has no GPU timing: each page release happens as if the GPU had caught up, which is
-  // what the deferred release (the default) comes to once its events are done.
-  opts.release_pages = page_release::eager;
+  // A trace has no GPU timing: a release of pages (eager or deferred) happens as if the GPU had
+  // caught up, which is what deferred comes to once its events are done.
+  if (opts.release_pages == page_release::deferred) opts.release_pages = page_release::eager;
   caching_allocator a(backend, opts);
   std::unordered_map<std::uint64_t, void*> live;
   live.reserve(1024);

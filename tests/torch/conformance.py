@@ -328,10 +328,12 @@ def case_package(args):
         print(f"{k:<34} {ours[k]:>14} {native[k]:>14}")
     for k in ("allocated_bytes.all.current", "allocated_bytes.all.peak",
               "requested_bytes.all.peak", "allocation.all.allocated", "peak_after_reset",
-              "history_allocs", "history_alloc_bytes", "memory_allocated"):
+              "history_allocs", "memory_allocated"):
         expect(ours[k] == native[k], f"{k}: {ours[k]} vs PyTorch's {native[k]}")
+    # history_alloc_bytes: PyTorch's trace gives the sizes asked, ours the blocks' sizes (a
+    # remainder too small to split stays with a block).
     for k in ("reserved_bytes.all.peak", "max_memory_reserved", "reserved_after_empty_cache",
-              "snapshot_segment_bytes"):
+              "snapshot_segment_bytes", "history_alloc_bytes"):
         expect(abs(ours[k] - native[k]) <= page, f"{k}: {ours[k]} vs {native[k]}: over a page apart")
     summary = gbt.memory_summary()
     print(summary)

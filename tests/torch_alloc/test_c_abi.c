@@ -42,9 +42,9 @@ int main(int argc, char** argv) {
   CHECK(contains(gpu_basics_torch_build_info(), "\"torch\": null"));
 
   /* a conf string is checked without being used */
-  CHECK(gpu_basics_torch_check_conf("expandable_segments:True,page_release:keep", conf,
+  CHECK(gpu_basics_torch_check_conf("expandable_segments:True,page_release:deferred", conf,
                                     sizeof conf) > 0);
-  CHECK(strcmp(conf, "expandable_segments:True,page_release:keep") == 0);
+  CHECK(strcmp(conf, "expandable_segments:True,page_release:deferred") == 0);
   CHECK(gpu_basics_torch_check_conf("max_split_size_mb:3", conf, sizeof conf) ==
         GPU_BASICS_TORCH_EINVAL);
   CHECK(contains(gpu_basics_torch_last_error(), "max_split_size_mb"));

@@ -60,14 +60,14 @@ TEST(AllocatorConf, WritesWhatItReads) {
        {"expandable_segments:True", "max_split_size_mb:256", "roundup_power2_divisions:4",
         "roundup_power2_divisions:[1:1,2:1,4:1,8:1,16:1,32:1,64:1,128:1,256:1,512:2,>:4]",
         "expandable_segments:True,max_split_size_mb:64,garbage_collection_threshold:0.5",
-        "expandable_segments:True,page_release:eager", "page_release:keep"}) {
+        "expandable_segments:True,page_release:eager", "page_release:deferred"}) {
     const auto o = parse_allocator_conf(conf);
     EXPECT_EQ(to_conf_string(o), conf);
     EXPECT_EQ(parse_allocator_conf(to_conf_string(o)), o) << conf;
   }
   EXPECT_EQ(to_conf_string(allocator_options{}), "");
-  EXPECT_EQ(parse_allocator_conf(" page_release:keep ,expandable_segments:True").release_pages,
-            page_release::keep);
+  EXPECT_EQ(parse_allocator_conf(" page_release:deferred ,expandable_segments:True").release_pages,
+            page_release::deferred);
 }
 
 TEST(AllocatorConf, BadStringsNameTheBadPart) {
@@ -230,21 +230,20 @@ TEST(AllocatorV2, ExpandableSegmentsGiveFreePagesBackBeforeReservingMore) {
 }
 
 TEST(AllocatorV2, DeferredPageReleaseWaitsForTheStreamAndKeepsPagesTakenBack) {
-  // The default release: pages of freed blocks retire (an event on their stream after the
-  // frees) and are unmapped only when reserved would pass its mark and the event is done; a
-  // retired page that a new block needs before then keeps its memory (no unmap, no map), and
-  // that block's data survives the old event completing.
+  // The default release: pages of freed blocks are retired with an event on their stream and
+  // unmapped only once it is done; a retired page that a new block needs before then keeps its
+  // memory (no unmap, no map), and that block's data survives the old event completing.
   allocator_options o;
   o.expandable_segments = true;
-  ASSERT_EQ(o.release_pages, page_release::deferred);
+  o.release_pages = page_release::deferred;
   auto be = std::make_shared<fake_backend>(4 * GiB);  // real addresses: pages are touched
   caching_allocator a(be, o);
   void* x = a.allocate(40 * MiB);  // large pool, 20 MiB pages: x and y take four
   void* y = a.allocate(40 * MiB);
   std::memset(x, 0x11, 40 * MiB);
   std::memset(y, 0x3c, 40 * MiB);
-  a.deallocate(x);  // x's two pages retire
-  // z would take reserved past its mark, but the stream has not run: x's pages stay.
+  a.deallocate(x);
+  // z would take reserved past its mark: x's two pages retire, but the stream has not run.
   void* z = a.allocate(60 * MiB);
   EXPECT_EQ(addr(z), addr(y) + 40 * MiB);
   EXPECT_EQ(be->mapped(), 140 * MiB);
@@ -258,8 +257,7 @@ TEST(AllocatorV2, DeferredPageReleaseWaitsForTheStreamAndKeepsPagesTakenBack) {
   EXPECT_EQ(be->maps(), maps);
   EXPECT_EQ(a.stats().pages_reclaimed, 2);
   std::memset(w, 0x22, 40 * MiB);
-  // The stream runs; the next call that needs memory past the mark unmaps what is done and still
-  // retired: nothing (w took its pages back).
+  // The stream runs; the next allocator call polls the old retirement: w's pages stay.
   be->complete_stream(0);
   void* small = a.allocate(3 * MiB);
   EXPECT_EQ(be->mapped(), 160 * MiB);
@@ -269,8 +267,8 @@ TEST(AllocatorV2, DeferredPageReleaseWaitsForTheStreamAndKeepsPagesTakenBack) {
   void* v = a.allocate(100 * MiB);  // past the mark: w's pages retire
   EXPECT_EQ(be->mapped(), 260 * MiB);
   be->complete_stream(0);
-  // The next call that needs memory past the mark unmaps them. (A large request here would take
-  // w's place back: PyTorch's best fit avoids the free block at a range's growing end.)
+  // Any call that reaches the shared cache polls. (A large request here would take w's place
+  // back: PyTorch's best fit avoids the free block at a range's growing end.)
   void* other = a.allocate(512, 1);  // stream 1's first small page: 2 MiB
   EXPECT_EQ(be->mapped(), 222 * MiB);
   EXPECT_EQ(static_cast<std::size_t>(a.stats().reserved_bytes.current), be->mapped());
@@ -286,7 +284,7 @@ TEST(AllocatorV2, DeferredPageReleaseWaitsForTheStreamAndKeepsPagesTakenBack) {
 TEST(AllocatorV2, PageReleaseKeepHoldsPagesUntilEmptyCache) {
   allocator_options o;
   o.expandable_segments = true;
-  o.release_pages = page_release::keep;
+  ASSERT_EQ(o.release_pages, page_release::keep);  // the default: PyTorch's own behaviour
   auto be = std::make_shared<fake_backend>(4 * GiB, true);
   caching_allocator a(be, o);
   void* x = a.allocate(40 * MiB);
@@ -312,6 +310,7 @@ TEST(AllocatorV2, ExpandableSegmentsBackEveryByteInUse) {
   // once.
   allocator_options o;
   o.expandable_segments = true;
+  o.release_pages = page_release::deferred;
   auto be = std::make_shared<fake_backend>(3 * GiB);
   caching_allocator a(be, o);
   const auto work = [&](std::uint64_t seed, bool check_reserved) {
@@ -341,8 +340,8 @@ TEST(AllocatorV2, ExpandableSegmentsBackEveryByteInUse) {
         blocks[k] = blocks.back();
         blocks.pop_back();
       }
-      // The streams "run" now and then: retired pages whose events are done may be unmapped
-      // at the next need (deferred release), and a page a live block uses must never be.
+      // The streams "run" now and then: retired pages whose events are done are unmapped at a
+      // later call (deferred release), and a page a live block uses must never be.
       if (rng() % 5 == 0) be->complete_stream(1 + rng() % 2);
       if (check_reserved && i % 97 == 0) {
         ASSERT_EQ(static_cast<std::size_t>(a.stats().reserved_bytes.current), be->mapped());
@@ -522,6 +521,7 @@ TEST(AllocatorV2, FastPathReservesNoMoreThanPlainMergeOnFree) {
 TEST(AllocatorV2, ExpandableSegmentsReserveCloseToLiveBytes) {
   allocator_options ex;
   ex.expandable_segments = true;
+  ex.release_pages = page_release::eager;  // keep (the default) reserves what PyTorch reserves
   const auto trace = transformer_trace(10);
   const auto plain = replay_trace(trace, {});
   const auto grown = replay_trace(trace, ex);

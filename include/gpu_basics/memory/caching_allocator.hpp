@@ -37,19 +37,22 @@
 
 namespace gpu_basics {
 
-/// When the free pages of expandable segments give their memory back (see make_resident in
-/// caching_allocator.cpp, and docs/torch_bridge.md for the measurements behind the default).
+/// When the free pages of expandable segments give their memory back (Note [Deferred page
+/// release] in caching_allocator.cpp; docs/torch_bridge.md has the H200 measurements behind the
+/// default).
 enum class page_release {
-  /// Once reserved would pass its highest mark, free pages are retired: an event is recorded on
-  /// their stream and each page is unmapped at a later allocator call once the event is done, so
-  /// no call waits for the GPU. A retired page that a new block needs before then is simply
-  /// kept. The default.
-  deferred,
-  /// As deferred, but the device is synchronised and the pages unmapped at once (lowest peak;
-  /// every release stalls the CPU until the GPU is idle).
-  eager,
-  /// Never, except on empty_cache and before an out-of-memory retry: PyTorch's own behaviour.
+  /// Never, except on empty_cache and before an out-of-memory retry: PyTorch's own behaviour,
+  /// with PyTorch's peak and its count of maps. The default.
   keep,
+  /// Once reserved would pass its highest mark, the free pages of that stream and pool are
+  /// unmapped at once, after a device synchronisation: the lowest peak, at the cost of a stall
+  /// of the CPU's lead over the GPU at each such release.
+  eager,
+  /// As eager, without the synchronisation: the pages retire (an event on their stream) and are
+  /// unmapped at a later allocator call once it is done; a retired page a block needs before
+  /// then is taken back as it is. Lowers what is held between peaks, not the peak of a loop
+  /// whose GPU runs behind its CPU.
+  deferred,
 };
 
 /// "deferred", "eager", "keep".
@@ -74,7 +77,7 @@ struct allocator_options : allocator_policy {
   /// kept or a trace callback is set.
   std::size_t thread_cache_blocks = 8;
   /// When free pages of expandable ranges give their memory back.
-  page_release release_pages = page_release::deferred;
+  page_release release_pages = page_release::keep;
 
   bool operator==(const allocator_options&) const = default;
 };
