@@ -25,6 +25,7 @@ import os
 import pickle
 import sys
 import tempfile
+import warnings
 from typing import Optional
 
 try:
@@ -32,7 +33,8 @@ try:
 except ImportError as _e:  # pragma: no cover - exercised by the CPU tests through a stub
     raise ImportError(f"gpu_basics.torch needs PyTorch: import torch failed ({_e})") from None
 
-from ._native import GpuBasicsError, Library, LibraryMismatch, find_library, sidecar
+from ._native import (GpuBasicsError, Library, LibraryMismatch, LibraryNotFound, find_library,
+                      sidecar)
 
 __all__ = ["use", "mem_pool", "installed", "build_info", "memory_stats", "memory_allocated",
            "max_memory_allocated", "memory_reserved", "max_memory_reserved",
@@ -67,7 +69,17 @@ def _load(library: str) -> Library:
         path = find_library({"auto": "any"}.get(library, library))
     built = sidecar(path)
     if built is not None:
-        _check_match(path, built)
+        try:
+            _check_match(path, built)
+        except LibraryMismatch as e:
+            if library != "auto":
+                raise
+            try:  # auto: the plain library still works with any torch
+                path = find_library("plain")
+            except LibraryNotFound:
+                raise e from None
+            warnings.warn(f"gpu_basics: {e}; using {os.path.basename(path)} instead",
+                          stacklevel=3)
     lib = Library(path)
     if lib.is_c10:
         _check_match(path, lib.build)
@@ -92,7 +104,8 @@ def use(conf: Optional[str] = None, history: int = 0, library: str = "auto") -> 
     max_split_size_mb:128,..."), plus page_release:deferred|eager|keep; default: the
     environment's GPU_BASICS_ALLOC_CONF, else PyTorch's defaults. history: allocator events kept
     for memory_snapshot() (record_memory_history() changes it later). library: "auto" (the one
-    built against this torch where there is one), "c10", "plain", or a path.
+    built against this torch where there is one; where the one found was built for another
+    torch, the plain library, with a one-line warning), "c10", "plain", or a path.
 
     Must run before anything initialises CUDA in this process. Returns build_info()."""
     global _lib, _mode

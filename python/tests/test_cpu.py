@@ -95,12 +95,19 @@ def test_use_without_cuda_says_so(monkeypatch):
         gbt.memory_stats(0)
 
 
-def test_a_c10_library_for_another_torch_is_refused_before_loading(monkeypatch, tmp_path):
-    gbt = _stub_torch(monkeypatch, version="2.11.0+cu130")
+def _c10_for_another_torch(tmp_path):
+    """A _c10 library file whose sidecar says torch 2.10.0+cu128 (never loaded: the check comes
+    first)."""
     lib = tmp_path / "libgpu_basics_torch_alloc_c10.so"
     lib.write_text("not loaded: the check comes first")
     (tmp_path / "gpu_basics_torch_alloc_c10.json").write_text(
         json.dumps({"torch": "2.10.0+cu128", "cxx11_abi": 1}))
+    return lib
+
+
+def test_a_c10_library_for_another_torch_is_refused_before_loading(monkeypatch, tmp_path):
+    gbt = _stub_torch(monkeypatch, version="2.11.0+cu130")
+    lib = _c10_for_another_torch(tmp_path)
     with pytest.raises(gpu_basics.LibraryMismatch) as e:
         gbt._load(str(lib))
     msg = str(e.value)
@@ -109,6 +116,27 @@ def test_a_c10_library_for_another_torch_is_refused_before_loading(monkeypatch, 
     gbt = _stub_torch(monkeypatch, version="2.10.0+cu128", abi=False)
     with pytest.raises(gpu_basics.LibraryMismatch, match="this is torch 2.10.0\\+cu128 \\(C\\+\\+11 ABI 0\\)"):
         gbt._load(str(lib))
+
+
+def test_auto_falls_back_to_the_plain_library_with_one_warning(monkeypatch, tmp_path):
+    gbt = _stub_torch(monkeypatch, version="2.11.0+cu130")
+    c10 = _c10_for_another_torch(tmp_path)
+    plain = _native.find_library("plain")
+    found = {"any": str(c10), "plain": plain}
+    monkeypatch.setattr(gbt, "find_library", lambda kind: found[kind])
+    with pytest.warns(UserWarning, match=r"built for torch 2.10.0\+cu128.*using libgpu_basics_torch_alloc.so instead"):
+        lib = gbt._load("auto")
+    assert lib.path == plain and not lib.is_c10
+    with pytest.raises(gpu_basics.LibraryMismatch):  # asked for by name: no fallback
+        gbt._load(str(c10))
+
+    def none(kind):
+        if kind == "plain":
+            raise gpu_basics.LibraryNotFound("no plain library")
+        return str(c10)
+    monkeypatch.setattr(gbt, "find_library", none)
+    with pytest.raises(gpu_basics.LibraryMismatch):
+        gbt._load("auto")
 
 
 def test_statistics_carry_pytorchs_key_names(monkeypatch):

@@ -8,7 +8,7 @@ rm -rf "$work"
 mkdir -p "$work"
 cp -r "$src/python" "$work/src"   # pip builds in place: keep the source tree clean
 "$py" -m venv --system-site-packages "$work/venv"
-GPU_BASICS_BUILD_DIR="$build" "$work/venv/bin/pip" install --no-build-isolation --no-index \
+GPU_BASICS_BUILD_DIR="$build" "$work/venv/bin/python" -m pip install --no-build-isolation --no-index \
   --disable-pip-version-check -q "$work/src"
 cd "$work"   # away from the source tree: the installed copy must work on its own
 env -u GPU_BASICS_TORCH_ALLOC_LIB "$work/venv/bin/python" - <<'PY'

@@ -287,6 +287,51 @@ def case_graph_capture(args):
     print("after it: eager work runs and is right")
 
 
+def case_mem_pool(args):
+    """gbt.mem_pool() as a torch.cuda.MemPool: tensors made inside `use_mem_pool` take their
+    segments from gpu-basics' allocator, those made outside do not, data is intact, and an
+    out-of-memory inside the pool is PyTorch's torch.OutOfMemoryError."""
+    import torch
+    import gpu_basics.torch as gbt
+    if not hasattr(torch.cuda, "use_mem_pool"):
+        raise Skip(f"torch {torch.__version__} has no torch.cuda.use_mem_pool")
+    pool = gbt.mem_pool(library=args.lib)
+    outside_cpu = random_cpu(8 * MIB // 4, 10)
+    outside = outside_cpu.cuda()
+    expect(gbt.memory_reserved() == 0, "a tensor made outside the pool took memory from ours")
+    cpus = [random_cpu(n, 11 + i) for i, n in enumerate((1 << 10, 3 * MIB // 4, 70 * MIB // 4))]
+    with torch.cuda.use_mem_pool(pool):
+        inside = [c.cuda() for c in cpus]
+        try:
+            torch.empty(400 * GIB, dtype=torch.uint8, device="cuda")
+            raise AssertionError("a 400 GiB tensor was allocated in the pool")
+        except torch.OutOfMemoryError as e:
+            print(f"in the pool: torch.OutOfMemoryError: {str(e).splitlines()[0][:160]}")
+    held = gbt.memory_reserved()
+    want = sum(c.numel() * 4 for c in cpus)
+    expect(held >= want, f"ours holds {held} B for {want} B of tensors made in the pool")
+    after = torch.empty(4 * MIB, dtype=torch.uint8, device="cuda")
+    expect(gbt.memory_reserved() == held, "a tensor made after the pool took memory from ours")
+    for c, t in zip(cpus, inside):
+        expect(torch.equal(t.cpu(), c), "a tensor in the pool: data differs")
+    expect(torch.equal(outside.cpu(), outside_cpu), "a tensor outside the pool: data differs")
+    print(f"pool: {len(inside)} tensors ({want / MIB:.1f} MiB) in {held / MIB:.0f} MiB from "
+          f"gpu-basics' allocator ({gbt.memory_stats()['segment.all.current']} segments); "
+          f"outside it nothing; data intact")
+    del inside, after, t
+    pool_id = pool.id
+    del pool
+    gc.collect()
+    torch.cuda.empty_cache()
+    kept, reserved = gbt.memory_allocated(), gbt.memory_reserved()
+    print(f"after the pool {pool_id} is gone and torch.cuda.empty_cache(): PyTorch holds "
+          f"{kept / MIB:.0f} MiB of ours, ours reserves {reserved / MIB:.0f} MiB")
+    expect(kept == 0, "PyTorch kept segments of a pool that is gone")
+    gbt.empty_cache()
+    expect(gbt.memory_reserved() == 0, "gbt.empty_cache() left memory reserved")
+    print("after gbt.empty_cache(): ours reserves 0 MiB")
+
+
 def case_deterministic_1000(args):
     """1000 training steps under torch.use_deterministic_algorithms: every loss equal to the run
     with PyTorch's allocator."""
@@ -316,7 +361,14 @@ def case_package(args):
     process runs it with PyTorch's allocator)."""
     import torch
     gbt = install(args)
-    ours = workload(torch, gbt)
+    path = os.path.join(args.work, "package_snapshot.pickle")
+    live = {}
+
+    def while_live():  # the summary and snapshot while the workload's tensors are alive
+        live["summary"] = gbt.memory_summary()
+        gbt.dump_snapshot(path)
+
+    ours = workload(torch, gbt, while_live)
     env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
     p = subprocess.run([sys.executable, __file__, "native-workload"], env=env,
                        capture_output=True, text=True, timeout=300)
@@ -335,16 +387,21 @@ def case_package(args):
     for k in ("reserved_bytes.all.peak", "max_memory_reserved", "reserved_after_empty_cache",
               "snapshot_segment_bytes", "history_alloc_bytes"):
         expect(abs(ours[k] - native[k]) <= page, f"{k}: {ours[k]} vs {native[k]}: over a page apart")
-    summary = gbt.memory_summary()
+    summary = live["summary"]
     print(summary)
     expect("Allocated memory" in summary and "GPU reserved memory" in summary, "summary rows")
-    path = os.path.join(args.work, "package_snapshot.pickle")
-    gbt.dump_snapshot(path)
-    print(f"snapshot written: {path}")
+    import pickle
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    held = sum(s["total_size"] for s in snap["segments"])
+    expect(held > 0 and snap["device_traces"][0], "the snapshot holds no segments or no trace")
+    print(f"snapshot written while the workload was live: {path} ({len(snap['segments'])} "
+          f"segments, {held / MIB:.0f} MiB, {len(snap['device_traces'][0])} trace events)")
 
 
-def workload(torch, api):
-    """The same allocations under either allocator; `api` has PyTorch's memory functions."""
+def workload(torch, api, while_live=None):
+    """The same allocations under either allocator; `api` has PyTorch's memory functions;
+    while_live() runs while the recorded tensors are alive."""
     gen = torch.Generator().manual_seed(9)
     sizes = [int(s) for s in torch.randint(1, 48 * MIB, (60,), generator=gen)]
     keep, out = [], {}
@@ -372,6 +429,8 @@ def workload(torch, api):
     out["history_allocs"] = len(allocs)
     out["history_alloc_bytes"] = sum(e["size"] for e in allocs)
     out["snapshot_segment_bytes"] = sum(s["total_size"] for s in snap["segments"])
+    if while_live:
+        while_live()
     del more, keep
     api.empty_cache()
     out["reserved_after_empty_cache"] = api.memory_reserved()
@@ -382,7 +441,7 @@ CASES = {
     "oom": case_oom, "zero_size": case_zero_size, "record_stream": case_record_stream,
     "threads": case_threads, "empty_cache": case_empty_cache,
     "memory_fraction": case_memory_fraction, "two_devices": case_two_devices,
-    "graph_capture": case_graph_capture, "package": case_package,
+    "graph_capture": case_graph_capture, "package": case_package, "mem_pool": case_mem_pool,
     "deterministic_1000": case_deterministic_1000,
 }
 
