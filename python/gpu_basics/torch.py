@@ -33,8 +33,8 @@ try:
 except ImportError as _e:  # pragma: no cover - exercised by the CPU tests through a stub
     raise ImportError(f"gpu_basics.torch needs PyTorch: import torch failed ({_e})") from None
 
-from ._native import (GpuBasicsError, Library, LibraryMismatch, LibraryNotFound, find_library,
-                      sidecar)
+from ._native import (ENV_LIB, GpuBasicsError, Library, LibraryMismatch, LibraryNotFound,
+                      find_library, sidecar)
 
 __all__ = ["use", "mem_pool", "installed", "build_info", "memory_stats", "memory_allocated",
            "max_memory_allocated", "memory_reserved", "max_memory_reserved",
@@ -72,8 +72,8 @@ def _load(library: str) -> Library:
         try:
             _check_match(path, built)
         except LibraryMismatch as e:
-            if library != "auto":
-                raise
+            if library != "auto" or os.environ.get(ENV_LIB):
+                raise  # asked for by name or by GPU_BASICS_TORCH_ALLOC_LIB: no fallback
             try:  # auto: the plain library still works with any torch
                 path = find_library("plain")
             except LibraryNotFound:

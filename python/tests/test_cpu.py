@@ -122,6 +122,7 @@ def test_auto_falls_back_to_the_plain_library_with_one_warning(monkeypatch, tmp_
     gbt = _stub_torch(monkeypatch, version="2.11.0+cu130")
     c10 = _c10_for_another_torch(tmp_path)
     plain = _native.find_library("plain")
+    monkeypatch.delenv("GPU_BASICS_TORCH_ALLOC_LIB", raising=False)
     found = {"any": str(c10), "plain": plain}
     monkeypatch.setattr(gbt, "find_library", lambda kind: found[kind])
     with pytest.warns(UserWarning, match=r"built for torch 2.10.0\+cu128.*using libgpu_basics_torch_alloc.so instead"):
@@ -129,6 +130,10 @@ def test_auto_falls_back_to_the_plain_library_with_one_warning(monkeypatch, tmp_
     assert lib.path == plain and not lib.is_c10
     with pytest.raises(gpu_basics.LibraryMismatch):  # asked for by name: no fallback
         gbt._load(str(c10))
+    monkeypatch.setenv("GPU_BASICS_TORCH_ALLOC_LIB", str(c10))  # nor by the environment
+    with pytest.raises(gpu_basics.LibraryMismatch):
+        gbt._load("auto")
+    monkeypatch.delenv("GPU_BASICS_TORCH_ALLOC_LIB")
 
     def none(kind):
         if kind == "plain":

@@ -939,16 +939,18 @@ struct caching_allocator::impl {
       }
       retirement t;
       t.range = rg.get();
-      t.ticket = ++next_ticket;
       for_each_free_page(*rg, [&](expandable_range& r, std::size_t i) {
-        if (r.pages[i] != page_state::resident) return;
-        r.pages[i] = page_state::retiring;
-        r.ticket[i] = t.ticket;
-        t.pages.push_back(i);
+        if (r.pages[i] == page_state::resident) t.pages.push_back(i);
       });
       if (t.pages.empty()) continue;
-      st.pages_retired += static_cast<std::int64_t>(t.pages.size());
+      // The event first: if recording it throws, no page has changed state.
       t.event = timed([&] { return backend.record_event(rg->stream); });
+      t.ticket = ++next_ticket;
+      for (const std::size_t i : t.pages) {
+        rg->pages[i] = page_state::retiring;
+        rg->ticket[i] = t.ticket;
+      }
+      st.pages_retired += static_cast<std::int64_t>(t.pages.size());
       retiring.push_back(std::move(t));
     }
     poll_retirements();  // an idle GPU: they go at once
@@ -974,14 +976,28 @@ struct caching_allocator::impl {
   /// Unmaps the pages of retirements whose events are done (all of them with `all`, after the
   /// caller synchronised the device), except pages a block took back since.
   void poll_retirements(bool all = false) {
-    std::size_t kept = 0;
-    for (std::size_t k = 0; k < retiring.size(); ++k) {
-      retirement& t = retiring[k];
-      if (!all && !timed([&] { return backend.event_done(t.event); })) {
-        if (kept != k) retiring[kept] = std::move(t);  // never onto itself: that empties pages
+    std::size_t kept = 0, k = 0;
+    // On every way out, a throwing event query or unmap included: drop the entries handled or
+    // moved down ([kept, k)); those from k on are untouched.
+    struct compact {
+      std::vector<retirement>& v;
+      const std::size_t& kept;
+      const std::size_t& k;
+      ~compact() {
+        v.erase(v.begin() + static_cast<std::ptrdiff_t>(kept),
+                v.begin() + static_cast<std::ptrdiff_t>(k));
+      }
+    } guard{retiring, kept, k};
+    while (k < retiring.size()) {
+      retirement& entry = retiring[k];
+      if (!all && !timed([&] { return backend.event_done(entry.event); })) {
+        if (kept != k) retiring[kept] = std::move(entry);  // never onto itself: that empties pages
         ++kept;
+        ++k;
         continue;
       }
+      retirement t = std::move(entry);
+      ++k;  // handled, whatever happens below
       backend.release_event(t.event);
       expandable_range& r = *t.range;
       std::sort(t.pages.begin(), t.pages.end());
@@ -1000,7 +1016,6 @@ struct caching_allocator::impl {
         q = j;
       }
     }
-    retiring.resize(kept);
   }
 
   /// Unmaps pages [first, last) of r, all with memory, and counts them out of reserved.
@@ -1696,6 +1711,12 @@ std::vector<segment_view> caching_allocator::segments() const {
   for (const auto& r : m.ranges) view(r->head, true);
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.ptr < b.ptr; });
   return out;
+}
+
+allocator_options caching_allocator::options() const {
+  auto& m = *impl_;
+  std::lock_guard lock(m.mutex);
+  return o_;
 }
 
 void caching_allocator::set_reserved_limit(std::size_t bytes) {

@@ -247,15 +247,13 @@ void* allocate(std::size_t size, int device, gpu_basics_torch_stream_t stream) {
                                   " bytes, device " + std::to_string(device) + "): " + e.what());
   }
   gpu_basics::device_scope guard(device);
-#if !GPU_BASICS_WITH_C10
-  // Without PyTorch's headers there is no capture hook (gpu_basics_torch_begin_allocate_to_pool):
-  // refuse here, since a block handed out during capture would be reused by eager code while the
-  // graph still writes it.
+  // Without the capture hook (the plain library has none; with the _c10 one it is optional to
+  // install) capture reaches the allocator: refuse here, since a block handed out during capture
+  // would be reused by eager code while the graph still writes it.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capture) == cudaSuccess &&
       capture != cudaStreamCaptureStatusNone)
     throw gpu_basics::logic_error(kCaptureUnsupported);
-#endif
   try {
     return a->allocate(size, reinterpret_cast<stream_handle>(stream));
   } catch (const gpu_basics::out_of_memory& e) {
@@ -347,13 +345,17 @@ GPU_BASICS_TORCH_API void gpu_basics_torch_empty_cache(void) {
 }
 
 GPU_BASICS_TORCH_API void gpu_basics_torch_init(int device_count) {
-  if (device_count < 0 || device_count > kMaxDevices) {
-    set_error("init(" + std::to_string(device_count) + "): at most " + std::to_string(kMaxDevices) +
-                  " devices are supported",
-              true);
-    return;
+  try {
+    if (device_count < 0 || device_count > kMaxDevices) {
+      set_error("init(" + std::to_string(device_count) + "): at most " +
+                    std::to_string(kMaxDevices) + " devices are supported",
+                true);
+      return;
+    }
+    (void)environment();  // report a bad GPU_BASICS_ALLOC_CONF now rather than at the first alloc
+  } catch (...) {
+    set_error("init: " + what_of(std::current_exception()), true);
   }
-  (void)environment();  // report a bad GPU_BASICS_ALLOC_CONF now rather than at the first alloc
 }
 
 GPU_BASICS_TORCH_API void gpu_basics_torch_set_memory_fraction(double fraction, int device) {

@@ -2,9 +2,14 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -425,4 +430,116 @@ TEST(Config, EndlessEmptyDocumentsStopAtTheSecond) {
     EXPECT_NE(std::string(e.what()).find("a second YAML document"), std::string::npos) << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
+// ---- the table of keys -------------------------------------------------------------------------
+
+TEST(ConfigTable, ShippedFileSetsEveryKeyOfTheTable) {
+  const config c = parse_config(std::string(default_config_text()), "gpu_basics.yaml");
+  for (const auto& k : config_schema::builtin().keys())
+    EXPECT_TRUE(c.origins.count(k.name())) << k.name() << " is not set in configs/gpu_basics.yaml";
+}
+
+TEST(ConfigTable, AKeyAddedToTheTableIsReadCheckedSetSerialisedAndDocumented) {
+  config_schema s = config_schema::builtin();
+  s.add(int_key(
+      "lesson.unified.fault_batches", +[](config& c) -> int& { return c.benchmark.iterations; }, 1,
+      7, "", "a key of a lesson to come"));
+  config c = s.parse("lesson:\n  unified:\n    fault_batches: 5\n", "t.yaml");
+  EXPECT_EQ(c.benchmark.iterations, 5);
+  EXPECT_EQ(c.origins.at("lesson.unified.fault_batches").line, 3);
+
+  const config bad = s.parse("lesson:\n  unified:\n    fault_batches: 9\n", "t.yaml");
+  try {
+    s.validate(bad);
+    ADD_FAILURE() << "9 is outside 1..7";
+  } catch (const config_error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "t.yaml:3:20: lesson.unified.fault_batches: expected an integer in 1..7, got 9");
+  }
+  try {
+    (void)s.parse("lesson:\n  unified:\n    fault_batch: 2\n", "t.yaml");
+    ADD_FAILURE() << "a misspelt key was accepted";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("did you mean 'lesson.unified.fault_batches'"),
+              std::string::npos)
+        << e.what();
+  }
+  s.apply_override(c, "lesson.unified.fault_batches=6");
+  EXPECT_EQ(c.benchmark.iterations, 6);
+  EXPECT_EQ(s.to_json(c)["lesson"]["unified"]["fault_batches"], 6);
+  EXPECT_NE(s.reference_markdown().find(
+                "| `lesson.unified.fault_batches` | `20` | an integer in 1..7 | a key of a lesson "
+                "to come |"),
+            std::string::npos)
+      << s.reference_markdown();
+
+  EXPECT_EQ(config_schema::builtin().find("lesson.unified.fault_batches"), nullptr);
+  EXPECT_THROW(s.add(int_key(
+                   "device", +[](config& cfg) -> int& { return cfg.device; }, 0, 1, "", "twice")),
+               logic_error);
+  EXPECT_THROW(
+      s.add(int_key(
+          "transfer", +[](config& cfg) -> int& { return cfg.device; }, 0, 1, "", "a section")),
+      logic_error);
+}
+
+TEST(ConfigTable, DefaultsAreDocumentedAsTheFileWritesThem) {
+  std::map<std::string, config_key_doc> docs;
+  for (auto& d : config_schema::builtin().docs()) docs[d.key] = d;
+  EXPECT_EQ(docs.at("logging.level").default_value, "info");
+  EXPECT_EQ(docs.at("transfer.large_copy_bytes").default_value, "1 GiB");
+  EXPECT_EQ(docs.at("transfer.multi_gpu.nccl_min_bytes").default_value, "8");
+  EXPECT_EQ(docs.at("transfer.sweep.min_bytes").default_value, "4 KiB");
+  EXPECT_EQ(docs.at("transfer.tensor_shapes").default_value,
+            "[[1024, 1024], [4096, 4096], [8192, 8192]]");
+  EXPECT_EQ(docs.at("check.h2d_fraction").default_value, "0.8");
+  EXPECT_EQ(docs.at("memory.allocator.max_split_size_mb").default_value, "0");
+  EXPECT_EQ(docs.at("memory.allocator.conf").default_value, "\"\"");
+  EXPECT_EQ(docs.at("transfer.staging.chunk_bytes").accepts,
+            "a size in 64 KiB..1 GiB (e.g. \"8 MiB\")");
+}
+
+TEST(ConfigTable, ResultsJsonHoldsEveryKeyButThePolicyKnobs) {
+  const nlohmann::json j = config{};
+  std::vector<std::string> leaves;
+  const std::function<void(const nlohmann::json&, const std::string&)> walk =
+      [&](const nlohmann::json& v, const std::string& at) {
+        if (!v.is_object()) return leaves.push_back(at);
+        for (auto it = v.begin(); it != v.end(); ++it)
+          walk(it.value(), at.empty() ? it.key() : at + "." + it.key());
+      };
+  walk(j, "");
+  std::vector<std::string> want;
+  for (const auto& k : known_config_keys())
+    if (k.rfind("memory.allocator.", 0) != 0 || k == "memory.allocator.conf" ||
+        k == "memory.allocator.expandable_segments")
+      want.push_back(k);
+  std::sort(leaves.begin(), leaves.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(leaves, want);
+  EXPECT_EQ(j["transfer"]["sweep"]["enabled"], "auto");
+  EXPECT_EQ(j["memory"]["allocator"]["conf"], "");
+}
+
+/// The README's reference of keys is the table's (GPU_BASICS_UPDATE_README=1 rewrites it).
+TEST(ConfigTable, TheReadmeReferenceIsGeneratedFromTheTable) {
+  const std::string path = repo_file("README.md");
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string begin =
+      "<!-- config-keys:begin (generated from src/core/config_keys.cpp) -->\n";
+  const std::string end = "<!-- config-keys:end -->";
+  const auto b = text.find(begin), e = text.find(end);
+  ASSERT_NE(b, std::string::npos) << "README.md has no " << begin;
+  ASSERT_NE(e, std::string::npos) << "README.md has no " << end;
+  const std::string want = config_schema::builtin().reference_markdown();
+  const std::string have = text.substr(b + begin.size(), e - b - begin.size());
+  if (have != want && std::getenv("GPU_BASICS_UPDATE_README")) {
+    std::ofstream(path) << text.substr(0, b + begin.size()) << want << text.substr(e);
+    GTEST_SKIP() << "README.md rewritten";
+  }
+  EXPECT_EQ(have, want) << "the README's reference of config keys is out of date: run "
+                           "GPU_BASICS_UPDATE_README=1 build/default/tests/gpu_basics_unit_tests "
+                           "--gtest_filter='ConfigTable.*'";
 }

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -160,6 +161,80 @@ struct config {
 
   /// Source of every key that was set (keys of list items carry "[i]" / "[i][j]").
   std::map<std::string, source_location> origins;
+};
+
+// ---- the table of keys ---------------------------------------------------------------------
+
+namespace detail {
+struct key_impl;  // how a key is read, checked and written (src/core/config_detail.hpp)
+}  // namespace detail
+
+/// One configuration key: its dotted name, how its value is read and checked, where it lives in
+/// `config`, and its documentation. Every key is declared once, in config_schema::builtin()
+/// (src/core/config_keys.cpp); reading, --set, validation, the results' JSON and the reference in
+/// the README all come from that one entry. The builders below make the common kinds.
+class config_key {
+ public:
+  [[nodiscard]] const std::string& name() const;
+  /// What the key accepts, as error messages say it: "an integer in 1..64".
+  [[nodiscard]] const std::string& accepts() const;
+  [[nodiscard]] const std::string& unit() const;
+  [[nodiscard]] const std::string& doc() const;
+
+  explicit config_key(std::shared_ptr<const detail::key_impl> impl);
+  [[nodiscard]] const detail::key_impl& impl() const { return *impl_; }
+
+ private:
+  std::shared_ptr<const detail::key_impl> impl_;
+};
+
+/// An integer key in [lo, hi] stored in `*field(cfg)`. `accepts`: the expectation errors name
+/// (default "an integer in lo..hi").
+[[nodiscard]] config_key int_key(std::string name, int& (*field)(config&), int lo, int hi,
+                                 std::string unit, std::string doc, std::string accepts = "");
+/// A byte size in [lo, hi] (an integer or a number with a unit); `example`: as written in the
+/// expectation, e.g. "\"8 MiB\"".
+[[nodiscard]] config_key size_key(std::string name, std::uint64_t& (*field)(config&),
+                                  std::uint64_t lo, std::uint64_t hi, std::string example,
+                                  std::string doc);
+/// A number in (0, hi], or [0, hi] when `zero_ok`.
+[[nodiscard]] config_key fraction_key(std::string name, double& (*field)(config&), bool zero_ok,
+                                      double hi, std::string accepts, std::string doc);
+/// true or false.
+[[nodiscard]] config_key bool_key(std::string name, bool& (*field)(config&), std::string doc);
+
+/// One key's row in the reference: its default as the YAML file would write it.
+struct config_key_doc {
+  std::string key, default_value, accepts, unit, doc;
+};
+
+/// The keys, in the order they are documented, and everything derived from them.
+class config_schema {
+ public:
+  /// The keys of configs/gpu_basics.yaml.
+  [[nodiscard]] static const config_schema& builtin();
+
+  /// Adds a key (a lesson's own, or a test's).
+  /// @throws logic_error when the name is taken or is a section of other keys.
+  void add(config_key key);
+  [[nodiscard]] const config_key* find(std::string_view name) const;
+  /// True when `prefix` is a section: some key starts with "prefix.".
+  [[nodiscard]] bool is_section(std::string_view prefix) const;
+  [[nodiscard]] const std::vector<config_key>& keys() const { return keys_; }
+
+  [[nodiscard]] config parse(std::string_view text, std::string_view source_name,
+                             const config& base = config{}) const;
+  void apply_override(config& cfg, std::string_view assignment) const;
+  /// Each key's own check, then the checks between keys.
+  void validate(const config& cfg) const;
+  [[nodiscard]] nlohmann::json to_json(const config& cfg) const;
+  [[nodiscard]] std::vector<config_key_doc> docs() const;
+  /// The reference as a Markdown table (key, default, accepts, meaning).
+  [[nodiscard]] std::string reference_markdown() const;
+  [[nodiscard]] std::optional<std::string> nearest_key(std::string_view key) const;
+
+ private:
+  std::vector<config_key> keys_;
 };
 
 /// The default configuration file's text, built into the binary.

@@ -277,8 +277,9 @@ class caching_allocator {
   /// the first allocation). Memory reserved beyond a lowered limit stays until it is freed.
   void set_reserved_limit(std::size_t bytes);
 
-  /// The options given at construction (with the reserved limit last set).
-  [[nodiscard]] const allocator_options& options() const noexcept { return o_; }
+  /// The options given at construction (with the reserved limit and history capacity last
+  /// set): a copy, taken under the lock, since another thread may set them.
+  [[nodiscard]] allocator_options options() const;
   /// The backend segments come from.
   [[nodiscard]] allocator_backend& backend() noexcept { return *backend_; }
 
