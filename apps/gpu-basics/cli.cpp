@@ -8,6 +8,7 @@
 
 #include "exit_codes.hpp"
 #include "gpu_basics/core/config.hpp"
+#include "gpu_basics/core/environment.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/lessons/registry.hpp"
 #include "gpu_basics/profiler/trace_writer.hpp"
@@ -173,7 +174,8 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
   CLI::App app{"gpu-basics: measure and explain GPU memory management and CPU<->GPU data movement",
                "gpu-basics"};
   app.require_subcommand(1, 1);
-  app.set_version_flag("--version", "gpu-basics 0.1.0");
+  app.set_version_flag("--version", "gpu-basics " + std::string(gpu_basics_version()) + " (" +
+                                        std::string(gpu_basics_git_revision()) + ")");
   options o;
   std::string level;
   std::string json, csv, trace, html;

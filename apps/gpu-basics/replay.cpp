@@ -9,12 +9,12 @@
 #include "exit_codes.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/interrupt.hpp"
+#include "gpu_basics/core/units.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
 
 namespace gpu_basics::cli {
 
 namespace {
-constexpr double kMiB = 1.0 / (1 << 20);
 
 std::string label(const std::string& conf) {
   return conf.empty() ? "(defaults)" : conf;
@@ -107,8 +107,8 @@ presentation::table replay_table(const replay_report& r) {
   t.title = fmt::format("Replay of {} (device {}, {} trace events, {} allocs and frees replayed)",
                         r.file, r.device, r.trace_events, r.replay_events);
   t.columns = {{"policy", "policy (PYTORCH_CUDA_ALLOC_CONF)"},
-               {"peak_reserved_bytes", "peak reserved MiB", kMiB, 1},
-               {"peak_allocated_bytes", "peak allocated MiB", kMiB, 1},
+               {"peak_reserved_bytes", "peak reserved MiB", kPerMiB, 1},
+               {"peak_allocated_bytes", "peak allocated MiB", kPerMiB, 1},
                {"reserved_per_allocated", "reserved / allocated", 1.0, 3},
                {"reserved_per_requested", "reserved / requested", 1.0, 3},
                {"backend_allocations", "backend allocations"},
@@ -135,18 +135,18 @@ presentation::table replay_table(const replay_report& r) {
   t.notes.push_back(fmt::format(
       "Peak requested (live bytes as asked, the same for every policy): {:.1f} MiB. {} blocks "
       "alive when recording began were allocated first.",
-      static_cast<double>(rec.peak_requested) * kMiB, r.rebuilt));
+      static_cast<double>(rec.peak_requested) * kPerMiB, r.rebuilt));
   t.notes.push_back(fmt::format(
       "PyTorch (recorded): reserved from the trace's segment events, starting at {:.1f} MiB (the "
       "final {:.1f} MiB less the trace's net segment change); its allocated sizes are not in the "
       "trace (n/a).",
-      static_cast<double>(rec.reserved_at_start) * kMiB,
-      static_cast<double>(rec.reserved_at_end) * kMiB));
+      static_cast<double>(rec.reserved_at_start) * kPerMiB,
+      static_cast<double>(rec.reserved_at_end) * kPerMiB));
   t.notes.push_back(fmt::format(
       "garbage_collection_threshold runs under a reserved limit of {:.1f} MiB, the larger of "
       "PyTorch's recorded peak reserved and the defaults' replayed one (a snapshot does not hold "
       "the device's memory size).",
-      static_cast<double>(r.gc_reserved_limit) * kMiB));
+      static_cast<double>(r.gc_reserved_limit) * kPerMiB));
   if (const auto b = r.best())
     t.notes.push_back(fmt::format("Lowest peak reserved: {}.", label(*b)));
   t.notes.push_back(fmt::format("Replayed {} events in {:.3f} s: {:.2f} M events/s.",

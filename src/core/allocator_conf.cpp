@@ -1,6 +1,7 @@
 // PYTORCH_CUDA_ALLOC_CONF's syntax. Names and meanings are PyTorch's
 // (c10/cuda/CUDAAllocatorConfig).
 #include "gpu_basics/core/allocator_conf.hpp"
+#include "gpu_basics/core/units.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -17,7 +18,6 @@ namespace gpu_basics {
 
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
 constexpr std::size_t kMinMaxSplitMb = 20;  // PyTorch: max_split_size_mb must exceed kLargeBuffer
 
 std::string_view trim(std::string_view s) {

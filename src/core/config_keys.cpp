@@ -19,14 +19,24 @@ using namespace detail;
 // ---- config_key ------------------------------------------------------------------------------
 
 config_key::config_key(std::shared_ptr<const key_impl> impl) : impl_(std::move(impl)) {}
-const std::string& config_key::name() const { return impl_->name; }
-const std::string& config_key::accepts() const { return impl_->accepts; }
-const std::string& config_key::unit() const { return impl_->unit; }
-const std::string& config_key::doc() const { return impl_->doc; }
+const std::string& config_key::name() const {
+  return impl_->name;
+}
+const std::string& config_key::accepts() const {
+  return impl_->accepts;
+}
+const std::string& config_key::unit() const {
+  return impl_->unit;
+}
+const std::string& config_key::doc() const {
+  return impl_->doc;
+}
 
 namespace {
 
-config_key make(key_impl k) { return config_key(std::make_shared<const key_impl>(std::move(k))); }
+config_key make(key_impl k) {
+  return config_key(std::make_shared<const key_impl>(std::move(k)));
+}
 
 /// "expected <accepts>, got <value>" at the key's origin.
 [[noreturn]] void out_of_range(const where_fn& where, const std::string& key,
@@ -253,8 +263,7 @@ namespace {
 config_schema make_builtin() {
   config_schema s;
   s.add(custom_key(
-      "logging.level", "one of trace, debug, info, warn, error", "",
-      "log level (case-insensitive)",
+      "logging.level", "one of trace, debug, info, warn, error", "", "log level (case-insensitive)",
       [](config& c, const YAML::Node& n, const parse_context& ctx) {
         const std::string v = read_string(n, ctx, "one of trace, debug, info, warn, error");
         const auto l = parse_log_level(v);
@@ -294,8 +303,8 @@ config_schema make_builtin() {
                        "PyTorch's `garbage_collection_threshold` (acts under a memory limit); "
                        "`0`: off"));
   s.add(custom_key(
-      "memory.allocator.conf", "a conf string such as \"expandable_segments:True,max_split_size_mb:128\"",
-      "",
+      "memory.allocator.conf",
+      "a conf string such as \"expandable_segments:True,max_split_size_mb:128\"", "",
       "a whole PYTORCH_CUDA_ALLOC_CONF string applied over the four keys above, e.g. `--set "
       "'memory.allocator.conf=expandable_segments:True,max_split_size_mb:128'`; in results: "
       "the effective conf",
@@ -316,7 +325,8 @@ config_schema make_builtin() {
       "shapes to copy; bytes = product × dtype size",
       [](config& c, const YAML::Node& n, const parse_context& ctx) {
         c.transfer.tensor_shapes = read_shape_list(
-            c, n, ctx, 0, "a list of shapes, each a list of positive integers, e.g. [[1024, 1024]]");
+            c, n, ctx, 0,
+            "a list of shapes, each a list of positive integers, e.g. [[1024, 1024]]");
       },
       [](const config& c) { return shapes_json(c.transfer.tensor_shapes); },
       [](const config& c, const where_fn& where) {
@@ -374,8 +384,7 @@ config_schema make_builtin() {
   s.add(int_key("transfer.staging.threads", GB_FIELD(int, transfer.staging.threads), 0, 256, "",
                 "host threads filling them (0 = one per core, at most 16)",
                 "an integer in 0..256 (0 = one per core, at most 16)"));
-  s.add(bool_key("transfer.double_buffer.enabled",
-                 GB_FIELD(bool, transfer.double_buffer.enabled),
+  s.add(bool_key("transfer.double_buffer.enabled", GB_FIELD(bool, transfer.double_buffer.enabled),
                  "run the double-buffering comparison"));
   s.add(custom_key(
       "transfer.double_buffer.compute_to_copy",
@@ -436,8 +445,7 @@ config_schema make_builtin() {
           }
       }));
   s.add(custom_key(
-      "profiler.matmul.precisions", "a list of fp16, bf16, tf32, fp32", "",
-      "precisions to measure",
+      "profiler.matmul.precisions", "a list of fp16, bf16, tf32, fp32", "", "precisions to measure",
       [](config& c, const YAML::Node& n, const parse_context& ctx) {
         need_list(n, ctx, "a list of fp16, bf16, tf32, fp32", config_limits::precisions,
                   "precisions");
@@ -465,8 +473,7 @@ config_schema make_builtin() {
   s.add(fraction_key("check.d2h_fraction", GB_FIELD(double, check.d2h_fraction), false, 1,
                      std::string(fraction), "the same for D2H"));
   s.add(fraction_key("check.bidirectional_fraction", GB_FIELD(double, check.bidirectional_fraction),
-                     false, 1, std::string(fraction),
-                     "H2D + D2H at once against twice that rate"));
+                     false, 1, std::string(fraction), "H2D + D2H at once against twice that rate"));
   s.add(fraction_key("check.d2d_fraction", GB_FIELD(double, check.d2d_fraction), false, 1,
                      std::string(fraction), "D2D read + write against the HBM datasheet"));
   s.add(fraction_key("check.gemm_fraction", GB_FIELD(double, check.gemm_fraction), false, 1,
@@ -487,9 +494,9 @@ config_schema make_builtin() {
 void check_order(const where_fn& where, const std::string& lo_key, std::uint64_t lo,
                  const std::string& hi_key, std::uint64_t hi) {
   if (hi < lo)
-    fail_at(where(hi_key), hi_key,
-            "must be at least " + lo_key + " (" + std::to_string(lo) + "), got " +
-                std::to_string(hi));
+    fail_at(
+        where(hi_key), hi_key,
+        "must be at least " + lo_key + " (" + std::to_string(lo) + "), got " + std::to_string(hi));
 }
 
 /// A JSON value as the YAML file writes it: "1 GiB" for sizes, [a, b] for lists.
@@ -579,8 +586,8 @@ std::vector<config_key_doc> config_schema::docs() const {
   const config defaults;
   std::vector<config_key_doc> out;
   for (const auto& k : keys_)
-    out.push_back({k.name(), yaml_text(k.impl().value(defaults), k.unit()), k.accepts(), k.unit(),
-                   k.doc()});
+    out.push_back(
+        {k.name(), yaml_text(k.impl().value(defaults), k.unit()), k.accepts(), k.unit(), k.doc()});
   return out;
 }
 
@@ -592,13 +599,17 @@ std::string config_schema::reference_markdown() const {
   };
   std::string out = "| key | default | accepts | meaning |\n|---|---|---|---|\n";
   for (const auto& d : docs())
-    out += fmt::format("| `{}` | `{}` | {} | {} |\n", d.key, cell(d.default_value),
-                       cell(d.accepts), cell(d.doc));
+    out += fmt::format("| `{}` | `{}` | {} | {} |\n", d.key, cell(d.default_value), cell(d.accepts),
+                       cell(d.doc));
   return out;
 }
 
-void validate(const config& cfg) { config_schema::builtin().validate(cfg); }
+void validate(const config& cfg) {
+  config_schema::builtin().validate(cfg);
+}
 
-void to_json(nlohmann::json& j, const config& cfg) { j = config_schema::builtin().to_json(cfg); }
+void to_json(nlohmann::json& j, const config& cfg) {
+  j = config_schema::builtin().to_json(cfg);
+}
 
 }  // namespace gpu_basics

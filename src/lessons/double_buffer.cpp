@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "gpu_basics/core/units.hpp"
 #include "gpu_basics/transfer/pipeline_schedule.hpp"
-#include "gpu_basics/transfer/plan.hpp"
 
 namespace gpu_basics::lessons {
 

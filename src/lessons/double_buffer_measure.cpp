@@ -15,12 +15,12 @@
 #include "gpu_basics/core/pattern_kernels.hpp"
 #include "gpu_basics/core/stats.hpp"
 #include "gpu_basics/core/thread_pool.hpp"
+#include "gpu_basics/core/units.hpp"
 #include "gpu_basics/lessons/double_buffer.hpp"
 #include "gpu_basics/profiler/range.hpp"
 #include "gpu_basics/profiler/trace_writer.hpp"
 #include "gpu_basics/transfer/copy_bench.hpp"
 #include "gpu_basics/transfer/pipeline.hpp"
-#include "gpu_basics/transfer/plan.hpp"
 
 namespace gpu_basics::lessons {
 

@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "gpu_basics/core/errors.hpp"
-#include "gpu_basics/transfer/plan.hpp"
+#include "gpu_basics/core/units.hpp"
 
 namespace gpu_basics::lessons {
 
@@ -21,10 +21,8 @@ using presentation::value;
 
 namespace {
 
-constexpr double kMiB = 1.0 / (1 << 20);
-
 double mib(double bytes) {
-  return bytes * kMiB;
+  return bytes * kPerMiB;
 }
 
 /// A duration as a person reads it: ns below 1 us, us below 1 ms, else ms.
@@ -124,8 +122,8 @@ table caching_table(const caching_result& c) {
   t.title = fmt::format("Allocate, free, allocate again, empty_cache ({} x {})", c.blocks,
                         format_bytes(c.block_bytes));
   t.columns = {{"step", "step"},
-               {"allocated_bytes", "allocated (MiB)", kMiB, 0},
-               {"reserved_bytes", "reserved (MiB)", kMiB, 0},
+               {"allocated_bytes", "allocated (MiB)", kPerMiB, 0},
+               {"reserved_bytes", "reserved (MiB)", kPerMiB, 0},
                {"device_allocations", "cudaMalloc calls", 1.0, 0},
                {"step_s", "time (us)", 1e6, 1}};
   for (const auto& s : c.steps)
@@ -178,7 +176,7 @@ table peak_table(const peak_result& p) {
   table t;
   t.id = "peak";
   t.title = "Peak memory of a workload (reset_peak_stats, then a forward/backward-like pass)";
-  t.columns = {{"quantity", "quantity"}, {"bytes", "MiB", kMiB, 1}};
+  t.columns = {{"quantity", "quantity"}, {"bytes", "MiB", kPerMiB, 1}};
   const auto opt = [](const std::optional<std::int64_t>& v) { return v ? value(*v) : value(); };
   t.add_row({std::string(kPeakWeights), static_cast<std::int64_t>(p.weights_bytes)});
   t.add_row({std::string(kPeakAllocated), opt(p.peak_allocated_bytes)});
@@ -287,8 +285,8 @@ table fragmentation_table(const fragmentation_result& f) {
                         format_bytes(f.large_bytes));
   t.columns = {{"max_split_size", "max_split_size"},
                {"fragmentation", "fragmentation %", 100.0, 1},
-               {"largest_free_bytes", "largest free (MiB)", kMiB, 0},
-               {"reserved_bytes", "reserved after (MiB)", kMiB, 0},
+               {"largest_free_bytes", "largest free (MiB)", kPerMiB, 0},
+               {"reserved_bytes", "reserved after (MiB)", kPerMiB, 0},
                {"second_64mib", fmt::format("second {} from", format_bytes(f.large_bytes))}};
   for (const auto& r : f.rows)
     t.add_row({r.max_split_size ? format_bytes(*r.max_split_size) : std::string("unlimited"),
@@ -351,13 +349,13 @@ table expandable_table(const expandable_result& e) {
       format_bytes(*std::min_element(e.activation_bytes.begin(), e.activation_bytes.end())),
       format_bytes(*std::max_element(e.activation_bytes.begin(), e.activation_bytes.end())));
   t.columns = {{"segments", "segments"},
-               {"peak_allocated_bytes", "peak allocated (MiB)", kMiB, 0},
-               {"peak_reserved_bytes", "peak reserved (MiB)", kMiB, 0},
+               {"peak_allocated_bytes", "peak allocated (MiB)", kPerMiB, 0},
+               {"peak_reserved_bytes", "peak reserved (MiB)", kPerMiB, 0},
                {"reserved_over_allocated", "reserved / allocated", 1.0, 3},
                {"device_allocations", "cudaMalloc or page maps"},
-               {"reserved_before_empty_cache", "reserved at the end (MiB)", kMiB, 0},
-               {"released_by_empty_cache", "empty_cache released (MiB)", kMiB, 0},
-               {"reserved_after_empty_cache", "reserved after (MiB)", kMiB, 0}};
+               {"reserved_before_empty_cache", "reserved at the end (MiB)", kPerMiB, 0},
+               {"released_by_empty_cache", "empty_cache released (MiB)", kPerMiB, 0},
+               {"reserved_after_empty_cache", "reserved after (MiB)", kPerMiB, 0}};
   for (const auto& r : e.rows)
     t.add_row({segments_name(r), r.peak_allocated_bytes, r.peak_reserved_bytes,
                ratio(r.peak_reserved_bytes, r.peak_allocated_bytes), r.device_allocations,

@@ -14,6 +14,7 @@
 #include "gpu_basics/core/cuda.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/stats.hpp"
+#include "gpu_basics/core/units.hpp"
 #include "gpu_basics/lessons/memory.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/cuda_backend.hpp"
@@ -21,14 +22,12 @@
 #include "gpu_basics/memory/snapshot.hpp"
 #include "gpu_basics/profiler/range.hpp"
 #include "gpu_basics/transfer/copy_bench.hpp"
-#include "gpu_basics/transfer/plan.hpp"
 
 namespace gpu_basics::lessons {
 
 namespace {
 
 constexpr std::size_t MiB = 1 << 20;
-constexpr double kMiB = 1.0 / (1 << 20);
 
 constexpr int kPairsPerSample = 1000;  // allocate + free pairs timed together
 constexpr int kCachingBlocks = 4;
@@ -73,7 +72,8 @@ void log_allocation(const alloc_trace& t) {
   spdlog::debug(
       "alloc {} B -> {} B, {} pool, stream {:#x}, {}; allocated {:.1f} MiB, reserved {:.1f} MiB",
       t.requested, t.rounded, t.small_pool ? "small" : "large", t.stream, to_string(t.source),
-      static_cast<double>(t.allocated_after) * kMiB, static_cast<double>(t.reserved_after) * kMiB);
+      static_cast<double>(t.allocated_after) * kPerMiB,
+      static_cast<double>(t.reserved_after) * kPerMiB);
 }
 
 std::unique_ptr<caching_allocator> make_allocator(allocator_options o = {}) {

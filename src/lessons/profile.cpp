@@ -11,7 +11,7 @@
 
 #include "gpu_basics/core/config.hpp"
 #include "gpu_basics/core/hardware.hpp"
-#include "gpu_basics/transfer/plan.hpp"
+#include "gpu_basics/core/units.hpp"
 
 namespace gpu_basics::lessons {
 
@@ -19,8 +19,6 @@ using presentation::table;
 using presentation::value;
 
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // The timing_methods rows: label, what it measures, the result's field.
 struct timing_row {
@@ -136,7 +134,7 @@ table nvml_table(const profile_result& r) {
   for (const auto& m : s.metrics) {
     const bool gib = is_memory_metric(m.metric);
     const auto v = [&](const std::optional<double>& x) {
-      return x ? value(gib ? *x / kGiB : *x) : value(std::monostate{});
+      return x ? value(gib ? *x * kPerGiB : *x) : value(std::monostate{});
     };
     t.add_row({m.metric + (gib ? " (GiB)" : ""), m.status, v(m.mean), v(m.min), v(m.max), v(m.p50),
                v(m.p95)});
@@ -406,7 +404,7 @@ nvml_metric_row metric_from_v1(const nlohmann::json& row) {
   if (m.metric.size() > gib.size() &&
       m.metric.compare(m.metric.size() - gib.size(), gib.size(), gib) == 0) {
     m.metric.resize(m.metric.size() - gib.size());
-    scale = kGiB;
+    scale = static_cast<double>(kGiB);
   }
   const auto v = [&](const char* key) -> std::optional<double> {
     const auto x = opt_double(row, key);

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include "figures.hpp"
+#include "gpu_basics/core/units.hpp"
 #include "gpu_basics/lessons/memory.hpp"
-#include "gpu_basics/transfer/plan.hpp"
 
 namespace gpu_basics::report::detail {
 
@@ -12,7 +12,6 @@ namespace {
 
 using lessons::memory_result;
 using runs_t = std::vector<run_result<memory_result>>;
-constexpr double kMiB = 1024.0 * 1024.0;
 
 figure allocation_cost_figure(const runs_t& runs) {
   chart c{"memory-allocation-cost", "What one allocation costs, across request sizes", {}};
@@ -50,8 +49,8 @@ figure timeline_figure(const runs_t& runs) {
     if (!rr.result.peak || rr.result.peak->timeline.empty()) continue;
     std::vector<std::pair<double, double>> allocated, reserved;
     for (const auto& s : rr.result.peak->timeline) {
-      allocated.emplace_back(s.t_s, static_cast<double>(s.allocated_bytes) / kMiB);
-      reserved.emplace_back(s.t_s, static_cast<double>(s.reserved_bytes) / kMiB);
+      allocated.emplace_back(s.t_s, static_cast<double>(s.allocated_bytes) * kPerMiB);
+      reserved.emplace_back(s.t_s, static_cast<double>(s.reserved_bytes) * kPerMiB);
     }
     for (auto [name, points, k] :
          {std::tuple{"reserved (taken from the device)", &reserved, 1},
@@ -83,7 +82,7 @@ figure fragmentation_figure(const runs_t& runs) {
                       ? fmt::format("max_split_size {}", format_bytes(*row.max_split_size))
                       : std::string("max_split_size unlimited"));
       frag.emplace_back(row.fragmentation * 100);
-      reserved.emplace_back(static_cast<double>(row.reserved_bytes) / kMiB);
+      reserved.emplace_back(static_cast<double>(row.reserved_bytes) * kPerMiB);
     }
     if (labels.empty()) labels = l;
     c.config["data"]["datasets"].push_back(
@@ -108,7 +107,7 @@ std::vector<std::pair<double, double>> by_request(const std::vector<lessons::usa
     if (s.allocated_bytes != last) ++requests;
     last = s.allocated_bytes;
     xy.emplace_back(requests,
-                    static_cast<double>(reserved ? s.reserved_bytes : s.allocated_bytes) / kMiB);
+                    static_cast<double>(reserved ? s.reserved_bytes : s.allocated_bytes) * kPerMiB);
   }
   return xy;
 }

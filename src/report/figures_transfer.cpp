@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "figures.hpp"
+#include "gpu_basics/core/units.hpp"
 #include "gpu_basics/lessons/transfer.hpp"
-#include "gpu_basics/transfer/plan.hpp"
 
 namespace gpu_basics::report::detail {
 

@@ -13,8 +13,8 @@
 #include "figures.hpp"
 #include "gpu_basics/core/device_info.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/units.hpp"
 #include "gpu_basics/lessons/registry.hpp"
-#include "gpu_basics/transfer/plan.hpp"
 
 namespace gpu_basics::report {
 

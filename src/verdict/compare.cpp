@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "gpu_basics/core/errors.hpp"
-#include "gpu_basics/transfer/plan.hpp"
+#include "gpu_basics/core/units.hpp"
 
 namespace gpu_basics::verdict {
 

@@ -6,6 +6,7 @@
 #include "cli.hpp"
 #include "exit_codes.hpp"
 #include "gpu_basics/core/config.hpp"
+#include "gpu_basics/core/environment.hpp"
 #include "run.hpp"
 
 using namespace gpu_basics;
@@ -55,6 +56,16 @@ TEST(Cli, HelpExitsZeroAndListsOptions) {
   EXPECT_NE(out.find("--config"), std::string::npos);
   EXPECT_NE(out.find("--set"), std::string::npos);
   EXPECT_NE(out.find("--json"), std::string::npos);
+}
+
+TEST(Cli, VersionIsTheBuildsOwn) {
+  std::string out;
+  const auto r = parse({"--version"}, &out);
+  EXPECT_FALSE(r.opts);
+  EXPECT_EQ(r.exit_code, cli::exit_ok);
+  EXPECT_EQ(out, "gpu-basics " + std::string(gpu_basics_version()) + " (" +
+                     std::string(gpu_basics_git_revision()) + ")\n");
+  EXPECT_FALSE(gpu_basics_version().empty());
 }
 
 TEST(Cli, ErrorsExitTwoWithOneMessage) {

@@ -9,8 +9,8 @@
 
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/hardware.hpp"
+#include "gpu_basics/core/units.hpp"
 #include "gpu_basics/lessons/transfer.hpp"
-#include "gpu_basics/transfer/plan.hpp"
 #include "lesson_test_util.hpp"
 
 using namespace gpu_basics;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "gpu_basics/core/units.hpp"  // format_bytes, for the plans' users
+
 namespace gpu_basics {
 
 struct chunk {
@@ -29,8 +31,5 @@ struct chunk {
 /// @throws logic_error for min_bytes == 0 or max_bytes < min_bytes.
 [[nodiscard]] std::vector<std::uint64_t> power_of_two_sweep(std::uint64_t min_bytes,
                                                             std::uint64_t max_bytes);
-
-/// "256 MiB", "4 KiB", "1.5 GiB", "123 B".
-[[nodiscard]] std::string format_bytes(std::uint64_t bytes);
 
 }  // namespace gpu_basics
