@@ -170,48 +170,51 @@ const CLI::Validator& non_empty() {
 }
 }  // namespace
 
-parse_result parse(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  CLI::App app{"gpu-basics: measure and explain GPU memory management and CPU<->GPU data movement",
-               "gpu-basics"};
-  app.require_subcommand(1, 1);
-  app.set_version_flag("--version", "gpu-basics " + std::string(gpu_basics_version()) + " (" +
-                                        std::string(gpu_basics_git_revision()) + ")");
-  options o;
-  std::string level;
-  std::string json, csv, trace, html;
-  const auto add_output_options = [&](CLI::App* sub) {
-    sub->add_option("--json", json, "Write results as JSON to this file ('-' for stdout)")
+namespace {
+
+/// Option values as typed, before finish_options() checks and stores them.
+struct raw_options {
+  std::string level, json, csv, trace, html;
+};
+
+void add_output_options(CLI::App* sub, raw_options& raw) {
+  sub->add_option("--json", raw.json, "Write results as JSON to this file ('-' for stdout)")
+      ->check(non_empty());
+  sub->add_option("--csv", raw.csv,
+                  "Write tables as CSV (several tables: <stem>.<table>.csv beside PATH)")
+      ->check(non_empty());
+}
+
+/// The options of a command that measures: a lesson or `all`.
+void add_run_options(CLI::App* sub, options& o, raw_options& raw, bool traces) {
+  sub->add_option("-c,--config", o.config_path,
+                  "YAML configuration file (default: the built-in configs/gpu_basics.yaml)")
+      ->check(non_empty());
+  sub->add_option("-s,--set", o.overrides,
+                  "Override one configuration key, e.g. --set transfer.num_streams=8 "
+                  "(repeatable)")
+      ->allow_extra_args(false)
+      ->check(non_empty());
+  sub->add_option("--log-level", raw.level,
+                  "trace, debug, info, warn or error (overrides logging.level)")
+      ->check(non_empty());
+  add_output_options(sub, raw);
+  sub->add_option("--html", raw.html,
+                  "Write a one-file HTML report with charts of this run to PATH (opens offline)")
+      ->check(non_empty());
+  if (traces)
+    sub->add_option(
+           "--trace", raw.trace,
+           "Write a Chrome/Perfetto trace of the lesson's workload (CUPTI kernels, copies, API "
+           "calls, ranges, counters) to PATH; PATH.gz is gzip-compressed")
         ->check(non_empty());
-    sub->add_option("--csv", csv,
-                    "Write tables as CSV (several tables: <stem>.<table>.csv beside PATH)")
-        ->check(non_empty());
-  };
-  const auto add_run_options = [&](CLI::App* sub, bool traces) {
-    sub->add_option("-c,--config", o.config_path,
-                    "YAML configuration file (default: the built-in configs/gpu_basics.yaml)")
-        ->check(non_empty());
-    sub->add_option("-s,--set", o.overrides,
-                    "Override one configuration key, e.g. --set transfer.num_streams=8 "
-                    "(repeatable)")
-        ->allow_extra_args(false)
-        ->check(non_empty());
-    sub->add_option("--log-level", level,
-                    "trace, debug, info, warn or error (overrides logging.level)")
-        ->check(non_empty());
-    add_output_options(sub);
-    sub->add_option("--html", html,
-                    "Write a one-file HTML report with charts of this run to PATH (opens offline)")
-        ->check(non_empty());
-    if (traces)
-      sub->add_option(
-             "--trace", trace,
-             "Write a Chrome/Perfetto trace of the lesson's workload (CUPTI kernels, copies, API "
-             "calls, ranges, counters) to PATH; PATH.gz is gzip-compressed")
-          ->check(non_empty());
-  };
+}
+
+/// A subcommand per lesson of the registry, and `all`.
+void add_lesson_commands(CLI::App& app, options& o, raw_options& raw) {
   for (const auto& l : lessons::registry()) {
     CLI::App* sub = app.add_subcommand(std::string(l.name), std::string(l.description));
-    add_run_options(sub, l.traces);
+    add_run_options(sub, o, raw, l.traces);
     if (l.name == "check") add_check_options(sub, o);
     if (l.name == "memory")
       sub->add_option("--snapshot", o.snapshot_path,
@@ -219,14 +222,18 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
                       "to PATH; open it in https://pytorch.org/memory_viz")
           ->check(non_empty());
   }
-  add_run_options(app.add_subcommand("all", "info, then every lesson, on one configuration"),
-                  false);
+  add_run_options(app.add_subcommand("all", "info, then every lesson, on one configuration"), o,
+                  raw, false);
+}
+
+/// The commands that read files and need no GPU: show, report, compare, replay.
+void add_file_commands(CLI::App& app, options& o, raw_options& raw) {
   CLI::App* show = app.add_subcommand(
       "show", "Render a saved run (--json output, any schema version) again, without a GPU");
   show->add_option("results", o.input_path, "A results file written by --json")
       ->required()
       ->check(non_empty());
-  add_output_options(show);
+  add_output_options(show, raw);
   CLI::App* rep = app.add_subcommand(
       "report",
       "Draw saved runs (--json output) as one self-contained HTML file with charts; several "
@@ -234,7 +241,9 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
   rep->add_option("results", o.input_paths, "Results files written by --json (one or more)")
       ->required()
       ->check(non_empty());
-  rep->add_option("-o,--output", html, "The HTML file to write")->required()->check(non_empty());
+  rep->add_option("-o,--output", raw.html, "The HTML file to write")
+      ->required()
+      ->check(non_empty());
   CLI::App* cmp = app.add_subcommand(
       "compare",
       "Compare NEW.json with BASELINE.json figure by figure (same, better, worse), or, with "
@@ -244,7 +253,7 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
                   "YAML configuration whose check.* thresholds judge the fleet's nodes");
   cmp->add_option("-s,--set", o.overrides, "Override one configuration key (repeatable)")
       ->allow_extra_args(false);
-  add_output_options(cmp);
+  add_output_options(cmp, raw);
   CLI::App* rpl = app.add_subcommand(
       "replay",
       "Replay a PyTorch memory snapshot's allocations (torch.cuda.memory._dump_snapshot) under "
@@ -257,8 +266,22 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
                   "\"expandable_segments:True,max_split_size_mb:256\" (repeatable)")
       ->allow_extra_args(false)
       ->check(non_empty());
-  rpl->add_option("--json", json, "Write the replay as JSON to this file ('-' for stdout)")
+  rpl->add_option("--json", raw.json, "Write the replay as JSON to this file ('-' for stdout)")
       ->check(non_empty());
+}
+
+}  // namespace
+
+parse_result parse(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  CLI::App app{"gpu-basics: measure and explain GPU memory management and CPU<->GPU data movement",
+               "gpu-basics"};
+  app.require_subcommand(1, 1);
+  app.set_version_flag("--version", "gpu-basics " + std::string(gpu_basics_version()) + " (" +
+                                        std::string(gpu_basics_git_revision()) + ")");
+  options o;
+  raw_options raw;
+  add_lesson_commands(app, o, raw);
+  add_file_commands(app, o, raw);
   if (!check_command_word(args, err)) return {std::nullopt, exit_usage};
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   if (!reversed.empty()) reversed.pop_back();  // argv[0]
@@ -273,7 +296,8 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
     return {std::nullopt, exit_usage};
   }
   for (const auto* sub : app.get_subcommands()) o.command = sub->get_name();
-  if (!finish_options(o, level, json, csv, trace, html, err)) return {std::nullopt, exit_usage};
+  if (!finish_options(o, raw.level, raw.json, raw.csv, raw.trace, raw.html, err))
+    return {std::nullopt, exit_usage};
   if (o.command == "compare" && !o.fleet && o.input_paths.size() != 2) {
     err << "gpu-basics: compare needs BASELINE.json NEW.json (or --fleet FILES...), got "
         << o.input_paths.size() << " file(s)\n";

@@ -567,7 +567,7 @@ TEST(ReplayCommand, PrintsEveryPolicyAndPyTorchsOwnFigures) {
   EXPECT_NE(out.find("max_split_size_mb:32,expandable_segments:True"), std::string::npos);
   EXPECT_NE(out.find("Lowest peak reserved: "), std::string::npos);
   const auto j = nlohmann::json::parse(read_bytes(dir / "replay.json"));
-  ASSERT_EQ(j["policies"].size(), gb::cli::replay_policies({}).size() + 1);
+  ASSERT_EQ(j["policies"].size(), gb::replay_policies({}).size() + 1);
   EXPECT_EQ(j["policies"][0]["conf"], "");
   EXPECT_EQ(j["policies"][0]["peak_reserved_bytes"], 54 * MiB);  // worked out above
   EXPECT_EQ(j["recorded"]["peak_reserved_bytes"], 54 * MiB);
