@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "allocator_test_util.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/fake_backend.hpp"
@@ -530,34 +531,11 @@ TEST(AllocatorV2, ExpandableSegmentsReserveCloseToLiveBytes) {
 }
 
 namespace {
-/// The invariants the stress tests keep: no two live blocks overlap, reserved bytes are the
-/// backend's, and the counters add up to the live blocks.
-void check_invariants(const caching_allocator& a, const fake_backend& be,
-                      const std::map<std::uintptr_t, std::pair<std::size_t, std::size_t>>& live) {
-  std::int64_t rounded = 0, requested = 0;
-  std::uintptr_t end = 0;
-  for (const auto& [p, b] : live) {
-    ASSERT_GE(p, end) << "two live blocks overlap";
-    end = p + b.first;
-    rounded += static_cast<std::int64_t>(b.first);
-    requested += static_cast<std::int64_t>(b.second);
-  }
-  const auto s = a.stats();
-  ASSERT_EQ(s.allocated_bytes.current, rounded);
-  ASSERT_EQ(s.requested_bytes.current, requested);
-  ASSERT_EQ(s.allocation_count.current, static_cast<std::int64_t>(live.size()));
-  ASSERT_EQ(static_cast<std::size_t>(s.reserved_bytes.current), be.used());
-  ASSERT_GE(s.active_bytes.current, s.allocated_bytes.current);
-  ASSERT_EQ(static_cast<std::size_t>(s.reserved_bytes.current),
-            static_cast<std::size_t>(s.active_bytes.current) + s.cached_free_bytes);
-  ASSERT_GE(s.allocated_bytes.peak, s.allocated_bytes.current);
-}
-
 void stress(const allocator_options& o, int threads, int ops_per_thread) {
   auto be = std::make_shared<fake_backend>(std::size_t{1} << 40, true);
   caching_allocator a(be, o);
   std::mutex m;
-  std::map<std::uintptr_t, std::pair<std::size_t, std::size_t>> live;  // shared shadow
+  test_util::live_blocks live;  // shared shadow
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([&, t] {
@@ -575,7 +553,8 @@ void stress(const allocator_options& o, int threads, int ops_per_thread) {
           const std::size_t size = a.block_size(p);
           ASSERT_GE(size, round_request(bytes));
           std::lock_guard lock(m);
-          ASSERT_TRUE(live.emplace(addr(p), std::pair{size, bytes}).second) << "handed out twice";
+          ASSERT_TRUE(live.emplace(addr(p), test_util::live_block{size, bytes, s}).second)
+              << "handed out twice";
           mine.push_back(addr(p));
         } else if (r < 97) {
           const std::size_t i = rng() % mine.size();
@@ -603,7 +582,7 @@ void stress(const allocator_options& o, int threads, int ops_per_thread) {
       }
     });
   for (auto& th : pool) th.join();
-  check_invariants(a, *be, live);
+  ASSERT_NO_FATAL_FAILURE(test_util::check_invariants(a, *be, live));
   be->synchronize();
   (void)a.empty_cache();
   EXPECT_EQ(a.stats().allocated_bytes.current, 0);
@@ -622,14 +601,14 @@ TEST(AllocatorV2, StressOneThreadKeepsInvariants) {
     caching_allocator a(be, o);
     std::mt19937_64 rng(7);
     std::uniform_real_distribution<double> log_size(std::log(512.0), std::log(32.0 * MiB));
-    std::map<std::uintptr_t, std::pair<std::size_t, std::size_t>> live;
+    test_util::live_blocks live;
     std::vector<std::uintptr_t> order;
     for (int op = 0; op < 100000; ++op) {
       const auto r = rng() % 100;
       if (r < 50 || order.empty()) {
         const auto bytes = static_cast<std::size_t>(std::exp(log_size(rng)));
         void* p = a.allocate(bytes, 1 + rng() % 3);
-        ASSERT_TRUE(live.emplace(addr(p), std::pair{a.block_size(p), bytes}).second);
+        ASSERT_TRUE(live.emplace(addr(p), test_util::live_block{a.block_size(p), bytes}).second);
         order.push_back(addr(p));
       } else if (r < 97) {
         const std::size_t i = rng() % order.size();
@@ -644,13 +623,15 @@ TEST(AllocatorV2, StressOneThreadKeepsInvariants) {
       } else {
         (void)a.empty_cache();
       }
-      if (op % 997 == 0) check_invariants(a, *be, live);
+      if (op % 997 == 0) {
+        ASSERT_NO_FATAL_FAILURE(test_util::check_invariants(a, *be, live));
+      }
     }
     for (auto p : order) a.deallocate(reinterpret_cast<void*>(p));
     live.clear();
     be->synchronize();
     (void)a.empty_cache();
-    check_invariants(a, *be, live);
+    ASSERT_NO_FATAL_FAILURE(test_util::check_invariants(a, *be, live));
     EXPECT_EQ(be->used(), 0u) << expandable;
   }
   EXPECT_EQ(be->bad_deallocations(), 0u);
