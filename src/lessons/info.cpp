@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "gpu_basics/core/hardware.hpp"
+#include "v1/readers.hpp"
 
 namespace gpu_basics::lessons {
 
@@ -126,20 +127,6 @@ std::vector<table> present_info(const info_result& r) {
   std::vector<table> out;
   for (const auto& d : r.gpus) out.push_back(device_table(d));
   return out;
-}
-
-info_result info_from_v1(const nlohmann::json& block) {
-  info_result r;
-  r.gpus = block.at("extra").at("gpus").get<std::vector<device_info>>();
-  // Schema 1 kept NVML's status in the environment only; a missing link row says the same.
-  for (const auto& [id, t] : block.at("tables").items())
-    for (const auto& note : t.value("notes", nlohmann::json::array()))
-      if (note.is_string()) {
-        const auto s = note.get<std::string>();
-        const auto at = s.find(": link, clock and power rows are n/a.");
-        if (at != std::string::npos && s.size() > 2) r.nvml_status = s.substr(2, at - 2);
-      }
-  return r;
 }
 
 lesson info_lesson() {

@@ -1,18 +1,15 @@
-// The memory lesson's host side: its notes and tables from a result, the result rebuilt from a
-// schema-1 file, and the registry entry. No CUDA header: tested on the CPU.
+// The memory lesson's host side: its notes and tables from a result, and the registry entry
+// (reading schema-1 files: v1/memory_v1.cpp). No CUDA header: tested on the CPU.
 #include "gpu_basics/lessons/memory.hpp"
-#include "gpu_basics/lessons/schema_v1.hpp"
 
 #include <algorithm>
-#include <array>
-#include <charconv>
 #include <cmath>
-#include <regex>
 
 #include <fmt/format.h>
 
-#include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/units.hpp"
+#include "table_labels.hpp"
+#include "v1/readers.hpp"
 
 namespace gpu_basics::lessons {
 
@@ -107,9 +104,6 @@ std::vector<note> allocation_cost_notes(const allocation_cost_result& a) {
 
 // ---- caching ------------------------------------------------------------------------------
 
-constexpr std::array<const char*, 5> kCachingSteps = {"allocate_cold", "free", "allocate_again",
-                                                      "empty_cache", "allocate_after_empty_cache"};
-
 const caching_step* find_step(const caching_result& c, std::string_view kind) {
   for (const auto& s : c.steps)
     if (s.kind == kind) return &s;
@@ -167,10 +161,10 @@ std::vector<note> caching_notes(const caching_result& c) {
 
 // ---- peak ---------------------------------------------------------------------------------
 
-constexpr const char* kPeakWeights = "allocated before the pass (weights)";
-constexpr const char* kPeakAllocated = "peak allocated during the pass";
-constexpr const char* kPeakReserved = "peak reserved during the pass";
-constexpr const char* kPeakSum = "sum of all allocations in the pass";
+using labels::kPeakAllocated;
+using labels::kPeakReserved;
+using labels::kPeakSum;
+using labels::kPeakWeights;
 
 table peak_table(const peak_result& p) {
   table t;
@@ -274,8 +268,8 @@ std::vector<note> pinned_notes(const pinned_result& p, const device_facts& facts
 
 // ---- fragmentation ------------------------------------------------------------------------
 
-constexpr const char* kNewSegment = "a new segment (cudaMalloc)";
-constexpr const char* kFromCache = "the cache";
+using labels::kFromCache;
+using labels::kNewSegment;
 
 table fragmentation_table(const fragmentation_result& f) {
   table t;
@@ -447,200 +441,6 @@ std::vector<table> present_memory(const memory_result& r) {
   if (r.fragmentation) out.push_back(fragmentation_table(*r.fragmentation));
   if (r.expandable) out.push_back(expandable_table(*r.expandable));
   return out;
-}
-
-// ---- schema 1 -----------------------------------------------------------------------------
-
-namespace {
-
-using json = nlohmann::json;
-
-/// A number read whole from `text` (digits as the regexes below matched them).
-/// @throws format_error when it does not fit `T`.
-template <class T>
-T number_of(const std::string& text) {
-  T v{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || end != text.data() + text.size())
-    throw format_error("'" + text + "' is not a number in range");
-  return v;
-}
-
-/// Bytes from format_bytes' text ("512 B", "1 MiB", "1.0 MiB", "1.5 GiB"), rounded to a byte; a
-/// JSON integer is taken as bytes.
-std::uint64_t parse_bytes(const json& cell) {
-  if (cell.is_number_unsigned() || cell.is_number_integer()) return cell.get<std::uint64_t>();
-  return schema_v1::bytes_from_text(cell.get<std::string>());
-}
-
-/// The sub-matches of `re` in a table's title ([0] the whole match).
-/// @throws format_error when it does not match.
-std::vector<std::string> title_match(const json& t, const std::regex& re) {
-  const auto title = t.at("title").get<std::string>();
-  std::smatch m;
-  if (!std::regex_search(title, m, re))
-    throw format_error("table '" + t.value("id", std::string()) + "': unexpected title '" + title +
-                       "'");
-  return {m.begin(), m.end()};
-}
-
-const json* v1_table(const json& block, const char* id) {
-  const auto& tables = block.at("tables");
-  const auto it = tables.find(id);
-  return it == tables.end() ? nullptr : &*it;
-}
-
-const json* v1_extra(const json& block, const char* key) {
-  const auto it = block.find("extra");
-  if (it == block.end() || !it->is_object()) return nullptr;
-  const auto e = it->find(key);
-  return e == it->end() || e->is_null() ? nullptr : &*e;
-}
-
-const json& v1_rows(const json& t) {
-  const auto& rows = t.at("rows");
-  if (!rows.is_array())
-    throw format_error("table '" + t.value("id", std::string()) + "': rows is not a list");
-  return rows;
-}
-
-std::optional<double> opt_number(const json& row, const char* key) {
-  const auto it = row.find(key);
-  if (it == row.end() || it->is_null()) return std::nullopt;
-  return it->get<double>();
-}
-
-allocation_cost_result allocation_cost_from_v1(const json& t) {
-  allocation_cost_result a;
-  for (const auto& row : v1_rows(t))
-    a.rows.push_back({parse_bytes(row.at("bytes")), row.at("cuda_malloc_s").get<double>(),
-                      row.at("cuda_free_s").get<double>(),
-                      row.at("malloc_async_pair_s").get<double>(),
-                      row.at("cached_pair_s").get<double>()});
-  return a;
-}
-
-caching_result caching_from_v1(const json& t, const json* ec) {
-  static const std::regex re(R"(\((\d+) x ([^)]+)\)\s*$)");
-  const auto m = title_match(t, re);
-  caching_result c;
-  c.blocks = number_of<int>(m[1]);
-  c.block_bytes = parse_bytes(json(m[2]));
-  const auto& rows = v1_rows(t);
-  if (rows.size() > kCachingSteps.size())
-    throw format_error("table 'caching': " + std::to_string(rows.size()) + " steps, expected 5");
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const auto& row = rows[i];
-    c.steps.push_back({kCachingSteps[i], row.at("step").get<std::string>(),
-                       row.at("allocated_bytes").get<std::int64_t>(),
-                       row.at("reserved_bytes").get<std::int64_t>(),
-                       row.at("device_allocations").get<std::int64_t>(),
-                       row.at("step_s").get<double>()});
-  }
-  if (ec)
-    c.empty_cache = empty_cache_outcome{ec->at("released_bytes").get<std::uint64_t>(),
-                                        ec->at("released_segments").get<std::uint64_t>(),
-                                        ec->at("kept_bytes").get<std::uint64_t>(),
-                                        ec->at("kept_in_use_segments").get<std::uint64_t>(),
-                                        ec->at("kept_pending_segments").get<std::uint64_t>()};
-  return c;
-}
-
-peak_result peak_from_v1(const json& t, const json* stats) {
-  peak_result p;
-  for (const auto& row : v1_rows(t)) {
-    const auto q = row.at("quantity").get<std::string>();
-    const auto& b = row.at("bytes");
-    const auto peak = [&b] {
-      return b.is_null() ? std::nullopt : std::optional(b.get<std::int64_t>());
-    };
-    if (q == kPeakWeights)
-      p.weights_bytes = b.get<std::uint64_t>();
-    else if (q == kPeakAllocated)
-      p.peak_allocated_bytes = peak();
-    else if (q == kPeakReserved)
-      p.peak_reserved_bytes = peak();
-    else if (q == kPeakSum)
-      p.requested_bytes = b.get<std::uint64_t>();
-    else
-      throw format_error("table 'peak': unknown quantity '" + q + "'");
-  }
-  // The allocator's stats after the pass hold the same peaks.
-  if (stats && !p.peak_allocated_bytes)
-    p.peak_allocated_bytes = stats->at("allocated_bytes").at("peak").get<std::int64_t>();
-  if (stats && !p.peak_reserved_bytes)
-    p.peak_reserved_bytes = stats->at("reserved_bytes").at("peak").get<std::int64_t>();
-  return p;
-}
-
-pinned_result pinned_from_v1(const json& t, const json* pool) {
-  static const std::regex re(R"(for a (.+) tensor)");
-  pinned_result p;
-  p.bytes = parse_bytes(json(title_match(t, re)[1]));
-  p.use_pinned_memory = false;
-  for (const auto& row : v1_rows(t)) {
-    const auto what = row.at("memory").get<std::string>();
-    if (what.starts_with("pageable")) {
-      p.pageable_allocate_s = row.at("allocate_s").get<double>();
-      p.pageable_h2d_bytes_per_s = opt_number(row, "h2d_bytes_per_s");
-    } else if (what.starts_with("pinned")) {
-      p.use_pinned_memory = true;
-      p.pinned_allocate_s = opt_number(row, "allocate_s");
-      p.pinned_reuse_s = opt_number(row, "reuse_s");
-      p.pinned_h2d_bytes_per_s = opt_number(row, "h2d_bytes_per_s");
-    } else {
-      throw format_error("table 'pinned_vs_pageable': unknown host memory '" + what + "'");
-    }
-  }
-  if (pool)
-    p.pool = pinned_pool_outcome{
-        pool->at("backend_allocations").get<std::int64_t>(),
-        pool->at("backend_frees").get<std::int64_t>(), pool->at("cache_hits").get<std::int64_t>(),
-        pool->at("pin_seconds").get<double>(), pool->at("unpin_seconds").get<double>()};
-  return p;
-}
-
-fragmentation_result fragmentation_from_v1(const json& t) {
-  static const std::regex re(R"(a cached (.+) block, (.+) requests)");
-  const auto m = title_match(t, re);
-  fragmentation_result f;
-  f.large_bytes = parse_bytes(json(m[1]));
-  f.small_bytes = parse_bytes(json(m[2]));
-  for (const auto& row : v1_rows(t)) {
-    fragmentation_row r;
-    const auto& limit = row.at("max_split_size");
-    if (!(limit.is_string() && limit.get<std::string>() == "unlimited"))
-      r.max_split_size = parse_bytes(limit);
-    r.fragmentation = row.at("fragmentation").get<double>();
-    r.largest_free_bytes = row.at("largest_free_bytes").get<std::uint64_t>();
-    r.reserved_bytes = row.at("reserved_bytes").get<std::int64_t>();
-    const auto from = row.at("second_64mib").get<std::string>();
-    if (from != kNewSegment && from != kFromCache)
-      throw format_error("table 'fragmentation': unknown source '" + from + "'");
-    r.new_segment = from == kNewSegment;
-    f.rows.push_back(r);
-  }
-  return f;
-}
-
-}  // namespace
-
-memory_result memory_from_v1(const nlohmann::json& block) {
-  memory_result r;
-  if (const auto* t = v1_table(block, "allocation_cost"))
-    r.allocation_cost = allocation_cost_from_v1(*t);
-  if (const auto* t = v1_table(block, "caching"))
-    r.caching = caching_from_v1(*t, v1_extra(block, "empty_cache"));
-  if (const auto* t = v1_table(block, "peak"))
-    r.peak = peak_from_v1(*t, v1_extra(block, "peak_stats"));
-  if (const auto* t = v1_table(block, "trace")) {
-    r.trace = schema_v1::trace_from_v1(*t, v1_extra(block, "trace"));
-    r.trace->schedule_wait = r.trace->schedule_warmup = 0;  // the pass is traced whole
-  }
-  if (const auto* t = v1_table(block, "pinned_vs_pageable"))
-    r.pinned = pinned_from_v1(*t, v1_extra(block, "pinned_pool"));
-  if (const auto* t = v1_table(block, "fragmentation")) r.fragmentation = fragmentation_from_v1(*t);
-  return r;
 }
 
 lesson memory_lesson() {
