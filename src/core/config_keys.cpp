@@ -257,6 +257,25 @@ config_key bool_key(std::string name, bool& (*field)(config&), std::string doc) 
 
 namespace {
 
+/// Fails unless the value of `hi_key` is at least that of `lo_key`.
+void check_order(const where_fn& where, const std::string& lo_key, std::uint64_t lo,
+                 const std::string& hi_key, std::uint64_t hi) {
+  if (hi < lo)
+    fail_at(
+        where(hi_key), hi_key,
+        "must be at least " + lo_key + " (" + std::to_string(lo) + "), got " + std::to_string(hi));
+}
+
+/// `key` with `extra` checked after its own check (a relation to a key declared before it).
+config_key also_check(const config_key& key, decltype(key_impl::check) extra) {
+  key_impl k = key.impl();
+  k.check = [own = k.check, extra = std::move(extra)](const config& c, const where_fn& where) {
+    if (own) own(c, where);
+    extra(c, where);
+  };
+  return make(std::move(k));
+}
+
 // Where each key lives: a function per member, so the table stays data.
 #define GB_FIELD(type, path) +[](config& c) -> type& { return c.path; }
 
@@ -320,6 +339,89 @@ config_schema make_builtin() {
   s.add(int_key("transfer.num_streams", GB_FIELD(int, transfer.num_streams), 1, 64, "",
                 "streams for the multi-stream copy"));
   s.add(custom_key(
+      "transfer.dtype", "one of " + dtype_names(), "", "element type of the copied tensors",
+      [](config& c, const YAML::Node& n, const parse_context& ctx) {
+        const std::string expect = "one of " + dtype_names();
+        const auto t = parse_dtype(read_string(n, ctx, expect));
+        if (!t) fail(ctx, "expected " + expect + ", got " + describe(n));
+        c.transfer.element_type = *t;
+      },
+      [](const config& c) -> nlohmann::json { return to_string(c.transfer.element_type); }));
+  s.add(size_key("transfer.large_copy_bytes", GB_FIELD(std::uint64_t, transfer.large_copy_bytes),
+                 kMiB, 64 * kGiB, "1073741824 or \"1 GiB\"",
+                 "size for sync-vs-async, staged upload and cudaHostRegister"));
+  s.add(custom_key(
+      "transfer.sweep.enabled", "true, false or auto", "",
+      "the power-of-two size sweep (pinned, pageable and staged, both directions); `auto`: on "
+      "when `--html` writes a report",
+      [](config& c, const YAML::Node& n, const parse_context& ctx) {
+        c.transfer.sweep.enabled = read_bool_or_auto(n, ctx);
+      },
+      [](const config& c) -> nlohmann::json {
+        return c.transfer.sweep.enabled ? nlohmann::json(*c.transfer.sweep.enabled)
+                                        : nlohmann::json("auto");
+      }));
+  s.add(size_key("transfer.sweep.min_bytes", GB_FIELD(std::uint64_t, transfer.sweep.min_bytes), 1,
+                 64 * kGiB, "4096 or \"4 KiB\"", "smallest size of the sweep"));
+  s.add(also_check(
+      size_key("transfer.sweep.max_bytes", GB_FIELD(std::uint64_t, transfer.sweep.max_bytes), 1,
+               64 * kGiB, "4096 or \"4 KiB\"", "largest size of the sweep (at least `min_bytes`)"),
+      [](const config& c, const where_fn& where) {
+        check_order(where, "transfer.sweep.min_bytes", c.transfer.sweep.min_bytes,
+                    "transfer.sweep.max_bytes", c.transfer.sweep.max_bytes);
+      }));
+  s.add(bool_key("transfer.multi_gpu.enabled", GB_FIELD(bool, transfer.multi_gpu.enabled),
+                 "run the peer-to-peer matrices and NCCL collectives"));
+  s.add(size_key("transfer.multi_gpu.peer_bytes",
+                 GB_FIELD(std::uint64_t, transfer.multi_gpu.peer_bytes), kMiB, 4 * kGiB,
+                 "\"256 MiB\"", "bytes per peer-to-peer copy"));
+  s.add(size_key("transfer.multi_gpu.nccl_min_bytes",
+                 GB_FIELD(std::uint64_t, transfer.multi_gpu.nccl_min_bytes), 8, 8 * kGiB,
+                 "8 or \"1 GiB\"", "smallest collective size (powers of two)"));
+  s.add(also_check(
+      size_key("transfer.multi_gpu.nccl_max_bytes",
+               GB_FIELD(std::uint64_t, transfer.multi_gpu.nccl_max_bytes), 8, 8 * kGiB,
+               "8 or \"1 GiB\"", "largest collective size (at least `nccl_min_bytes`)"),
+      [](const config& c, const where_fn& where) {
+        check_order(where, "transfer.multi_gpu.nccl_min_bytes", c.transfer.multi_gpu.nccl_min_bytes,
+                    "transfer.multi_gpu.nccl_max_bytes", c.transfer.multi_gpu.nccl_max_bytes);
+      }));
+  s.add(bool_key("transfer.double_buffer.enabled", GB_FIELD(bool, transfer.double_buffer.enabled),
+                 "run the double-buffering comparison"));
+  s.add(custom_key(
+      "transfer.double_buffer.compute_to_copy",
+      "a list of compute/copy time ratios in 0.01..100, e.g. [0.5, 1, 2]", "",
+      "compute time per batch as a multiple of its copy time",
+      [](config& c, const YAML::Node& n, const parse_context& ctx) {
+        need_list(n, ctx, "a list of compute/copy time ratios in 0.01..100, e.g. [0.5, 1, 2]",
+                  config_limits::ratios, "ratios");
+        std::vector<double> v;
+        for (std::size_t i = 0; i < n.size(); ++i) {
+          const parse_context ictx = part_of(ctx, ctx.key + "[" + std::to_string(i) + "]", n[i]);
+          const double d = read_double(n[i], ictx, "a ratio in 0.01..100");
+          if (!(d >= 0.01 && d <= 100))
+            fail(ictx, "expected a ratio in 0.01..100, got " + describe(n[i]));
+          v.push_back(d);
+        }
+        c.transfer.double_buffer.compute_to_copy = std::move(v);
+      },
+      [](const config& c) -> nlohmann::json { return c.transfer.double_buffer.compute_to_copy; }));
+  s.add(size_key("transfer.double_buffer.batch_bytes",
+                 GB_FIELD(std::uint64_t, transfer.double_buffer.batch_bytes), kMiB, 4 * kGiB,
+                 "\"64 MiB\"", "bytes per batch"));
+  s.add(int_key("transfer.double_buffer.batches", GB_FIELD(int, transfer.double_buffer.batches), 1,
+                1024, "", "batches per run"));
+  s.add(int_key("transfer.double_buffer.depth", GB_FIELD(int, transfer.double_buffer.depth), 1, 8,
+                "", "pipeline depth of the traced run; double and triple are always shown"));
+  s.add(size_key("transfer.staging.chunk_bytes",
+                 GB_FIELD(std::uint64_t, transfer.staging.chunk_bytes), 64 * kKiB, kGiB,
+                 "\"8 MiB\"", "bytes per pinned staging buffer"));
+  s.add(int_key("transfer.staging.buffers", GB_FIELD(int, transfer.staging.buffers), 2, 16, "",
+                "staging buffers in the ring"));
+  s.add(int_key("transfer.staging.threads", GB_FIELD(int, transfer.staging.threads), 0, 256, "",
+                "host threads filling them (0 = one per core, at most 16)",
+                "an integer in 0..256 (0 = one per core, at most 16)"));
+  s.add(custom_key(
       "transfer.tensor_shapes",
       "a list of shapes, each a list of positive integers, e.g. [[1024, 1024]]", "",
       "shapes to copy; bytes = product × dtype size",
@@ -348,80 +450,6 @@ config_schema make_builtin() {
                         " is larger than 2^64 bytes");
         }
       }));
-  s.add(custom_key(
-      "transfer.dtype", "one of " + dtype_names(), "", "element type of the copied tensors",
-      [](config& c, const YAML::Node& n, const parse_context& ctx) {
-        const std::string expect = "one of " + dtype_names();
-        const auto t = parse_dtype(read_string(n, ctx, expect));
-        if (!t) fail(ctx, "expected " + expect + ", got " + describe(n));
-        c.transfer.element_type = *t;
-      },
-      [](const config& c) -> nlohmann::json { return to_string(c.transfer.element_type); }));
-  s.add(size_key("transfer.large_copy_bytes", GB_FIELD(std::uint64_t, transfer.large_copy_bytes),
-                 kMiB, 64 * kGiB, "1073741824 or \"1 GiB\"",
-                 "size for sync-vs-async, staged upload and cudaHostRegister"));
-  s.add(custom_key(
-      "transfer.sweep.enabled", "true, false or auto", "",
-      "the power-of-two size sweep (pinned, pageable and staged, both directions); `auto`: on "
-      "when `--html` writes a report",
-      [](config& c, const YAML::Node& n, const parse_context& ctx) {
-        c.transfer.sweep.enabled = read_bool_or_auto(n, ctx);
-      },
-      [](const config& c) -> nlohmann::json {
-        return c.transfer.sweep.enabled ? nlohmann::json(*c.transfer.sweep.enabled)
-                                        : nlohmann::json("auto");
-      }));
-  s.add(size_key("transfer.sweep.min_bytes", GB_FIELD(std::uint64_t, transfer.sweep.min_bytes), 1,
-                 64 * kGiB, "4096 or \"4 KiB\"", "smallest size of the sweep"));
-  s.add(size_key("transfer.sweep.max_bytes", GB_FIELD(std::uint64_t, transfer.sweep.max_bytes), 1,
-                 64 * kGiB, "4096 or \"4 KiB\"",
-                 "largest size of the sweep (at least `min_bytes`)"));
-  s.add(size_key("transfer.staging.chunk_bytes",
-                 GB_FIELD(std::uint64_t, transfer.staging.chunk_bytes), 64 * kKiB, kGiB,
-                 "\"8 MiB\"", "bytes per pinned staging buffer"));
-  s.add(int_key("transfer.staging.buffers", GB_FIELD(int, transfer.staging.buffers), 2, 16, "",
-                "staging buffers in the ring"));
-  s.add(int_key("transfer.staging.threads", GB_FIELD(int, transfer.staging.threads), 0, 256, "",
-                "host threads filling them (0 = one per core, at most 16)",
-                "an integer in 0..256 (0 = one per core, at most 16)"));
-  s.add(bool_key("transfer.double_buffer.enabled", GB_FIELD(bool, transfer.double_buffer.enabled),
-                 "run the double-buffering comparison"));
-  s.add(custom_key(
-      "transfer.double_buffer.compute_to_copy",
-      "a list of compute/copy time ratios in 0.01..100, e.g. [0.5, 1, 2]", "",
-      "compute time per batch as a multiple of its copy time",
-      [](config& c, const YAML::Node& n, const parse_context& ctx) {
-        need_list(n, ctx, "a list of compute/copy time ratios in 0.01..100, e.g. [0.5, 1, 2]",
-                  config_limits::ratios, "ratios");
-        std::vector<double> v;
-        for (std::size_t i = 0; i < n.size(); ++i) {
-          const parse_context ictx = part_of(ctx, ctx.key + "[" + std::to_string(i) + "]", n[i]);
-          const double d = read_double(n[i], ictx, "a ratio in 0.01..100");
-          if (!(d >= 0.01 && d <= 100))
-            fail(ictx, "expected a ratio in 0.01..100, got " + describe(n[i]));
-          v.push_back(d);
-        }
-        c.transfer.double_buffer.compute_to_copy = std::move(v);
-      },
-      [](const config& c) -> nlohmann::json { return c.transfer.double_buffer.compute_to_copy; }));
-  s.add(size_key("transfer.double_buffer.batch_bytes",
-                 GB_FIELD(std::uint64_t, transfer.double_buffer.batch_bytes), kMiB, 4 * kGiB,
-                 "\"64 MiB\"", "bytes per batch"));
-  s.add(int_key("transfer.double_buffer.batches", GB_FIELD(int, transfer.double_buffer.batches), 1,
-                1024, "", "batches per run"));
-  s.add(int_key("transfer.double_buffer.depth", GB_FIELD(int, transfer.double_buffer.depth), 1, 8,
-                "", "pipeline depth of the traced run; double and triple are always shown"));
-  s.add(bool_key("transfer.multi_gpu.enabled", GB_FIELD(bool, transfer.multi_gpu.enabled),
-                 "run the peer-to-peer matrices and NCCL collectives"));
-  s.add(size_key("transfer.multi_gpu.peer_bytes",
-                 GB_FIELD(std::uint64_t, transfer.multi_gpu.peer_bytes), kMiB, 4 * kGiB,
-                 "\"256 MiB\"", "bytes per peer-to-peer copy"));
-  s.add(size_key("transfer.multi_gpu.nccl_min_bytes",
-                 GB_FIELD(std::uint64_t, transfer.multi_gpu.nccl_min_bytes), 8, 8 * kGiB,
-                 "8 or \"1 GiB\"", "smallest collective size (powers of two)"));
-  s.add(size_key("transfer.multi_gpu.nccl_max_bytes",
-                 GB_FIELD(std::uint64_t, transfer.multi_gpu.nccl_max_bytes), 8, 8 * kGiB,
-                 "8 or \"1 GiB\"", "largest collective size (at least `nccl_min_bytes`)"));
   s.add(int_key("profiler.sample_interval_ms", GB_FIELD(int, profiler.sample_interval_ms), 1, 1000,
                 "ms", "NVML sampling period during the profile lesson",
                 "an integer in 1..1000 (milliseconds)"));
@@ -490,15 +518,6 @@ config_schema make_builtin() {
 
 #undef GB_FIELD
 
-/// Fails unless the value of `hi_key` is at least that of `lo_key`.
-void check_order(const where_fn& where, const std::string& lo_key, std::uint64_t lo,
-                 const std::string& hi_key, std::uint64_t hi) {
-  if (hi < lo)
-    fail_at(
-        where(hi_key), hi_key,
-        "must be at least " + lo_key + " (" + std::to_string(lo) + "), got " + std::to_string(hi));
-}
-
 /// A JSON value as the YAML file writes it: "1 GiB" for sizes, [a, b] for lists.
 std::string yaml_text(const nlohmann::json& v, const std::string& unit) {
   if (v.is_string()) return v.get<std::string>().empty() ? "\"\"" : v.get<std::string>();
@@ -557,13 +576,9 @@ void config_schema::validate(const config& cfg) const {
     if (it != cfg.origins.end()) return it->second;
     return {"<default>", 0, 0};
   };
+  // In the table's order; a relation between keys is checked with the later key.
   for (const auto& k : keys_)
     if (k.impl().check) k.impl().check(cfg, where);
-  // Between keys.
-  check_order(where, "transfer.sweep.min_bytes", cfg.transfer.sweep.min_bytes,
-              "transfer.sweep.max_bytes", cfg.transfer.sweep.max_bytes);
-  check_order(where, "transfer.multi_gpu.nccl_min_bytes", cfg.transfer.multi_gpu.nccl_min_bytes,
-              "transfer.multi_gpu.nccl_max_bytes", cfg.transfer.multi_gpu.nccl_max_bytes);
 }
 
 nlohmann::json config_schema::to_json(const config& cfg) const {

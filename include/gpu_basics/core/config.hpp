@@ -225,7 +225,7 @@ class config_schema {
   [[nodiscard]] config parse(std::string_view text, std::string_view source_name,
                              const config& base = config{}) const;
   void apply_override(config& cfg, std::string_view assignment) const;
-  /// Each key's own check, then the checks between keys.
+  /// Each key's own check, in the table's order (a relation between keys with the later key).
   void validate(const config& cfg) const;
   [[nodiscard]] nlohmann::json to_json(const config& cfg) const;
   [[nodiscard]] std::vector<config_key_doc> docs() const;
