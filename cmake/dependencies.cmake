@@ -1,6 +1,8 @@
 # Every dependency comes from its distribution package (Debian/Ubuntu) or the CUDA toolkit.
 # NVML is not linked: it is loaded with dlopen at run time.
-find_package(CUDAToolkit REQUIRED)
+if(NOT GPU_BASICS_HOST_ONLY)
+  find_package(CUDAToolkit REQUIRED)
+endif()
 find_package(yaml-cpp REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)

@@ -82,8 +82,9 @@ else
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" "${optional[@]}"
 fi
 
-# nvcc is found by CMake on PATH or at /usr/local/cuda/bin.
-if ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+# nvcc is found by CMake on PATH or at /usr/local/cuda/bin (not needed by the host-only build:
+# --no-cuda).
+if [[ " $* " != *" --no-cuda "* ]] && ! command -v nvcc >/dev/null && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
   echo "install_deps: nvcc not found: install the CUDA toolkit (12.4 or newer)" >&2
   exit 1
 fi

@@ -6,24 +6,22 @@
 
 #include <CLI/CLI.hpp>
 
+#include "commands.hpp"
 #include "exit_codes.hpp"
 #include "gpu_basics/core/config.hpp"
 #include "gpu_basics/core/environment.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/lessons/registry.hpp"
 #include "gpu_basics/profiler/trace_writer.hpp"
+#include "replay.hpp"
+#include "verdicts.hpp"
 
 namespace gpu_basics::cli {
 
 const std::vector<std::string>& commands() {
   static const std::vector<std::string> c = [] {
     std::vector<std::string> v;
-    for (const auto& l : lessons::registry()) v.emplace_back(l.name);
-    v.emplace_back("all");
-    v.emplace_back("show");
-    v.emplace_back("report");
-    v.emplace_back("compare");
-    v.emplace_back("replay");
+    for (const auto& cmd : command_table()) v.push_back(cmd.name);
     return v;
   }();
   return c;
@@ -32,9 +30,8 @@ const std::vector<std::string>& commands() {
 namespace {
 /// Checks the values CLI11 cannot (log level, output paths) and moves them into `o`. Writes one
 /// line to `err` and returns false on the first bad one.
-bool finish_options(options& o, const std::string& level, const std::string& json,
-                    const std::string& csv, const std::string& trace, const std::string& html,
-                    std::ostream& err) {
+bool finish_options(options& o, const raw_options& raw, std::ostream& err) {
+  const auto& [level, json, csv, trace, html, html_flag] = raw;
   if (!level.empty()) {
     if (!parse_log_level(level)) {
       err << "gpu-basics: --log-level: expected one of trace, debug, info, warn, error, got "
@@ -73,15 +70,15 @@ bool finish_options(options& o, const std::string& level, const std::string& jso
   }
   if (!html.empty()) {
     if (html == "-") {
-      err << "gpu-basics: " << (o.command == "report" ? "-o" : "--html")
-          << " needs a file path (the report is one HTML file)\n";
+      err << "gpu-basics: " << html_flag << " needs a file path (the report is one HTML file)\n";
       return false;
     }
     o.html_path = html;
   }
   return true;
 }
-/// check's own options: --strict, --baseline, --from, --force, --threshold.
+/// The options of a lesson that judges (check): --strict, --baseline, --from, --force,
+/// --threshold.
 void add_check_options(CLI::App* sub, options& o) {
   sub->add_flag("--strict", o.strict, "Exit non-zero on WARN too, not only on FAIL");
   sub->add_option("--baseline", o.baseline_path,
@@ -172,11 +169,6 @@ const CLI::Validator& non_empty() {
 
 namespace {
 
-/// Option values as typed, before finish_options() checks and stores them.
-struct raw_options {
-  std::string level, json, csv, trace, html;
-};
-
 void add_output_options(CLI::App* sub, raw_options& raw) {
   sub->add_option("--json", raw.json, "Write results as JSON to this file ('-' for stdout)")
       ->check(non_empty());
@@ -210,64 +202,99 @@ void add_run_options(CLI::App* sub, options& o, raw_options& raw, bool traces) {
         ->check(non_empty());
 }
 
-/// A subcommand per lesson of the registry, and `all`.
-void add_lesson_commands(CLI::App& app, options& o, raw_options& raw) {
-  for (const auto& l : lessons::registry()) {
-    CLI::App* sub = app.add_subcommand(std::string(l.name), std::string(l.description));
-    add_run_options(sub, o, raw, l.traces);
-    if (l.name == "check") add_check_options(sub, o);
-    if (l.name == "memory")
-      sub->add_option("--snapshot", o.snapshot_path,
-                      "Write a PyTorch memory snapshot (pickle) of the allocator in the peak pass "
-                      "to PATH; open it in https://pytorch.org/memory_viz")
-          ->check(non_empty());
-  }
-  add_run_options(app.add_subcommand("all", "info, then every lesson, on one configuration"), o,
-                  raw, false);
+/// A lesson's options: the run options, --trace, --snapshot and check's own, as the lesson says.
+void add_lesson_options(CLI::App& sub, options& o, raw_options& raw, const command& self) {
+  const lessons::lesson& l = *self.lesson;
+  add_run_options(&sub, o, raw, l.traces);
+  if (l.judges) add_check_options(&sub, o);
+  if (l.snapshots)
+    sub.add_option("--snapshot", o.snapshot_path,
+                   "Write a PyTorch memory snapshot (pickle) of the allocator in the peak pass "
+                   "to PATH; open it in https://pytorch.org/memory_viz")
+        ->check(non_empty());
 }
 
-/// The commands that read files and need no GPU: show, report, compare, replay.
-void add_file_commands(CLI::App& app, options& o, raw_options& raw) {
-  CLI::App* show = app.add_subcommand(
-      "show", "Render a saved run (--json output, any schema version) again, without a GPU");
-  show->add_option("results", o.input_path, "A results file written by --json")
+void add_all_options(CLI::App& sub, options& o, raw_options& raw, const command&) {
+  add_run_options(&sub, o, raw, false);
+}
+
+void add_show_options(CLI::App& show, options& o, raw_options& raw, const command&) {
+  show.add_option("results", o.input_path, "A results file written by --json")
       ->required()
       ->check(non_empty());
-  add_output_options(show, raw);
-  CLI::App* rep = app.add_subcommand(
-      "report",
-      "Draw saved runs (--json output) as one self-contained HTML file with charts; several "
-      "runs overlay in the same charts. No GPU needed");
-  rep->add_option("results", o.input_paths, "Results files written by --json (one or more)")
+  add_output_options(&show, raw);
+}
+
+void add_report_options(CLI::App& rep, options& o, raw_options& raw, const command&) {
+  rep.add_option("results", o.input_paths, "Results files written by --json (one or more)")
       ->required()
       ->check(non_empty());
-  rep->add_option("-o,--output", raw.html, "The HTML file to write")
-      ->required()
-      ->check(non_empty());
-  CLI::App* cmp = app.add_subcommand(
-      "compare",
-      "Compare NEW.json with BASELINE.json figure by figure (same, better, worse), or, with "
-      "--fleet, one result per node with outliers marked. No GPU needed");
-  add_compare_options(cmp, o);
-  cmp->add_option("-c,--config", o.config_path,
-                  "YAML configuration whose check.* thresholds judge the fleet's nodes");
-  cmp->add_option("-s,--set", o.overrides, "Override one configuration key (repeatable)")
+  rep.add_option("-o,--output", raw.html, "The HTML file to write")->required()->check(non_empty());
+  raw.html_flag = "-o";
+}
+
+void add_compare_command_options(CLI::App& cmp, options& o, raw_options& raw, const command&) {
+  add_compare_options(&cmp, o);
+  cmp.add_option("-c,--config", o.config_path,
+                 "YAML configuration whose check.* thresholds judge the fleet's nodes");
+  cmp.add_option("-s,--set", o.overrides, "Override one configuration key (repeatable)")
       ->allow_extra_args(false);
-  add_output_options(cmp, raw);
-  CLI::App* rpl = app.add_subcommand(
-      "replay",
-      "Replay a PyTorch memory snapshot's allocations (torch.cuda.memory._dump_snapshot) under "
-      "several allocator policies and compare their peak reserved memory. No GPU needed");
-  rpl->add_option("snapshot", o.input_path, "A snapshot pickle recorded with history")
+  add_output_options(&cmp, raw);
+}
+
+bool validate_compare(const options& o, std::ostream& err) {
+  if (o.fleet || o.input_paths.size() == 2) return true;
+  err << "gpu-basics: compare needs BASELINE.json NEW.json (or --fleet FILES...), got "
+      << o.input_paths.size() << " file(s)\n";
+  return false;
+}
+
+void add_replay_options(CLI::App& rpl, options& o, raw_options& raw, const command&) {
+  rpl.add_option("snapshot", o.input_path, "A snapshot pickle recorded with history")
       ->required()
       ->check(non_empty());
-  rpl->add_option("--policy", o.policies,
-                  "Also replay this PYTORCH_CUDA_ALLOC_CONF string, e.g. "
-                  "\"expandable_segments:True,max_split_size_mb:256\" (repeatable)")
+  rpl.add_option("--policy", o.policies,
+                 "Also replay this PYTORCH_CUDA_ALLOC_CONF string, e.g. "
+                 "\"expandable_segments:True,max_split_size_mb:256\" (repeatable)")
       ->allow_extra_args(false)
       ->check(non_empty());
-  rpl->add_option("--json", raw.json, "Write the replay as JSON to this file ('-' for stdout)")
+  rpl.add_option("--json", raw.json, "Write the replay as JSON to this file ('-' for stdout)")
       ->check(non_empty());
+}
+
+std::vector<command> make_table() {
+  std::vector<command> t;
+  bool all_writes_files = false;
+  for (const auto& l : lessons::registry()) {
+    command c;
+    c.name = std::string(l.name);
+    c.description = std::string(l.description);
+    c.lesson = &l;
+    c.add_options = add_lesson_options;
+    c.run = run_lessons;
+    c.writes_files = l.writes_files;
+    if (l.in_all) all_writes_files = all_writes_files || l.writes_files;
+    t.push_back(std::move(c));
+  }
+  t.push_back({"all", "info, then every lesson, on one configuration", nullptr, add_all_options,
+               nullptr, run_lessons, all_writes_files});
+  t.push_back({"show",
+               "Render a saved run (--json output, any schema version) again, without a GPU",
+               nullptr, add_show_options, nullptr, run_show});
+  t.push_back({"report",
+               "Draw saved runs (--json output) as one self-contained HTML file with charts; "
+               "several runs overlay in the same charts. No GPU needed",
+               nullptr, add_report_options, nullptr, run_report});
+  t.push_back({"compare",
+               "Compare NEW.json with BASELINE.json figure by figure (same, better, worse), or, "
+               "with --fleet, one result per node with outliers marked. No GPU needed",
+               nullptr, add_compare_command_options, validate_compare, run_compare});
+  t.push_back({"replay",
+               "Replay a PyTorch memory snapshot's allocations (torch.cuda.memory._dump_snapshot) "
+               "under several allocator policies and compare their peak reserved memory. No GPU "
+               "needed",
+               nullptr, add_replay_options, nullptr, run_replay});
+  return t;
 }
 
 }  // namespace
@@ -280,8 +307,8 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
                                         std::string(gpu_basics_git_revision()) + ")");
   options o;
   raw_options raw;
-  add_lesson_commands(app, o, raw);
-  add_file_commands(app, o, raw);
+  for (const auto& c : command_table())
+    c.add_options(*app.add_subcommand(c.name, c.description), o, raw, c);
   if (!check_command_word(args, err)) return {std::nullopt, exit_usage};
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   if (!reversed.empty()) reversed.pop_back();  // argv[0]
@@ -296,14 +323,21 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
     return {std::nullopt, exit_usage};
   }
   for (const auto* sub : app.get_subcommands()) o.command = sub->get_name();
-  if (!finish_options(o, raw.level, raw.json, raw.csv, raw.trace, raw.html, err))
+  const command* cmd = find_command(o.command);
+  if (!finish_options(o, raw, err) || (cmd->validate && !cmd->validate(o, err)))
     return {std::nullopt, exit_usage};
-  if (o.command == "compare" && !o.fleet && o.input_paths.size() != 2) {
-    err << "gpu-basics: compare needs BASELINE.json NEW.json (or --fleet FILES...), got "
-        << o.input_paths.size() << " file(s)\n";
-    return {std::nullopt, exit_usage};
-  }
   return {o, exit_ok};
+}
+
+const std::vector<command>& command_table() {
+  static const std::vector<command> t = make_table();
+  return t;
+}
+
+const command* find_command(std::string_view name) {
+  for (const auto& c : command_table())
+    if (c.name == name) return &c;
+  return nullptr;
 }
 
 }  // namespace gpu_basics::cli

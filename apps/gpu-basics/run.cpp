@@ -1,14 +1,11 @@
 #include "run.hpp"
 
-#include <unistd.h>
-
-#include <cstdio>
-#include <functional>
+#include <csignal>
 #include <ostream>
 
 #include <spdlog/spdlog.h>
 
-#include <csignal>
+#include "commands.hpp"
 #include "exit_codes.hpp"
 
 #include "gpu_basics/core/environment.hpp"
@@ -17,9 +14,7 @@
 #include "gpu_basics/core/logging.hpp"
 #include "gpu_basics/lessons/record.hpp"
 #include "gpu_basics/lessons/registry.hpp"
-#include "gpu_basics/lessons/setup.hpp"
 #include "gpu_basics/report/report.hpp"
-#include "replay.hpp"
 #include "verdicts.hpp"
 
 namespace gpu_basics::cli {
@@ -57,9 +52,6 @@ void write_outputs(const options& o, const lessons::run_record& rec,
   }
 }
 
-namespace {
-
-/// The exit code and message for an error escaping a command.
 std::pair<int, std::string> classify(const std::exception& e) {
   if (const auto* i = dynamic_cast<const interrupted*>(&e))
     return {i->signal_number() == SIGTERM ? exit_terminated : exit_interrupted, e.what()};
@@ -77,31 +69,19 @@ std::pair<int, std::string> classify(const std::exception& e) {
   return {exit_internal, std::string("internal error: ") + e.what()};
 }
 
-/// A one-line progress display on stderr, only when stderr is a terminal. Every report is also
-/// the lesson's check for Ctrl-C / SIGTERM: an `interrupted` error unwinds it from there.
-lessons::progress_fn terminal_progress(const std::string& lesson) {
-  if (isatty(2) == 0) return [](const std::string&, int, int) { throw_if_interrupted(); };
-  return [lesson](const std::string& item, int done, int total) {
-    throw_if_interrupted();
-    if (done >= total)
-      std::fprintf(stderr, "\r\033[K");
-    else
-      std::fprintf(stderr, "\r\033[K[%s %d/%d] %s", lesson.c_str(), done, total, item.c_str());
-    std::fflush(stderr);
-  };
-}
-
+namespace {
 /// Fails before any measuring when an output cannot be written (exit 7 then, not after minutes).
-void check_outputs(const options& o, const config* cfg) {
+void check_outputs(const options& o, const config* cfg, bool writes_files) {
   if (o.json_path && *o.json_path != "-") check_writable(*o.json_path);
   if (o.csv_path) check_writable(*o.csv_path);
   if (o.trace_path) check_writable(*o.trace_path);
   if (o.snapshot_path) check_writable(*o.snapshot_path);
-  if (o.html_path && o.command != "report") check_writable(*o.html_path);
+  if (o.html_path) check_writable(*o.html_path);
   // The lessons that write files of their own write them under output.directory.
-  if (cfg && (o.command == "transfer" || o.command == "profile" || o.command == "all"))
-    check_writable_directory(cfg->output.directory);
+  if (cfg && writes_files) check_writable_directory(cfg->output.directory);
 }
+
+}  // namespace
 
 /// `report`: saved runs drawn as one HTML file. Every failure is the input's or the output
 /// path's, so every failure is a usage error (exit 2); nothing is left half-written.
@@ -123,7 +103,7 @@ int run_report(const options& o, std::ostream& out, std::ostream& err) {
 
 /// `show`: a saved run rendered again; no GPU, no configuration.
 int run_show(const options& o, std::ostream& out, std::ostream& err) {
-  check_outputs(o, nullptr);
+  check_outputs(o, nullptr, false);
   lessons::run_record rec;
   try {
     rec = lessons::load_record(o.input_path);
@@ -140,86 +120,28 @@ int run_show(const options& o, std::ostream& out, std::ostream& err) {
   return exit_ok;
 }
 
-/// Measures the lessons of the command; a lesson that fails under `all` is reported in one line
-/// (and under "errors") and the others still run. Returns the first failure's exit code.
-int measure(const options& o, lessons::context& ctx, lessons::run_record& rec,
-            std::vector<presentation::report>& reports, std::ostream& out, std::ostream& err,
-            const std::function<void(nlohmann::json&)>& amend) {
-  const bool print_live = !(o.json_path && *o.json_path == "-");
-  const lessons::device_facts facts = lessons::device_facts::of(ctx.device(), ctx.nvml_status);
-  int code = exit_ok;
-  for (const auto& l : lessons::registry()) {
-    if (o.command == "all" ? !l.in_all : l.name != o.command) continue;
-    throw_if_interrupted();
-    const std::string name(l.name);
-    ctx.progress = terminal_progress(name);
-    nlohmann::json result;
-    try {
-      result = l.measure(ctx);
-    } catch (const no_device_error&) {
-      throw;  // nothing else can run either
-    } catch (const interrupted&) {
-      throw;  // the user asked to stop everything
-    } catch (const std::exception& e) {
-      if (o.command != "all") throw;
-      const auto [rc, message] = classify(e);
-      err << "gpu-basics: " << name << ": " << message << "\n";
-      rec.errors.emplace_back(name, message);
-      if (code == exit_ok) code = rc;
-      lessons::clear_device_error();
-      continue;
-    }
-    if (amend) amend(result);
-    reports.push_back(l.render(result, facts));
-    rec.results.emplace_back(name, std::move(result));
-    if (print_live) print(rec, {reports.back()}, out);
-  }
-  return code;
+int run_lessons(const options& o, std::ostream& out, std::ostream& err) {
+  // The configuration and the outputs are checked before any GPU is touched.
+  config cfg = load_config(o.config_path, o.overrides);
+  if (o.log_level) cfg.logging.level = *parse_log_level(*o.log_level);
+  const command* cmd = find_command(o.command);
+  check_outputs(o, &cfg, cmd != nullptr && cmd->writes_files);
+  throw_if_interrupted();
+  setup_logging(cfg.logging.level);
+  const auto baseline = load_baseline(o);  // bad input is exit 2 before any GPU work
+  if (o.from_path) return judge_saved(o, cfg, baseline, out, err);
+  return measure_lessons(o, std::move(cfg), baseline, out, err);
 }
-
-}  // namespace
 
 int run(const options& o, std::ostream& out, std::ostream& err) {
   const auto fail = [&](int code, const std::string& message) {
     err << "gpu-basics: " << message << "\n";
     return code;
   };
-  if (o.command == "replay") return run_replay(o, out, err);
-  if (o.command == "show" || o.command == "report" || o.command == "compare") {
-    try {
-      if (o.command == "compare") return run_compare(o, out, err);
-      return o.command == "show" ? run_show(o, out, err) : run_report(o, out, err);
-    } catch (const std::exception& e) {
-      const auto [code, message] = classify(e);
-      return fail(code, message);
-    } catch (...) {
-      return fail(exit_internal, "internal error: an exception that is not a std::exception");
-    }
-  }
+  const command* cmd = find_command(o.command);
+  if (cmd == nullptr) return fail(exit_usage, "unknown command " + quote_for_message(o.command));
   try {
-    // The configuration and the outputs are checked before any GPU is touched.
-    config cfg = load_config(o.config_path, o.overrides);
-    if (o.log_level) cfg.logging.level = *parse_log_level(*o.log_level);
-    check_outputs(o, &cfg);
-    throw_if_interrupted();
-    setup_logging(cfg.logging.level);
-    const auto baseline = load_baseline(o);  // bad input is exit 2 before any GPU work
-    if (o.from_path) return judge_saved(o, cfg, baseline, out, err);
-    lessons::context ctx = lessons::open_context(cfg);
-    ctx.trace_path = o.trace_path;
-    ctx.snapshot_path = o.snapshot_path;
-    ctx.charts = o.html_path.has_value();
-    lessons::run_record rec;
-    rec.command = o.command;
-    rec.environment = environment_json(ctx.cfg, ctx.devices, ctx.nvml_status);
-    std::vector<presentation::report> reports;
-    std::function<void(nlohmann::json&)> amend;
-    if (baseline) amend = [&](nlohmann::json& result) { add_baseline(result, rec, *baseline, o); };
-    int code = measure(o, ctx, rec, reports, out, err, amend);
-    rec.environment = environment_json(ctx.cfg, ctx.devices, ctx.nvml_status);
-    write_outputs(o, rec, reports, out);
-    if (o.command == "check" && code == exit_ok) code = check_exit_code(rec, o.strict, err);
-    return code;
+    return cmd->run(o, out, err);
   } catch (const std::exception& e) {
     const auto [code, message] = classify(e);
     return fail(code, message);

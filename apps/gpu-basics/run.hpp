@@ -1,9 +1,14 @@
 #pragma once
 
 #include <iosfwd>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cli.hpp"
+#include "gpu_basics/core/config.hpp"
 #include "gpu_basics/core/results.hpp"
 #include "gpu_basics/lessons/record.hpp"
 
@@ -20,5 +25,16 @@ void print(const lessons::run_record& rec, const std::vector<presentation::repor
 /// @throws io_error when a file cannot be written.
 void write_outputs(const options& o, const lessons::run_record& rec,
                    const std::vector<presentation::report>& reports, std::ostream& out);
+
+/// The exit code and the one-line message for an error escaping a command.
+[[nodiscard]] std::pair<int, std::string> classify(const std::exception& e);
+
+/// Measures the lessons of o.command on the GPU with `cfg` (checked, outputs writable), prints
+/// them live and writes the outputs; `baseline` (check --baseline) joins a check. Returns the
+/// exit code. In a host-only build: exit_no_gpu, saying that this build cannot measure.
+/// @throws what the lessons throw (run() classifies it).
+int measure_lessons(const options& o, config cfg,
+                    const std::optional<lessons::run_record>& baseline, std::ostream& out,
+                    std::ostream& err);
 
 }  // namespace gpu_basics::cli

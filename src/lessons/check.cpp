@@ -372,8 +372,8 @@ lesson check_lesson() {
       "Node acceptance in well under a minute: PCIe link, pinned and D2D copies, a bf16 GEMM, "
       "verification, ECC and throttling, each PASS/WARN/FAIL against check.* thresholds";
   l.traces = false;
+  l.judges = true;
   l.in_all = false;
-  l.measure = [](context& ctx) { return nlohmann::json(measure_check(ctx)); };
   l.render = [](const nlohmann::json& j, const device_facts& f) {
     return render_typed<check_result, explain_check, present_check>(j, f, "check");
   };

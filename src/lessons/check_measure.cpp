@@ -10,6 +10,7 @@
 #include "gpu_basics/core/hardware.hpp"
 #include "gpu_basics/core/nvml.hpp"
 #include "gpu_basics/lessons/check.hpp"
+#include "gpu_basics/lessons/measure.hpp"
 #include "gpu_basics/profiler/gemm.hpp"
 #include "gpu_basics/profiler/gemm_runner.hpp"
 #include "gpu_basics/transfer/copy_bench.hpp"

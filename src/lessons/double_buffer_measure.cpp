@@ -17,6 +17,7 @@
 #include "gpu_basics/core/thread_pool.hpp"
 #include "gpu_basics/core/units.hpp"
 #include "gpu_basics/lessons/double_buffer.hpp"
+#include "gpu_basics/lessons/measure.hpp"
 #include "gpu_basics/profiler/range.hpp"
 #include "gpu_basics/profiler/trace_writer.hpp"
 #include "gpu_basics/transfer/copy_bench.hpp"

@@ -107,13 +107,6 @@ std::vector<note> device_notes(const device_info& d, const std::string& nvml_sta
 
 }  // namespace
 
-info_result measure_info(context& ctx) {
-  info_result r;
-  r.gpus = ctx.devices;
-  r.nvml_status = ctx.nvml_status;
-  return r;
-}
-
 std::vector<note> explain_info(const info_result& r, const device_facts&) {
   std::vector<note> n;
   for (const auto& d : r.gpus) {
@@ -136,7 +129,6 @@ lesson info_lesson() {
       "Every visible GPU: name, compute capability, SMs, L2, memory, copy engines, clocks, driver "
       "and runtime, PCIe link";
   l.traces = false;
-  l.measure = [](context& ctx) { return nlohmann::json(measure_info(ctx)); };
   l.render = [](const nlohmann::json& j, const device_facts& f) {
     return render_typed<info_result, explain_info, present_info>(j, f, "info");
   };

@@ -448,7 +448,7 @@ lesson memory_lesson() {
   l.name = "memory";
   l.description = "Lesson: device allocation, the caching allocator, pinned memory, empty_cache";
   l.traces = true;
-  l.measure = [](context& ctx) { return nlohmann::json(measure_memory(ctx)); };
+  l.snapshots = true;
   l.render = [](const nlohmann::json& j, const device_facts& f) {
     return render_typed<memory_result, explain_memory, present_memory>(j, f, "memory");
   };

@@ -15,6 +15,7 @@
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/stats.hpp"
 #include "gpu_basics/core/units.hpp"
+#include "gpu_basics/lessons/measure.hpp"
 #include "gpu_basics/lessons/memory.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/cuda_backend.hpp"

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "gpu_basics/lessons/measure.hpp"
 #include "gpu_basics/lessons/multi_gpu.hpp"
 #include "gpu_basics/transfer/multi_gpu.hpp"
 #include "gpu_basics/transfer/nccl.hpp"

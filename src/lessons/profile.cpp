@@ -348,7 +348,7 @@ lesson profile_lesson() {
   l.name = "profile";
   l.description = "Lesson: NVML utilization sampling, CUDA-event timing, matmul against the peak";
   l.traces = true;
-  l.measure = [](context& ctx) { return nlohmann::json(measure_profile(ctx)); };
+  l.writes_files = true;
   l.render = [](const nlohmann::json& j, const device_facts& f) {
     return render_typed<profile_result, explain_profile, present_profile>(j, f, "profile");
   };

@@ -14,6 +14,7 @@
 #include "gpu_basics/core/pattern_kernels.hpp"
 #include "gpu_basics/core/results.hpp"
 #include "gpu_basics/core/stats.hpp"
+#include "gpu_basics/lessons/measure.hpp"
 #include "gpu_basics/lessons/profile.hpp"
 #include "gpu_basics/profiler/gemm.hpp"
 #include "gpu_basics/profiler/gemm_runner.hpp"

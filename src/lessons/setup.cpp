@@ -1,4 +1,4 @@
-#include "gpu_basics/lessons/setup.hpp"
+#include "gpu_basics/lessons/measure.hpp"
 
 #include <cuda_runtime_api.h>
 #include <spdlog/spdlog.h>

@@ -494,7 +494,7 @@ lesson transfer_lesson() {
   l.description =
       "Lesson: host<->device copies: sync vs async, pinned vs pageable, streams, PCIe bandwidth";
   l.traces = true;
-  l.measure = [](context& ctx) { return nlohmann::json(measure_transfer(ctx)); };
+  l.writes_files = true;
   l.render = [](const nlohmann::json& j, const device_facts& f) {
     return render_typed<transfer_result, explain_transfer, present_transfer>(j, f, "transfer");
   };

@@ -9,6 +9,7 @@
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/hardware.hpp"
 #include "gpu_basics/core/thread_pool.hpp"
+#include "gpu_basics/lessons/measure.hpp"
 #include "gpu_basics/lessons/transfer.hpp"
 #include "gpu_basics/transfer/copy_bench.hpp"
 #include "gpu_basics/transfer/plan.hpp"

@@ -1,5 +1,6 @@
 # Runs the gpu-basics binary the way a user would and checks exit code, messages and files.
-# -DEXE=<binary> -DWORK=<scratch dir> -DMODE=no_gpu|bad_config|hostile [-DDATA=<tests/data>]
+# -DEXE=<binary> -DWORK=<scratch dir> -DMODE=no_gpu|host_only|bad_config|hostile
+# [-DDATA=<tests/data>]
 file(REMOVE_RECURSE ${WORK}/${MODE})
 file(MAKE_DIRECTORY ${WORK}/${MODE})
 set(dir ${WORK}/${MODE})
@@ -31,6 +32,15 @@ if(MODE STREQUAL "no_gpu")
   foreach(cmd info all memory)
     expect_run(3 "^gpu-basics: no NVIDIA GPU visible: "
                ${CMAKE_COMMAND} -E env CUDA_VISIBLE_DEVICES= ${EXE} ${cmd} --json ${dir}/${cmd}.json)
+    if(EXISTS ${dir}/${cmd}.json)
+      message(FATAL_ERROR "${cmd}: wrote ${dir}/${cmd}.json although it failed")
+    endif()
+  endforeach()
+elseif(MODE STREQUAL "host_only")
+  # A host-only build cannot measure: one line that says so, exit 3, nothing written.
+  foreach(cmd info all memory check)
+    expect_run(3 "^gpu-basics: ${cmd} measures on a GPU, and this gpu-basics was built host-only"
+               ${EXE} ${cmd} --json ${dir}/${cmd}.json)
     if(EXISTS ${dir}/${cmd}.json)
       message(FATAL_ERROR "${cmd}: wrote ${dir}/${cmd}.json although it failed")
     endif()

@@ -2,10 +2,15 @@
 #   EXPECT=fail: the build fails, and for the right reason: HEADER exists in the source tree but
 #                the compiler reports it missing ("No such file or directory", or clang's "file not
 #                found") from the probe's layer.
+#   EXPECT=cuda: the build fails because HEADER, a CUDA header of the library, refuses a host
+#                layer by name (its #error).
 #   EXPECT=pass: the build succeeds (the control: right-way includes still work).
 # -DBUILD=<build tree> -DTARGET=<probe target> -DSOURCE=<source tree> [-DHEADER=gpu_basics/...]
 # [-DCONFIG=<config>]
-if(EXPECT STREQUAL "fail" AND NOT EXISTS "${SOURCE}/include/${HEADER}")
+if(EXPECT STREQUAL "cuda" AND NOT EXISTS "${SOURCE}/include/${HEADER}")
+  message(FATAL_ERROR "probe ${TARGET}: ${HEADER} does not exist, so its failure would prove nothing")
+endif()
+if(EXPECT STREQUAL "fail" AND HEADER MATCHES "^gpu_basics/" AND NOT EXISTS "${SOURCE}/include/${HEADER}")
   message(FATAL_ERROR "probe ${TARGET}: ${HEADER} does not exist, so its failure would prove nothing")
 endif()
 set(config_args)
@@ -26,6 +31,16 @@ if(rc EQUAL 0)
                       "include roots do not enforce the layering")
 endif()
 string(REPLACE "." "\\." header_re "${HEADER}")
+if(EXPECT STREQUAL "cuda")
+  string(REGEX MATCH "[^\n]*${header_re} is a CUDA header: a host-only target may not include it"
+         hit "${out}")
+  if(NOT hit)
+    message(FATAL_ERROR "probe ${TARGET} failed, but not because ${HEADER} refused a host "
+                        "layer:\n${out}")
+  endif()
+  message(STATUS "probe ${TARGET} failed for the right reason:\n  ${hit}")
+  return()
+endif()
 string(REGEX MATCH "[^\n]*${header_re}'?(: No such file or directory| file not found)[^\n]*" hit
        "${out}")
 if(NOT hit)

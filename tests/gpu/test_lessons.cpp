@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "gpu_basics/core/environment.hpp"
+#include "gpu_basics/lessons/measure.hpp"
 #include "gpu_basics/lessons/record.hpp"
 #include "gpu_basics/lessons/registry.hpp"
-#include "gpu_basics/lessons/setup.hpp"
 #include "gpu_test_util.hpp"
 
 using namespace gpu_basics;
@@ -39,7 +39,7 @@ TEST(Lessons, EachMeasuresSerializesAndRendersTheSameFromText) {
   run_record rec;
   rec.command = "all";
   std::vector<presentation::report> live;
-  for (const auto& l : registry()) {
+  for (const auto& l : measuring_registry()) {
     SCOPED_TRACE(std::string(l.name));
     const nlohmann::json result = l.measure(ctx);
     ASSERT_TRUE(result.is_object());

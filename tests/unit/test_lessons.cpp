@@ -238,3 +238,21 @@ TEST(AttachNotes, GoUnderTheirTable) {
   EXPECT_EQ(t[0].notes, (std::vector<std::string>{"2"}));
   EXPECT_EQ(t[1].notes, (std::vector<std::string>{"1", "3", "4"}));
 }
+
+#if !GPU_BASICS_TEST_HOST_ONLY
+#include "gpu_basics/lessons/measure.hpp"
+
+// The host registry has no measure step (a host-only build links no GPU code); the measuring
+// registry is the same lessons, in the same order, each with one.
+TEST(Registry, MeasuringRegistryIsTheRegistryWithEveryMeasureStep) {
+  const auto& host = gpu_basics::lessons::registry();
+  const auto& measuring = gpu_basics::lessons::measuring_registry();
+  ASSERT_EQ(measuring.size(), host.size());
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    EXPECT_EQ(measuring[i].name, host[i].name);
+    EXPECT_EQ(host[i].measure, nullptr) << host[i].name;
+    EXPECT_NE(measuring[i].measure, nullptr) << host[i].name;
+    EXPECT_EQ(measuring[i].render, host[i].render) << host[i].name;
+  }
+}
+#endif

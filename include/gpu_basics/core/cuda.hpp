@@ -2,6 +2,9 @@
 // macros. Creation throws typed errors; destruction never throws and tolerates a runtime that is
 // already shutting down. This is the CUDA edge: host-only logic does not include it.
 #pragma once
+#if defined(GPU_BASICS_HOST_LAYER)
+#error "gpu_basics/core/cuda.hpp is a CUDA header: a host-only target may not include it"
+#endif
 
 #include <cstddef>
 #include <utility>

@@ -2,6 +2,9 @@
 // host memory, enqueued on a stream. Every measured copy is verified with them; the profiler's
 // workloads fill their inputs with them. This is a CUDA edge: host-only code includes pattern.hpp.
 #pragma once
+#if defined(GPU_BASICS_HOST_LAYER)
+#error "gpu_basics/core/pattern_kernels.hpp is a CUDA header: a host-only target may not include it"
+#endif
 
 #include <cstddef>
 #include <cstdint>

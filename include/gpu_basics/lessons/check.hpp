@@ -119,10 +119,6 @@ inline constexpr std::uint64_t kThrottleWarnMask = 0x4 | 0x20;         // SW pow
 /// The names of the reasons set in `mask` ("HW slowdown, SW thermal").
 [[nodiscard]] std::string throttle_reason_names(std::uint64_t mask);
 
-/// Measures what the checks need on ctx's device and judges it (items filled). A copy that does
-/// not verify is a failed check, not an exception.
-/// @throws cuda_error, out_of_memory, no_device_error.
-[[nodiscard]] check_result measure_check(context& ctx);
 /// The overall verdict, the time taken, where the thresholds come from.
 [[nodiscard]] std::vector<note> explain_check(const check_result& r, const device_facts& facts);
 /// "check": one row per item.

@@ -65,11 +65,6 @@ struct double_buffer_result {
 GPU_BASICS_JSON(double_buffer_result, batch_bytes, batches, depth, repetitions, copy_s, ratios,
                 timeline_trace_path, timeline_trace_ratio, trace)
 
-/// Runs the pipelines (every batch checksum verified), writes double_buffer_trace.json and, with
-/// --trace, the CUPTI trace. nullopt when transfer.double_buffer.enabled is false.
-/// @throws verification_error when a checksum does not match; cuda_error, out_of_memory,
-/// io_error.
-[[nodiscard]] std::optional<double_buffer_result> measure_double_buffer(context& ctx);
 /// The "double_buffer" notes (and the trace's).
 [[nodiscard]] std::vector<note> explain_double_buffer(const double_buffer_result& r,
                                                       const device_facts& facts);

@@ -17,8 +17,6 @@ struct info_result {
 };
 GPU_BASICS_JSON(info_result, gpus, nvml_status)
 
-/// Reads the GPUs already queried into the context (no GPU work beyond that).
-[[nodiscard]] info_result measure_info(context& ctx);
 /// Copy engines, link ceiling, link state, HBM against the link.
 [[nodiscard]] std::vector<note> explain_info(const info_result& r, const device_facts& facts);
 /// One table per GPU: "gpu<index>".

@@ -79,7 +79,11 @@ struct lesson {
   std::string_view description;  // one line for --help
   bool traces = false;           // accepts --trace
   bool in_all = true;            // `all` runs it (check does not: it is its own command)
-  /// Measures on the GPU. @throws gpu_basics::error (cuda_error, out_of_memory, ...).
+  bool snapshots = false;        // accepts --snapshot (a PyTorch memory snapshot of its allocator)
+  bool judges = false;           // judges the GPU: --strict, --baseline, --from; FAIL sets the exit
+  bool writes_files = false;     // writes files of its own under output.directory
+  /// Measures on the GPU; null in a host-only build (measuring_registry() in measure.hpp sets it).
+  /// @throws gpu_basics::error (cuda_error, out_of_memory, ...).
   nlohmann::json (*measure)(context& ctx) = nullptr;
   /// Tables with their notes from a saved result. @throws format_error on a malformed result.
   presentation::report (*render)(const nlohmann::json& result, const device_facts& facts) = nullptr;

@@ -208,10 +208,6 @@ struct memory_result {
 GPU_BASICS_JSON(memory_result, allocation_cost, caching, peak, trace, pinned, fragmentation,
                 expandable)
 
-/// Every part on the configured device; with ctx.trace_path, writes the trace of the peak pass,
-/// and with ctx.snapshot_path a PyTorch memory snapshot of its allocator after the pass.
-/// @throws cuda_error, out_of_memory, io_error.
-[[nodiscard]] memory_result measure_memory(context& ctx);
 /// Notes for every table present, each with figures from the result (and the PCIe link from
 /// `facts`, when known).
 [[nodiscard]] std::vector<note> explain_memory(const memory_result& r, const device_facts& facts);

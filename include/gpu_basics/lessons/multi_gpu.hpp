@@ -85,11 +85,6 @@ struct multi_gpu_result {
 };
 GPU_BASICS_JSON(multi_gpu_result, peer, nccl)
 
-/// Measures every pair of visible GPUs, then the NCCL collectives (where NCCL loads).
-/// nullopt when transfer.multi_gpu.enabled is false.
-/// @throws verification_error when a copy or collective is wrong; nccl_error when an NCCL call
-/// fails; cuda_error, out_of_memory.
-[[nodiscard]] std::optional<multi_gpu_result> measure_multi_gpu(context& ctx);
 /// Notes of "p2p_access", "p2p_bandwidth", "p2p_bidirectional", "p2p_latency" and "nccl".
 [[nodiscard]] std::vector<note> explain_multi_gpu(const multi_gpu_result& r,
                                                   const device_facts& facts);

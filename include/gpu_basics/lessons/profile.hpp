@@ -164,11 +164,6 @@ struct profile_result {
 };
 GPU_BASICS_JSON(profile_result, timing, key_averages, matmul, nvml_status, nvml, trace)
 
-/// Times the kernel three ways, the key-averages workload, the matmuls (each precision checked
-/// against the CPU first) under the NVML sampler; writes <output.directory>/profile_samples.csv
-/// and, with --trace, the trace.
-/// @throws verification_error when a matmul check is off; cuda_error, out_of_memory, io_error.
-[[nodiscard]] profile_result measure_profile(context& ctx);
 /// Notes of "timing_methods", "key_averages", "matmul" (peaks from facts.datasheet), "nvml"
 /// (energy, sampler cost) and "trace".
 [[nodiscard]] std::vector<note> explain_profile(const profile_result& r, const device_facts& facts);

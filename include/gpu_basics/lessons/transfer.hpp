@@ -157,11 +157,6 @@ GPU_BASICS_JSON(transfer_result, iterations, warmup_iterations, use_pinned_memor
                 link_bytes_per_s, hbm_bytes_per_s, shapes, d2d, sync_async, streams,
                 pageable_upload, host_register, sweep, double_buffer, multi_gpu)
 
-/// Checks that the largest copy fits on the device and the host, then measures every part,
-/// the double-buffering and the between-GPUs parts last. Every copy is verified.
-/// @throws out_of_memory when the largest copy does not fit; verification_error, cuda_error;
-/// nccl_error and io_error from the between-GPUs and double-buffering parts.
-[[nodiscard]] transfer_result measure_transfer(context& ctx);
 /// The notes of every table, then those of the double-buffering and between-GPUs parts.
 [[nodiscard]] std::vector<note> explain_transfer(const transfer_result& r,
                                                  const device_facts& facts);

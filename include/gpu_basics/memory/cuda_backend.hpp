@@ -1,6 +1,9 @@
 // The CUDA edges of the allocators: device memory (cudaMalloc) and pinned host memory
 // (cudaHostAlloc, or malloc + cudaHostRegister), with events from a reusable pool.
 #pragma once
+#if defined(GPU_BASICS_HOST_LAYER)
+#error "gpu_basics/memory/cuda_backend.hpp is a CUDA header: a host-only target may not include it"
+#endif
 
 #include <map>
 #include <memory>

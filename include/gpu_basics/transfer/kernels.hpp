@@ -1,6 +1,9 @@
 // Device helpers for measuring copies: a blocking kernel that holds a stream while timed work is
 // enqueued. The pattern fill and check kernels are core's (core/pattern_kernels.hpp).
 #pragma once
+#if defined(GPU_BASICS_HOST_LAYER)
+#error "gpu_basics/transfer/kernels.hpp is a CUDA header: a host-only target may not include it"
+#endif
 
 #include <cstddef>
 #include <cstdint>

@@ -1,0 +1,96 @@
+// Measuring: the lesson commands on the GPU (not in a host-only build: host_only_run.cpp).
+#include <unistd.h>
+
+#include <cstdio>
+#include <functional>
+#include <ostream>
+
+#include "commands.hpp"
+#include "exit_codes.hpp"
+#include "gpu_basics/core/environment.hpp"
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/interrupt.hpp"
+#include "gpu_basics/lessons/measure.hpp"
+#include "run.hpp"
+#include "verdicts.hpp"
+
+namespace gpu_basics::cli {
+
+namespace {
+
+/// A one-line progress display on stderr, only when stderr is a terminal. Every report is also
+/// the lesson's check for Ctrl-C / SIGTERM: an `interrupted` error unwinds it from there.
+lessons::progress_fn terminal_progress(const std::string& lesson) {
+  if (isatty(2) == 0) return [](const std::string&, int, int) { throw_if_interrupted(); };
+  return [lesson](const std::string& item, int done, int total) {
+    throw_if_interrupted();
+    if (done >= total)
+      std::fprintf(stderr, "\r\033[K");
+    else
+      std::fprintf(stderr, "\r\033[K[%s %d/%d] %s", lesson.c_str(), done, total, item.c_str());
+    std::fflush(stderr);
+  };
+}
+
+/// Measures the lessons of the command; a lesson that fails under `all` is reported in one line
+/// (and under "errors") and the others still run. Returns the first failure's exit code.
+int measure(const options& o, lessons::context& ctx, lessons::run_record& rec,
+            std::vector<presentation::report>& reports, std::ostream& out, std::ostream& err,
+            const std::function<void(nlohmann::json&)>& amend) {
+  const bool print_live = !(o.json_path && *o.json_path == "-");
+  const lessons::device_facts facts = lessons::device_facts::of(ctx.device(), ctx.nvml_status);
+  int code = exit_ok;
+  for (const auto& l : lessons::measuring_registry()) {
+    if (o.command == "all" ? !l.in_all : l.name != o.command) continue;
+    throw_if_interrupted();
+    const std::string name(l.name);
+    ctx.progress = terminal_progress(name);
+    nlohmann::json result;
+    try {
+      result = l.measure(ctx);
+    } catch (const no_device_error&) {
+      throw;  // nothing else can run either
+    } catch (const interrupted&) {
+      throw;  // the user asked to stop everything
+    } catch (const std::exception& e) {
+      if (o.command != "all") throw;
+      const auto [rc, message] = classify(e);
+      err << "gpu-basics: " << name << ": " << message << "\n";
+      rec.errors.emplace_back(name, message);
+      if (code == exit_ok) code = rc;
+      lessons::clear_device_error();
+      continue;
+    }
+    if (amend) amend(result);
+    reports.push_back(l.render(result, facts));
+    rec.results.emplace_back(name, std::move(result));
+    if (print_live) print(rec, {reports.back()}, out);
+  }
+  return code;
+}
+
+}  // namespace
+
+int measure_lessons(const options& o, config cfg,
+                    const std::optional<lessons::run_record>& baseline, std::ostream& out,
+                    std::ostream& err) {
+  lessons::context ctx = lessons::open_context(cfg);
+  ctx.trace_path = o.trace_path;
+  ctx.snapshot_path = o.snapshot_path;
+  ctx.charts = o.html_path.has_value();
+  lessons::run_record rec;
+  rec.command = o.command;
+  rec.environment = environment_json(ctx.cfg, ctx.devices, ctx.nvml_status);
+  std::vector<presentation::report> reports;
+  std::function<void(nlohmann::json&)> amend;
+  if (baseline) amend = [&](nlohmann::json& result) { add_baseline(result, rec, *baseline, o); };
+  int code = measure(o, ctx, rec, reports, out, err, amend);
+  rec.environment = environment_json(ctx.cfg, ctx.devices, ctx.nvml_status);
+  write_outputs(o, rec, reports, out);
+  const command* cmd = find_command(o.command);
+  if (cmd && cmd->lesson && cmd->lesson->judges && code == exit_ok)
+    code = check_exit_code(rec, o.strict, err);
+  return code;
+}
+
+}  // namespace gpu_basics::cli
