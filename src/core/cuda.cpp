@@ -37,32 +37,22 @@ device_scope::~device_scope() {
 }
 
 cuda_stream::cuda_stream(unsigned flags, int priority) {
-  GPU_BASICS_CUDA_TRY(cudaStreamCreateWithPriority(&stream_, flags, priority));
+  cudaStream_t s = nullptr;
+  GPU_BASICS_CUDA_TRY(cudaStreamCreateWithPriority(&s, flags, priority));
+  stream_ = unique_handle<kind>(s);
 }
-cuda_stream::~cuda_stream() {
-  if (stream_) GPU_BASICS_CUDA_TRY_NOTHROW(cudaStreamDestroy(stream_));
-}
-cuda_stream& cuda_stream::operator=(cuda_stream&& o) noexcept {
-  if (this != &o) {
-    if (stream_) GPU_BASICS_CUDA_TRY_NOTHROW(cudaStreamDestroy(stream_));
-    stream_ = std::exchange(o.stream_, nullptr);
-  }
-  return *this;
+void cuda_stream::kind::release(cudaStream_t s) noexcept {
+  GPU_BASICS_CUDA_TRY_NOTHROW(cudaStreamDestroy(s));
 }
 
 cuda_event::cuda_event(bool timing) {
+  cudaEvent_t e = nullptr;
   GPU_BASICS_CUDA_TRY(
-      cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+      cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
+  event_ = unique_handle<kind>(e);
 }
-cuda_event::~cuda_event() {
-  if (event_) GPU_BASICS_CUDA_TRY_NOTHROW(cudaEventDestroy(event_));
-}
-cuda_event& cuda_event::operator=(cuda_event&& o) noexcept {
-  if (this != &o) {
-    if (event_) GPU_BASICS_CUDA_TRY_NOTHROW(cudaEventDestroy(event_));
-    event_ = std::exchange(o.event_, nullptr);
-  }
-  return *this;
+void cuda_event::kind::release(cudaEvent_t e) noexcept {
+  GPU_BASICS_CUDA_TRY_NOTHROW(cudaEventDestroy(e));
 }
 bool event_completed(cudaEvent_t e) {
   const cudaError_t r = cudaEventQuery(e);
@@ -72,17 +62,17 @@ bool event_completed(cudaEvent_t e) {
 }
 
 bool cuda_event::query() const {
-  return event_completed(event_);
+  return event_completed(event_.get());
 }
 float cuda_event::elapsed_ms(const cuda_event& start, const cuda_event& stop) {
   float ms = 0;
-  GPU_BASICS_CUDA_TRY(cudaEventElapsedTime(&ms, start.event_, stop.event_));
+  GPU_BASICS_CUDA_TRY(cudaEventElapsedTime(&ms, start.event_.get(), stop.event_.get()));
   return ms;
 }
 
-device_buffer::device_buffer(std::size_t bytes) : size_(bytes) {
-  if (bytes == 0) return;
-  const cudaError_t e = cudaMalloc(&ptr_, bytes);
+void* device_memory::allocate(std::size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     std::size_t free_b = 0, total_b = 0;
@@ -92,39 +82,35 @@ device_buffer::device_buffer(std::size_t bytes) : size_(bytes) {
                         bytes);
   }
   if (e != cudaSuccess) throw_cuda_error(e, "cudaMalloc", __FILE__, __LINE__);
+  return p;
 }
-device_buffer::~device_buffer() {
-  if (ptr_) GPU_BASICS_CUDA_TRY_NOTHROW(cudaFree(ptr_));
-}
-device_buffer& device_buffer::operator=(device_buffer&& o) noexcept {
-  if (this != &o) {
-    if (ptr_) GPU_BASICS_CUDA_TRY_NOTHROW(cudaFree(ptr_));
-    ptr_ = std::exchange(o.ptr_, nullptr);
-    size_ = std::exchange(o.size_, 0);
-  }
-  return *this;
+void device_memory::release(void* p) noexcept {
+  GPU_BASICS_CUDA_TRY_NOTHROW(cudaFree(p));
 }
 
-pinned_buffer::pinned_buffer(std::size_t bytes, unsigned flags) : size_(bytes) {
-  if (bytes == 0) return;
-  const cudaError_t e = cudaHostAlloc(&ptr_, bytes, flags);
+void* pinned_memory::allocate(std::size_t bytes, unsigned flags) {
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, bytes, flags);
   if (e == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     throw out_of_memory("cannot allocate " + std::to_string(bytes) + " bytes of pinned host memory",
                         bytes);
   }
   if (e != cudaSuccess) throw_cuda_error(e, "cudaHostAlloc", __FILE__, __LINE__);
+  return p;
 }
-pinned_buffer::~pinned_buffer() {
-  if (ptr_) GPU_BASICS_CUDA_TRY_NOTHROW(cudaFreeHost(ptr_));
+void pinned_memory::release(void* p) noexcept {
+  GPU_BASICS_CUDA_TRY_NOTHROW(cudaFreeHost(p));
 }
-pinned_buffer& pinned_buffer::operator=(pinned_buffer&& o) noexcept {
-  if (this != &o) {
-    if (ptr_) GPU_BASICS_CUDA_TRY_NOTHROW(cudaFreeHost(ptr_));
-    ptr_ = std::exchange(o.ptr_, nullptr);
-    size_ = std::exchange(o.size_, 0);
-  }
-  return *this;
+
+void device_counter::reset(stream_view s) {
+  GPU_BASICS_CUDA_TRY(cudaMemsetAsync(get(), 0, sizeof(unsigned long long), s));
+}
+unsigned long long device_counter::read(stream_view s) {
+  unsigned long long v = 0;
+  GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(&v, get(), sizeof v, cudaMemcpyDeviceToHost, s));
+  s.synchronize();
+  return v;
 }
 
 }  // namespace gpu_basics

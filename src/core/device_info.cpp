@@ -21,49 +21,42 @@ std::optional<double> device_link_bytes_per_s(const device_info& d) {
 }
 
 namespace {
+/// The members a results file keeps as they are, under their own names: to_json and from_json
+/// both walk this one list. The rest (versions, capability, power limit) are written as text or
+/// in other units, next to it.
+template <class Device, class Visit>
+void plain_members(Device& d, Visit&& visit) {
+  visit("index", d.index);
+  visit("name", d.name);
+  visit("pci_bus_id", d.pci_bus_id);
+  visit("sm_count", d.sm_count);
+  visit("l2_cache_bytes", d.l2_cache_bytes);
+  visit("total_memory_bytes", d.total_memory_bytes);
+  visit("free_memory_bytes", d.free_memory_bytes);
+  visit("memory_bus_width_bits", d.memory_bus_width_bits);
+  visit("copy_engines", d.copy_engines);
+  visit("max_sm_clock_mhz", d.max_sm_clock_mhz);
+  visit("max_memory_clock_mhz", d.max_memory_clock_mhz);
+  visit("ecc_enabled", d.ecc_enabled);
+  visit("driver_version", d.driver_version);
+  visit("pcie_generation_current", d.pcie_generation_current);
+  visit("pcie_generation_max", d.pcie_generation_max);
+  visit("pcie_width_current", d.pcie_width_current);
+  visit("pcie_width_max", d.pcie_width_max);
+  visit("sm_clock_current_mhz", d.sm_clock_current_mhz);
+  visit("memory_clock_current_mhz", d.memory_clock_current_mhz);
+  visit("temperature_c", d.temperature_c);
+}
+
 template <class T>
-nlohmann::json opt(const std::optional<T>& v) {
+nlohmann::json json_of(const T& v) {
+  return v;
+}
+template <class T>
+nlohmann::json json_of(const std::optional<T>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
-}  // namespace
 
-void to_json(nlohmann::json& j, const device_info& d) {
-  const auto link = device_link_bytes_per_s(d);
-  const auto sheet = find_datasheet(d.name);
-  j = nlohmann::json{
-      {"index", d.index},
-      {"name", d.name},
-      {"pci_bus_id", d.pci_bus_id},
-      {"compute_capability", std::to_string(d.compute_capability_major) + "." +
-                                 std::to_string(d.compute_capability_minor)},
-      {"sm_count", d.sm_count},
-      {"l2_cache_bytes", d.l2_cache_bytes},
-      {"total_memory_bytes", d.total_memory_bytes},
-      {"free_memory_bytes", d.free_memory_bytes},
-      {"memory_bus_width_bits", d.memory_bus_width_bits},
-      {"copy_engines", d.copy_engines},
-      {"max_sm_clock_mhz", d.max_sm_clock_mhz},
-      {"max_memory_clock_mhz", d.max_memory_clock_mhz},
-      {"ecc_enabled", d.ecc_enabled},
-      {"cuda_runtime_version", cuda_version_string(d.runtime_version)},
-      {"cuda_driver_api_version", cuda_version_string(d.driver_api_version)},
-      {"driver_version", opt(d.driver_version)},
-      {"pcie_generation_current", opt(d.pcie_generation_current)},
-      {"pcie_generation_max", opt(d.pcie_generation_max)},
-      {"pcie_width_current", opt(d.pcie_width_current)},
-      {"pcie_width_max", opt(d.pcie_width_max)},
-      {"pcie_link_bytes_per_s", opt(link)},
-      {"sm_clock_current_mhz", opt(d.sm_clock_current_mhz)},
-      {"memory_clock_current_mhz", opt(d.memory_clock_current_mhz)},
-      {"power_limit_w",
-       d.power_limit_mw ? nlohmann::json(*d.power_limit_mw / 1000.0) : nlohmann::json(nullptr)},
-      {"temperature_c", opt(d.temperature_c)},
-      {"datasheet_hbm_bytes_per_s",
-       sheet ? nlohmann::json(sheet->hbm_bytes_per_s) : nlohmann::json(nullptr)},
-  };
-}
-
-namespace {
 /// "13.0" -> 13000, "9.0" -> {9, 0}: the inverse of cuda_version_string and the capability text.
 std::pair<int, int> parse_major_minor(const std::string& s) {
   int major = 0, minor = 0;
@@ -71,39 +64,45 @@ std::pair<int, int> parse_major_minor(const std::string& s) {
   return {major, minor};
 }
 
+/// What a member holds when set: T, or the T of an optional<T>.
 template <class T>
-void read_opt(const nlohmann::json& j, const char* key, std::optional<T>& out) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null())
-    out.reset();
-  else
-    out = it->get<T>();
-}
+struct held {
+  using type = T;
+};
+template <class T>
+struct held<std::optional<T>> {
+  using type = T;
+};
 
+/// `key`'s value into `out`; a key that is missing or null leaves `out` as it is.
 template <class T>
 void read(const nlohmann::json& j, const char* key, T& out) {
   const auto it = j.find(key);
-  if (it != j.end() && !it->is_null()) out = it->get<T>();
+  if (it != j.end() && !it->is_null()) out = it->get<typename held<T>::type>();
 }
 }  // namespace
 
+void to_json(nlohmann::json& j, const device_info& d) {
+  j = nlohmann::json::object();
+  plain_members(d, [&](const char* key, const auto& v) { j[key] = json_of(v); });
+  j["compute_capability"] =
+      std::to_string(d.compute_capability_major) + "." + std::to_string(d.compute_capability_minor);
+  j["cuda_runtime_version"] = cuda_version_string(d.runtime_version);
+  j["cuda_driver_api_version"] = cuda_version_string(d.driver_api_version);
+  j["pcie_link_bytes_per_s"] = json_of(device_link_bytes_per_s(d));
+  j["power_limit_w"] =
+      d.power_limit_mw ? nlohmann::json(*d.power_limit_mw / 1000.0) : nlohmann::json(nullptr);
+  const auto sheet = find_datasheet(d.name);
+  j["datasheet_hbm_bytes_per_s"] =
+      sheet ? nlohmann::json(sheet->hbm_bytes_per_s) : nlohmann::json(nullptr);
+}
+
 void from_json(const nlohmann::json& j, device_info& d) {
   d = device_info{};
-  read(j, "index", d.index);
-  read(j, "name", d.name);
-  read(j, "pci_bus_id", d.pci_bus_id);
+  plain_members(d, [&](const char* key, auto& v) { read(j, key, v); });
   if (const auto it = j.find("compute_capability"); it != j.end() && it->is_string())
     std::tie(d.compute_capability_major, d.compute_capability_minor) =
         parse_major_minor(it->get<std::string>());
-  read(j, "sm_count", d.sm_count);
-  read(j, "l2_cache_bytes", d.l2_cache_bytes);
-  read(j, "total_memory_bytes", d.total_memory_bytes);
-  read(j, "free_memory_bytes", d.free_memory_bytes);
-  read(j, "memory_bus_width_bits", d.memory_bus_width_bits);
-  read(j, "copy_engines", d.copy_engines);
-  read(j, "max_sm_clock_mhz", d.max_sm_clock_mhz);
-  read(j, "max_memory_clock_mhz", d.max_memory_clock_mhz);
-  read(j, "ecc_enabled", d.ecc_enabled);
   const auto version = [&](const char* key) {
     const auto it = j.find(key);
     if (it == j.end() || !it->is_string()) return 0;
@@ -112,16 +111,8 @@ void from_json(const nlohmann::json& j, device_info& d) {
   };
   d.runtime_version = version("cuda_runtime_version");
   d.driver_api_version = version("cuda_driver_api_version");
-  read_opt(j, "driver_version", d.driver_version);
-  read_opt(j, "pcie_generation_current", d.pcie_generation_current);
-  read_opt(j, "pcie_generation_max", d.pcie_generation_max);
-  read_opt(j, "pcie_width_current", d.pcie_width_current);
-  read_opt(j, "pcie_width_max", d.pcie_width_max);
-  read_opt(j, "sm_clock_current_mhz", d.sm_clock_current_mhz);
-  read_opt(j, "memory_clock_current_mhz", d.memory_clock_current_mhz);
   if (const auto it = j.find("power_limit_w"); it != j.end() && it->is_number())
     d.power_limit_mw = static_cast<unsigned>(std::llround(it->get<double>() * 1000.0));
-  read_opt(j, "temperature_c", d.temperature_c);
 }
 
 }  // namespace gpu_basics

@@ -4,39 +4,27 @@
 
 namespace gpu_basics {
 
+namespace {
+/// Per PCIe generation (1 to 6): the lane rate in transfers/s and the line-code efficiency.
+struct pcie_generation {
+  double gt_per_s;
+  double efficiency;
+};
+constexpr std::array<pcie_generation, 6> kPcie = {{
+    {2.5e9, 8.0 / 10.0},
+    {5.0e9, 8.0 / 10.0},
+    {8.0e9, 128.0 / 130.0},
+    {16.0e9, 128.0 / 130.0},
+    {32.0e9, 128.0 / 130.0},
+    {64.0e9, 242.0 / 256.0},
+}};
+}  // namespace
+
 std::optional<double> pcie_link_bytes_per_s(unsigned generation, unsigned width) {
   if (width < 1 || width > 32) return std::nullopt;
-  double gt_per_s = 0;  // per lane, in transfers/s
-  double efficiency = 0;
-  switch (generation) {
-    case 1:
-      gt_per_s = 2.5e9;
-      efficiency = 8.0 / 10.0;
-      break;
-    case 2:
-      gt_per_s = 5.0e9;
-      efficiency = 8.0 / 10.0;
-      break;
-    case 3:
-      gt_per_s = 8.0e9;
-      efficiency = 128.0 / 130.0;
-      break;
-    case 4:
-      gt_per_s = 16.0e9;
-      efficiency = 128.0 / 130.0;
-      break;
-    case 5:
-      gt_per_s = 32.0e9;
-      efficiency = 128.0 / 130.0;
-      break;
-    case 6:
-      gt_per_s = 64.0e9;
-      efficiency = 242.0 / 256.0;
-      break;
-    default:
-      return std::nullopt;
-  }
-  return gt_per_s * efficiency * static_cast<double>(width) / 8.0;
+  if (generation < 1 || generation > kPcie.size()) return std::nullopt;
+  const pcie_generation& g = kPcie[generation - 1];
+  return g.gt_per_s * g.efficiency * static_cast<double>(width) / 8.0;
 }
 
 namespace {

@@ -1,6 +1,7 @@
 #include "gpu_basics/core/nvml.hpp"
 
 #include <array>
+#include <cstring>
 
 #include "gpu_basics/core/dynamic_library.hpp"
 #include "gpu_basics/core/errors.hpp"
@@ -80,15 +81,53 @@ metric_status status_of(nvml_return r) {
   }
 }
 
-template <class T, class Fn, class... Args>
-reading<T> read_value(Fn fn, Args... args) {
+/// The one way an NVML getter becomes a reading: "not supported" where the driver lacks `fn`,
+/// else the status of call(fn, raw) on a zeroed Raw and, when it is ok, convert(raw) as the value.
+template <class T, class Raw, class Fn, class Call, class Convert>
+reading<T> read_with(Fn fn, Call call, Convert convert) {
   reading<T> r;
   if (!fn) {
     r.status = metric_status::not_supported;
     return r;
   }
-  r.status = status_of(fn(args..., &r.value));
+  Raw raw{};
+  r.status = status_of(call(fn, raw));
+  if (r.ok()) r.value = convert(raw);
   return r;
+}
+
+/// NVML's value as the reading's type: numbers widen, structs are taken member by member.
+template <class T, class Raw>
+T from_raw(const Raw& raw) {
+  return static_cast<T>(raw);
+}
+template <>
+nvml_device from_raw<nvml_device, nvml_handle>(const nvml_handle& h) {
+  return {h};
+}
+template <>
+nvml_memory from_raw<nvml_memory, nvml_memory_raw>(const nvml_memory_raw& m) {
+  return {m.total, m.free, m.used};
+}
+template <>
+nvml_utilization from_raw<nvml_utilization, nvml_utilization_raw>(const nvml_utilization_raw& u) {
+  return {u.gpu, u.memory};
+}
+
+/// fn(args..., &raw) read as T.
+template <class T, class Raw = T, class Fn, class... Args>
+reading<T> read_value(Fn fn, Args... args) {
+  return read_with<T, Raw>(
+      fn, [&](Fn f, Raw& raw) { return f(args..., &raw); }, from_raw<T, Raw>);
+}
+
+/// fn(args..., buffer, size) read as the text it writes into the buffer.
+template <class Fn, class... Args>
+reading<std::string> read_text(Fn fn, Args... args) {
+  using buffer = std::array<char, 96>;
+  return read_with<std::string, buffer>(
+      fn, [&](Fn f, buffer& b) { return f(args..., b.data(), static_cast<unsigned>(b.size())); },
+      [](const buffer& b) { return std::string(b.data(), strnlen(b.data(), b.size())); });
 }
 }  // namespace
 
@@ -167,47 +206,19 @@ nvml::~nvml() {
 }  // then api_ closes the library
 
 reading<std::string> nvml::driver_version() const {
-  reading<std::string> r;
-  std::array<char, 96> buf{};
-  if (!api_->system_driver_version) {
-    r.status = metric_status::not_supported;
-    return r;
-  }
-  r.status = status_of(api_->system_driver_version(buf.data(), buf.size()));
-  if (r.ok()) r.value = buf.data();
-  return r;
+  return read_text(api_->system_driver_version);
 }
 
 reading<nvml_device> nvml::device_by_pci_bus_id(const std::string& bus_id) const {
-  reading<nvml_device> r;
-  if (!api_->by_pci) {
-    r.status = metric_status::not_supported;
-    return r;
-  }
-  r.status = status_of(api_->by_pci(bus_id.c_str(), &r.value.handle));
-  return r;
+  return read_value<nvml_device, nvml_handle>(api_->by_pci, bus_id.c_str());
 }
 
 reading<nvml_device> nvml::device_by_index(unsigned index) const {
-  reading<nvml_device> r;
-  if (!api_->by_index) {
-    r.status = metric_status::not_supported;
-    return r;
-  }
-  r.status = status_of(api_->by_index(index, &r.value.handle));
-  return r;
+  return read_value<nvml_device, nvml_handle>(api_->by_index, index);
 }
 
 reading<std::string> nvml::name(nvml_device d) const {
-  reading<std::string> r;
-  std::array<char, 96> buf{};
-  if (!api_->name) {
-    r.status = metric_status::not_supported;
-    return r;
-  }
-  r.status = status_of(api_->name(d.handle, buf.data(), buf.size()));
-  if (r.ok()) r.value = buf.data();
-  return r;
+  return read_text(api_->name, d.handle);
 }
 
 reading<unsigned> nvml::pcie_link_generation(nvml_device d) const {
@@ -238,37 +249,13 @@ reading<unsigned> nvml::temperature_c(nvml_device d) const {
   return read_value<unsigned>(api_->temperature, d.handle, kTemperatureGpu);
 }
 reading<std::uint64_t> nvml::energy_mj(nvml_device d) const {
-  reading<std::uint64_t> r;
-  unsigned long long v = 0;
-  if (!api_->energy) {
-    r.status = metric_status::not_supported;
-    return r;
-  }
-  r.status = status_of(api_->energy(d.handle, &v));
-  r.value = v;
-  return r;
+  return read_value<std::uint64_t, unsigned long long>(api_->energy, d.handle);
 }
 reading<nvml_memory> nvml::memory(nvml_device d) const {
-  reading<nvml_memory> r;
-  nvml_memory_raw m{};
-  if (!api_->memory) {
-    r.status = metric_status::not_supported;
-    return r;
-  }
-  r.status = status_of(api_->memory(d.handle, &m));
-  r.value = {m.total, m.free, m.used};
-  return r;
+  return read_value<nvml_memory, nvml_memory_raw>(api_->memory, d.handle);
 }
 reading<nvml_utilization> nvml::utilization(nvml_device d) const {
-  reading<nvml_utilization> r;
-  nvml_utilization_raw u{};
-  if (!api_->utilization) {
-    r.status = metric_status::not_supported;
-    return r;
-  }
-  r.status = status_of(api_->utilization(d.handle, &u));
-  r.value = {u.gpu, u.memory};
-  return r;
+  return read_value<nvml_utilization, nvml_utilization_raw>(api_->utilization, d.handle);
 }
 reading<unsigned> nvml::pcie_tx_kbps(nvml_device d) const {
   return read_value<unsigned>(api_->pcie_throughput, d.handle, kPcieTx);
@@ -277,69 +264,40 @@ reading<unsigned> nvml::pcie_rx_kbps(nvml_device d) const {
   return read_value<unsigned>(api_->pcie_throughput, d.handle, kPcieRx);
 }
 reading<std::uint64_t> nvml::clock_event_reasons(nvml_device d) const {
-  reading<std::uint64_t> r;
-  unsigned long long v = 0;
-  if (!api_->clock_reasons) {
-    r.status = metric_status::not_supported;
-    return r;
-  }
-  r.status = status_of(api_->clock_reasons(d.handle, &v));
-  r.value = v;
-  return r;
+  return read_value<std::uint64_t, unsigned long long>(api_->clock_reasons, d.handle);
 }
 
 reading<std::uint64_t> nvml::ecc_uncorrected(nvml_device d, bool aggregate) const {
-  reading<std::uint64_t> r;
-  unsigned long long v = 0;
-  if (!api_->ecc_total) {
-    r.status = metric_status::not_supported;
-    return r;
-  }
-  r.status = status_of(
-      api_->ecc_total(d.handle, kEccUncorrected, aggregate ? kEccAggregate : kEccVolatile, &v));
-  r.value = v;
-  return r;
+  return read_value<std::uint64_t, unsigned long long>(api_->ecc_total, d.handle, kEccUncorrected,
+                                                       aggregate ? kEccAggregate : kEccVolatile);
 }
 reading<unsigned> nvml::retired_pages(nvml_device d) const {
-  reading<unsigned> r;
-  if (!api_->retired_pages) {
-    r.status = metric_status::not_supported;
-    return r;
-  }
-  r.status = metric_status::ok;
-  for (const unsigned cause : kRetiredCauses) {
-    // A count of 0 asks for the number only: success means none, "insufficient size" some.
-    unsigned count = 0;
-    const nvml_return rc = api_->retired_pages(d.handle, cause, &count, nullptr);
-    if (rc != kSuccess && rc != kInsufficientSize) {
-      r.status = status_of(rc);
-      return r;
-    }
-    r.value += count;
-  }
-  return r;
+  return read_with<unsigned, unsigned>(
+      api_->retired_pages,
+      [&](auto f, unsigned& total) {
+        for (const unsigned cause : kRetiredCauses) {
+          // A count of 0 asks for the number only: success means none, "insufficient size" some.
+          unsigned count = 0;
+          const nvml_return rc = f(d.handle, cause, &count, nullptr);
+          if (rc != kSuccess && rc != kInsufficientSize) return rc;
+          total += count;
+        }
+        return kSuccess;
+      },
+      [](unsigned total) { return total; });
 }
 reading<bool> nvml::retired_pages_pending(nvml_device d) const {
-  reading<bool> r;
-  unsigned state = 0;
-  if (!api_->retired_pending) {
-    r.status = metric_status::not_supported;
-    return r;
-  }
-  r.status = status_of(api_->retired_pending(d.handle, &state));
-  r.value = state == kFeatureEnabled;
-  return r;
+  return read_with<bool, unsigned>(
+      api_->retired_pending, [&](auto f, unsigned& state) { return f(d.handle, &state); },
+      [](unsigned state) { return state == kFeatureEnabled; });
 }
 reading<nvml_remapped_rows> nvml::remapped_rows(nvml_device d) const {
-  reading<nvml_remapped_rows> r;
-  unsigned corr = 0, unc = 0, pending = 0, failure = 0;
-  if (!api_->remapped_rows) {
-    r.status = metric_status::not_supported;
-    return r;
-  }
-  r.status = status_of(api_->remapped_rows(d.handle, &corr, &unc, &pending, &failure));
-  r.value = {corr, unc, pending != 0, failure != 0};
-  return r;
+  return read_with<nvml_remapped_rows, std::array<unsigned, 4>>(
+      api_->remapped_rows,
+      [&](auto f, std::array<unsigned, 4>& v) { return f(d.handle, &v[0], &v[1], &v[2], &v[3]); },
+      [](const std::array<unsigned, 4>& v) {
+        return nvml_remapped_rows{v[0], v[1], v[2] != 0, v[3] != 0};
+      });
 }
 
 }  // namespace gpu_basics

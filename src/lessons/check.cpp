@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "gpu_basics/lessons/check.hpp"
+#include "gpu_basics/profiler/gemm.hpp"
 
 namespace gpu_basics::lessons {
 
@@ -19,6 +20,24 @@ check_thresholds thresholds_of(const config& cfg) {
   t.gemm_fraction = cfg.check.gemm_fraction;
   t.warn_margin = cfg.check.warn_margin;
   return t;
+}
+
+check_result check_result_of(const device_facts& facts) {
+  const device_info& d = facts.device;
+  check_result r;
+  r.gpu = d.name;
+  r.driver_version = d.driver_version;
+  r.nvml_status = facts.nvml_status;
+  r.link_generation = d.pcie_generation_current;
+  r.link_width = d.pcie_width_current;
+  r.link_generation_max = d.pcie_generation_max;
+  r.link_width_max = d.pcie_width_max;
+  r.link_bytes_per_s = facts.link_bytes_per_s;
+  if (facts.datasheet) {
+    r.hbm_bytes_per_s = facts.datasheet->hbm_bytes_per_s;
+    r.bf16_peak_flops_per_s = datasheet_peak_flops(*facts.datasheet, gemm_precision::bf16);
+  }
+  return r;
 }
 
 std::string throttle_reason_names(std::uint64_t mask) {

@@ -7,7 +7,6 @@
 #include "gpu_basics/core/clock.hpp"
 #include "gpu_basics/core/cuda.hpp"
 #include "gpu_basics/core/errors.hpp"
-#include "gpu_basics/core/hardware.hpp"
 #include "gpu_basics/core/nvml.hpp"
 #include "gpu_basics/lessons/check.hpp"
 #include "gpu_basics/lessons/measure.hpp"
@@ -65,21 +64,8 @@ check_result measure_check(context& ctx) {
   const double start = host_seconds();
   const config& cfg = ctx.cfg;
   const device_info& dev = ctx.device();
-  check_result r;
-  r.gpu = dev.name;
-  r.driver_version = dev.driver_version;
-  r.nvml_status = ctx.nvml_status;
+  check_result r = check_result_of(device_facts::of(dev, ctx.nvml_status));
   r.thresholds = thresholds_of(cfg);
-  r.link_generation = dev.pcie_generation_current;
-  r.link_width = dev.pcie_width_current;
-  r.link_generation_max = dev.pcie_generation_max;
-  r.link_width_max = dev.pcie_width_max;
-  r.link_bytes_per_s = device_link_bytes_per_s(dev);
-  const auto sheet = find_datasheet(dev.name);
-  if (sheet) {
-    r.hbm_bytes_per_s = sheet->hbm_bytes_per_s;
-    r.bf16_peak_flops_per_s = datasheet_peak_flops(*sheet, gemm_precision::bf16);
-  }
 
   std::optional<nvml_device> handle;
   if (ctx.nv) {
@@ -139,17 +125,7 @@ check_result measure_check(context& ctx) {
   step(fmt::format("bf16 GEMM {}^3", n));
   const auto res = gemm.run(gemm_precision::bf16, {n, n, n}, cfg.benchmark.warmup_iterations,
                             cfg.benchmark.iterations, s);
-  matmul_run m;
-  m.precision = "bf16";
-  m.m = m.n = m.k = n;
-  m.candidates = res.candidates;
-  m.chosen = res.chosen;
-  m.candidate_median_s = res.candidate_median_s;
-  m.seconds = res.seconds;
-  m.flops_per_s = res.flops_per_s;
-  m.peak_flops_per_s = r.bf16_peak_flops_per_s;
-  m.check_error = err;
-  r.gemm = std::move(m);
+  r.gemm = matmul_of(res, err, r.bf16_peak_flops_per_s);
   ctx.report_progress("check", total, total);
 
   r.items = evaluate_check(r);

@@ -26,6 +26,23 @@
 
 namespace gpu_basics::lessons {
 
+matmul_run matmul_of(const gemm_result& res, double check_error,
+                     std::optional<double> peak_flops_per_s) {
+  matmul_run x;
+  x.precision = std::string(to_string(res.precision));
+  x.m = res.shape.m;
+  x.n = res.shape.n;
+  x.k = res.shape.k;
+  x.candidates = res.candidates;
+  x.chosen = res.chosen;
+  x.candidate_median_s = res.candidate_median_s;
+  x.seconds = res.seconds;
+  x.flops_per_s = res.flops_per_s;
+  x.peak_flops_per_s = peak_flops_per_s;
+  x.check_error = check_error;
+  return x;
+}
+
 namespace {
 
 constexpr std::size_t kBytes = 64u << 20;  // the timing and key-averages buffers
@@ -165,26 +182,6 @@ std::vector<checked_precision> check_precisions(gemm_runner& gemm, const config&
   return out;
 }
 
-matmul_run matmul_of(const gemm_result& res, const checked_precision& c,
-                     const std::optional<gpu_datasheet>& sheet) {
-  matmul_run x;
-  x.precision = std::string(to_string(c.p));
-  x.m = res.shape.m;
-  x.n = res.shape.n;
-  x.k = res.shape.k;
-  x.candidates = res.candidates;
-  x.chosen = res.chosen;
-  x.candidate_median_s = res.candidate_median_s;
-  x.seconds = res.seconds;
-  x.flops_per_s = res.flops_per_s;
-  if (sheet) {
-    const double peak = datasheet_peak_flops(*sheet, c.p);
-    if (peak > 0) x.peak_flops_per_s = peak;
-  }
-  x.check_error = c.error;
-  return x;
-}
-
 /// The timed matmuls, each run's start and end in seconds from `origin` (host_seconds()).
 matmul_result measure_matmuls(const context& ctx, cuda_stream& s, gemm_runner& gemm,
                               const std::vector<checked_precision>& checks, double origin,
@@ -210,7 +207,8 @@ matmul_result measure_matmuls(const context& ctx, cuda_stream& s, gemm_runner& g
       const double start = host_seconds() - origin;
       const auto res =
           gemm.run(c.p, shape, cfg.benchmark.warmup_iterations, cfg.benchmark.iterations, s);
-      matmul_run x = matmul_of(res, c, sheet);
+      const double peak = sheet ? datasheet_peak_flops(*sheet, c.p) : 0;
+      matmul_run x = matmul_of(res, c.error, peak > 0 ? std::optional(peak) : std::nullopt);
       x.start_s = start;
       x.end_s = host_seconds() - origin;
       r.runs.push_back(std::move(x));

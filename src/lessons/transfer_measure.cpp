@@ -18,19 +18,7 @@
 namespace gpu_basics::lessons {
 
 copy_figure figure_of(const copy_measurement& m) {
-  copy_figure f;
-  f.direction = std::string(to_string(m.direction));
-  f.memory = std::string(to_string(m.memory));
-  f.bytes = m.bytes;
-  f.bytes_moved = m.bytes_moved;
-  f.streams = m.streams;
-  f.bidirectional = m.bidirectional;
-  f.seconds = m.seconds;
-  f.seconds_joint = m.seconds_joint;
-  f.time_s = m.time_s;
-  f.bandwidth_bytes_per_s = m.bandwidth_bytes_per_s;
-  f.verified_bytes = m.verified_bytes;
-  return f;
+  return {m, std::string(to_string(m.direction)), std::string(to_string(m.memory))};
 }
 
 namespace {

@@ -49,6 +49,14 @@ json base_config(const std::string& type, const std::string& title, json x, json
   return c;
 }
 
+chart horizontal_bars(std::string id, std::string title, json values, json categories) {
+  chart c{std::move(id), std::move(title), {}};
+  c.config = base_config("bar", c.title, std::move(values), std::move(categories));
+  c.config["options"]["indexAxis"] = "y";
+  c.tooltip = "x";
+  return c;
+}
+
 namespace {
 json dash_of(std::size_t run) {
   static const std::array<json, 3> dashes = {json::array(), json::array({6, 4}),

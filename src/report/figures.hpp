@@ -81,6 +81,10 @@ std::vector<run_result<Result>> results_of(const std::vector<run_input>& runs,
 /// A chart of `type` ("line", "bar", "matrix") with the title, the x and y axes, the legend shown
 /// when there are several series, no animation (prints and screenshots see the final frame).
 [[nodiscard]] json base_config(const std::string& type, const std::string& title, json x, json y);
+/// A horizontal bar chart of `id` and `title`: bar lengths along `values` (the x axis), one row
+/// per category of `categories` (the y axis); hovered values are worded as x.
+[[nodiscard]] chart horizontal_bars(std::string id, std::string title, json values,
+                                    json categories);
 /// A line through (x, y) points; runs after the first are dashed.
 [[nodiscard]] json line_dataset(const std::string& label, const std::string& colour,
                                 std::size_t run, const std::vector<std::pair<double, double>>& xy);

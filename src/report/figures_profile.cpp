@@ -110,11 +110,8 @@ figure nvml_figure(const runs_t& runs) {
 }
 
 figure key_averages_figure(const runs_t& runs) {
-  chart c{"profile-key-averages", "Key averages: mean time per call", {}};
-  c.config = base_config("bar", c.title, axis("time per call (log scale)", "seconds", true),
-                         axis("region", ""));
-  c.config["options"]["indexAxis"] = "y";
-  c.tooltip = "x";
+  chart c = horizontal_bars("profile-key-averages", "Key averages: mean time per call",
+                            axis("time per call (log scale)", "seconds", true), axis("region", ""));
   std::vector<std::string> labels;
   for (const auto& rr : runs)
     for (const auto& r : rr.result.key_averages.regions)
@@ -134,11 +131,8 @@ figure key_averages_figure(const runs_t& runs) {
         bar_dataset(series_name(rr.label, "host (issuing)"), color(1), rr.index, host));
   }
   c.config["data"]["labels"] = labels;
-  chart t{"profile-timing-methods", "One kernel timed three ways (median)", {}};
-  t.config = base_config("bar", t.title, axis("measured time (log scale)", "seconds", true),
-                         axis("method", ""));
-  t.config["options"]["indexAxis"] = "y";
-  t.tooltip = "x";
+  chart t = horizontal_bars("profile-timing-methods", "One kernel timed three ways (median)",
+                            axis("measured time (log scale)", "seconds", true), axis("method", ""));
   t.config["data"]["labels"] = {"host clock, launch only", "host clock + synchronize",
                                 "CUDA events"};
   for (const auto& rr : runs) {

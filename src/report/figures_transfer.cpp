@@ -187,11 +187,9 @@ figure streams_figure(const runs_t& runs) {
 }
 
 figure sync_async_figure(const runs_t& runs) {
-  chart c{"transfer-sync-async", "Who waits: the CPU blocked per copy call", {}};
-  c.config = base_config("bar", c.title, axis("time (log scale)", "seconds", true),
-                         axis("host memory and API", ""));
-  c.config["options"]["indexAxis"] = "y";
-  c.tooltip = "x";
+  chart c =
+      horizontal_bars("transfer-sync-async", "Who waits: the CPU blocked per copy call",
+                      axis("time (log scale)", "seconds", true), axis("host memory and API", ""));
   std::vector<std::string> labels;
   for (const auto& rr : runs) {
     std::vector<std::string> l;

@@ -38,27 +38,19 @@ std::string_view to_string(host_memory m) noexcept {
 
 namespace {
 
-/// Pageable host memory: plain aligned allocation, pages touched once so first-touch faults
-/// stay out of the measurements.
-struct pageable_buffer {
-  std::byte* ptr = nullptr;
-  std::size_t size = 0;
-  pageable_buffer() = default;
-  explicit pageable_buffer(std::size_t n) : size(n) {
-    ptr = static_cast<std::byte*>(::operator new (n, std::align_val_t{4096}, std::nothrow));
-    if (!ptr) throw out_of_memory("cannot allocate " + format_bytes(n) + " of host memory", n);
+/// Pageable host memory: a plain page-aligned allocation. Its pages are written before any timed
+/// copy (ensure() zeroes a destination, fill_source() a source), so first-touch faults stay out
+/// of the measurements.
+struct pageable_memory {
+  using handle_type = void*;
+  static void* allocate(std::size_t n) {
+    void* p = ::operator new (n, std::align_val_t{4096}, std::nothrow);
+    if (!p) throw out_of_memory("cannot allocate " + format_bytes(n) + " of host memory", n);
+    return p;
   }
-  ~pageable_buffer() {
-    if (ptr) ::operator delete (ptr, std::align_val_t{4096});
-  }
-  pageable_buffer(pageable_buffer&& o) noexcept
-      : ptr(std::exchange(o.ptr, nullptr)), size(std::exchange(o.size, 0)) {}
-  pageable_buffer& operator=(pageable_buffer&& o) noexcept {
-    std::swap(ptr, o.ptr);
-    std::swap(size, o.size);
-    return *this;
-  }
+  static void release(void* p) noexcept { ::operator delete (p, std::align_val_t{4096}); }
 };
+using pageable_buffer = owned_buffer<pageable_memory>;
 
 constexpr std::uint64_t kMinStreamChunk = 64 * 1024;
 
@@ -68,7 +60,7 @@ struct copy_bench::buffers {
   device_buffer dev_src, dev_dst;
   pinned_buffer pin_src, pin_dst;
   pageable_buffer page_src, page_dst;
-  device_buffer counter{sizeof(unsigned long long)};
+  device_counter counter;
   cuda_stream s0, s1;
   thread_pool pool{default_thread_count()};
   std::uint32_t seed = 0x5eed;
@@ -82,11 +74,11 @@ struct copy_bench::buffers {
       if (host_src && pin_src.size() < bytes) pin_src = pinned_buffer(bytes);
       if (host_dst && pin_dst.size() < bytes) pin_dst = pinned_buffer(bytes);
     } else {
-      if (host_src && page_src.size < bytes) page_src = pageable_buffer(bytes);
-      if (host_dst && page_dst.size < bytes) {
+      if (host_src && page_src.size() < bytes) page_src = pageable_buffer(bytes);
+      if (host_dst && page_dst.size() < bytes) {
         page_dst = pageable_buffer(bytes);
         pool.parallel_ranges(bytes, 4096, [&](std::size_t off, std::size_t n) {
-          std::memset(page_dst.ptr + off, 0, n);
+          std::memset(page_dst.as<std::byte>() + off, 0, n);
         });
       }
     }
@@ -94,11 +86,11 @@ struct copy_bench::buffers {
 
   void* src(copy_direction d, host_memory m) {
     if (d != copy_direction::h2d) return dev_src.data();
-    return m == host_memory::pinned ? pin_src.data() : static_cast<void*>(page_src.ptr);
+    return m == host_memory::pinned ? pin_src.data() : page_src.data();
   }
   void* dst(copy_direction d, host_memory m) {
     if (d != copy_direction::d2h) return dev_dst.data();
-    return m == host_memory::pinned ? pin_dst.data() : static_cast<void*>(page_dst.ptr);
+    return m == host_memory::pinned ? pin_dst.data() : page_dst.data();
   }
 
   /// Fills the source with a fresh pattern; returns its seed.
@@ -116,16 +108,8 @@ struct copy_bench::buffers {
     return sd;
   }
 
-  void reset_counter() {
-    GPU_BASICS_CUDA_TRY(cudaMemsetAsync(counter.data(), 0, sizeof(unsigned long long), s0.value()));
-  }
-  unsigned long long read_counter() {
-    unsigned long long v = 0;
-    GPU_BASICS_CUDA_TRY(
-        cudaMemcpyAsync(&v, counter.data(), sizeof(v), cudaMemcpyDeviceToHost, s0.value()));
-    s0.synchronize();
-    return v;
-  }
+  void reset_counter() { counter.reset(s0); }
+  unsigned long long read_counter() { return counter.read(s0); }
 
   std::size_t host_mismatches(const void* p, std::size_t bytes, std::uint32_t sd) {
     std::atomic<std::size_t> total{0};
@@ -216,7 +200,7 @@ copy_measurement copy_bench::copy(copy_direction d, host_memory m, std::uint64_t
       start.record(b.s0);
       GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, b.s0.value()));
       stop.record(b.s0);
-      enqueue_count_mismatches(dst, bytes, sd, b.counter.as<unsigned long long>(), b.s0);
+      enqueue_count_mismatches(dst, bytes, sd, b.counter.get(), b.s0);
     });
     check(b.read_counter(), r, "");
   } else {
@@ -237,7 +221,7 @@ copy_measurement copy_bench::copy(copy_direction d, host_memory m, std::uint64_t
       if (host_dst_pageable)
         host_bad += b.host_mismatches(dst, bytes, sd);
       else
-        enqueue_count_mismatches(dst, bytes, sd, b.counter.as<unsigned long long>(), b.s0);
+        enqueue_count_mismatches(dst, bytes, sd, b.counter.get(), b.s0);
     }
     check(b.read_counter() + host_bad, r, "");
   }
@@ -289,7 +273,7 @@ copy_measurement copy_bench::multi_stream(copy_direction d, std::uint64_t bytes,
     start.record(b.s0);
     enqueue(start);
     stop.record(b.s0);
-    enqueue_count_mismatches(dst, bytes, sd, b.counter.as<unsigned long long>(), b.s0);
+    enqueue_count_mismatches(dst, bytes, sd, b.counter.get(), b.s0);
   });
   check(b.read_counter(), r, fmt::format("{}-stream", r.streams));
   r.verified_bytes = bytes * static_cast<std::uint64_t>(o_.iterations);
@@ -348,10 +332,8 @@ copy_measurement copy_bench::bidirectional(std::uint64_t bytes) {
       enqueue_fill_zero(b.pin_dst.data(), bytes, b.s0);
       up_start[k].record(b.s0);
       enqueue(up_start[k], &up_stop[k], &down_start[k], &down_stop[k]);
-      enqueue_count_mismatches(b.dev_dst.data(), bytes, sd_up, b.counter.as<unsigned long long>(),
-                               b.s0);
-      enqueue_count_mismatches(b.pin_dst.data(), bytes, sd_down, b.counter.as<unsigned long long>(),
-                               b.s0);
+      enqueue_count_mismatches(b.dev_dst.data(), bytes, sd_up, b.counter.get(), b.s0);
+      enqueue_count_mismatches(b.pin_dst.data(), bytes, sd_down, b.counter.get(), b.s0);
     }
     blocker.release();
     b.s0.synchronize();
@@ -391,7 +373,7 @@ sync_async_measurement copy_bench::sync_vs_async(copy_direction d, host_memory m
       std::memset(dst, 0, bytes);
     } else {
       b.reset_counter();
-      enqueue_count_mismatches(dst, bytes, sd, b.counter.as<unsigned long long>(), b.s0);
+      enqueue_count_mismatches(dst, bytes, sd, b.counter.get(), b.s0);
       bad += b.read_counter();
       enqueue_fill_zero(dst, bytes, b.s0);
       b.s0.synchronize();
@@ -457,7 +439,7 @@ copy_measurement copy_bench::staged(copy_direction d, std::uint64_t bytes,
       b.s0.synchronize();
       const double t1 = host_seconds();
       b.reset_counter();
-      enqueue_count_mismatches(dst, bytes, sd, b.counter.as<unsigned long long>(), b.s0);
+      enqueue_count_mismatches(dst, bytes, sd, b.counter.get(), b.s0);
       bad += b.read_counter();
       if (i >= o_.warmup_iterations) r.seconds.push_back(t1 - t0);
     } else {
@@ -490,7 +472,7 @@ copy_measurement copy_bench::host_memcpy(std::uint64_t bytes, unsigned threads,
   r.bytes = r.bytes_moved = bytes;
   r.streams = 0;
   const std::uint32_t sd = b.fill_source(copy_direction::h2d, host_memory::pageable, bytes);
-  auto* src = b.page_src.ptr;
+  auto* src = b.page_src.as<std::byte>();
   auto* dst = static_cast<std::byte*>(b.pin_src.data());
   const auto chunks = ring ? split_fixed(bytes, chunk_bytes) : std::vector<chunk>{{0, bytes}};
   const std::uint64_t slots = ring ? std::max<std::uint64_t>(1, ring_bytes / chunk_bytes) : 1;
@@ -523,7 +505,7 @@ register_measurement copy_bench::host_register(std::uint64_t bytes, int repeats)
   register_measurement r;
   r.bytes = bytes;
   std::vector<double> reg, unreg;
-  void* p = b.page_src.ptr;
+  void* p = b.page_src.data();
   for (int i = 0; i < repeats; ++i) {
     const double t0 = host_seconds();
     GPU_BASICS_CUDA_TRY(cudaHostRegister(p, bytes, cudaHostRegisterDefault));
@@ -548,8 +530,7 @@ register_measurement copy_bench::host_register(std::uint64_t bytes, int repeats)
           GPU_BASICS_CUDA_TRY(
               cudaMemcpyAsync(b.dev_dst.data(), p, bytes, cudaMemcpyHostToDevice, b.s0.value()));
           stop.record(b.s0);
-          enqueue_count_mismatches(b.dev_dst.data(), bytes, sd, b.counter.as<unsigned long long>(),
-                                   b.s0);
+          enqueue_count_mismatches(b.dev_dst.data(), bytes, sd, b.counter.get(), b.s0);
         });
         check(b.read_counter(), c, "registered");
         c.verified_bytes = bytes * static_cast<std::uint64_t>(o_.iterations);

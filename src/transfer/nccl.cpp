@@ -63,7 +63,8 @@ struct nccl_collectives::impl {
     int device = 0;
     nccl_comm comm = nullptr;
     cuda_stream stream;
-    device_buffer send, recv, bad;
+    device_buffer send, recv;
+    device_counter bad;  // wrong elements of the last run's output
   };
   std::vector<std::unique_ptr<rank>> ranks;
 
@@ -122,7 +123,6 @@ std::unique_ptr<nccl_collectives> nccl_collectives::open(const std::vector<int>&
     auto rk = std::make_unique<impl::rank>();
     rk->device = devices[i];
     rk->comm = comms[i];
-    rk->bad = device_buffer(sizeof(unsigned long long));
     p->ranks.push_back(std::move(rk));
   }
   return std::unique_ptr<nccl_collectives>(new nccl_collectives(std::move(p)));
@@ -219,16 +219,11 @@ collective_measurement nccl_collectives::run(collective op, std::uint64_t bytes,
   for (int r = 0; r < n; ++r) {
     auto& rk = *p.ranks[static_cast<std::size_t>(r)];
     device_scope d(rk.device);
-    GPU_BASICS_CUDA_TRY(
-        cudaMemsetAsync(rk.bad.data(), 0, sizeof(unsigned long long), rk.stream.value()));
+    rk.bad.reset(rk.stream);
     GPU_BASICS_CUDA_TRY(detail::enqueue_check_collective_output(
         rk.recv.as<float>(), recv_elems, static_cast<int>(op), n, r,
-        op == collective::all_gather ? count : recv_elems, rk.bad.as<unsigned long long>(),
-        rk.stream.value()));
-    unsigned long long bad = 0;
-    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(&bad, rk.bad.data(), sizeof bad, cudaMemcpyDeviceToHost,
-                                        rk.stream.value()));
-    rk.stream.synchronize();
+        op == collective::all_gather ? count : recv_elems, rk.bad.get(), rk.stream.value()));
+    const unsigned long long bad = rk.bad.read(rk.stream);
     if (bad)
       throw verification_error(
           fmt::format("NCCL {} of {} bytes: {} of {} elements wrong on rank {} (GPU {})",

@@ -14,15 +14,11 @@ namespace {
 struct side {
   int device;
   cuda_stream stream;
-  device_buffer src, dst, counter;
+  device_buffer src, dst;
+  device_counter counter;
   std::uint32_t seed;
   side(int dev, std::uint64_t bytes, std::uint32_t sd)
-      : device(dev),
-        stream(),
-        src(bytes),
-        dst(bytes),
-        counter(sizeof(unsigned long long)),
-        seed(sd) {
+      : device(dev), stream(), src(bytes), dst(bytes), seed(sd) {
     enqueue_fill_pattern(src.data(), bytes, seed, stream);
     stream.synchronize();
   }
@@ -54,14 +50,9 @@ void poison(side& to, std::uint64_t bytes) {
 /// Checks the bytes that arrived in `to.dst` against `from`'s pattern.
 void verify(side& to, std::uint64_t bytes, std::uint32_t seed, int from_dev) {
   device_scope d(to.device);
-  GPU_BASICS_CUDA_TRY(
-      cudaMemsetAsync(to.counter.data(), 0, sizeof(unsigned long long), to.stream.value()));
-  enqueue_count_mismatches(to.dst.data(), bytes, seed, to.counter.as<unsigned long long>(),
-                           to.stream);
-  unsigned long long bad = 0;
-  GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(&bad, to.counter.data(), sizeof bad, cudaMemcpyDeviceToHost,
-                                      to.stream.value()));
-  to.stream.synchronize();
+  to.counter.reset(to.stream);
+  enqueue_count_mismatches(to.dst.data(), bytes, seed, to.counter.get(), to.stream);
+  const unsigned long long bad = to.counter.read(to.stream);
   if (bad)
     throw verification_error(
         fmt::format("peer copy GPU {} -> GPU {}: {} of {} bytes differ from the source", from_dev,

@@ -3,8 +3,6 @@
 #include <algorithm>
 
 #include "gpu_basics/core/errors.hpp"
-#include "gpu_basics/core/hardware.hpp"
-#include "gpu_basics/profiler/gemm.hpp"
 
 namespace gpu_basics::verdict {
 
@@ -63,20 +61,7 @@ check_result check_of(const lessons::run_record& r, const lessons::check_thresho
       throw format_error("a '" + r.command +
                          "' run holds no figure a check reads (it needs a check, all, transfer or "
                          "profile run)");
-    const lessons::device_facts facts = lessons::facts_of(r);
-    const device_info& d = facts.device;
-    c.gpu = d.name;
-    c.driver_version = d.driver_version;
-    c.nvml_status = facts.nvml_status;
-    c.link_generation = d.pcie_generation_current;
-    c.link_width = d.pcie_width_current;
-    c.link_generation_max = d.pcie_generation_max;
-    c.link_width_max = d.pcie_width_max;
-    c.link_bytes_per_s = facts.link_bytes_per_s;
-    if (facts.datasheet) {
-      c.hbm_bytes_per_s = facts.datasheet->hbm_bytes_per_s;
-      c.bf16_peak_flops_per_s = datasheet_peak_flops(*facts.datasheet, gemm_precision::bf16);
-    }
+    c = lessons::check_result_of(lessons::facts_of(r));
     if (tj) read_transfer(lessons::result_from_json<lessons::transfer_result>(*tj, "transfer"), c);
     if (pj) read_profile(lessons::result_from_json<lessons::profile_result>(*pj, "profile"), c);
     for (const auto& [lesson, why] : r.errors)

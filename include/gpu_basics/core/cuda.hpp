@@ -45,6 +45,44 @@ void log_cuda_error_nothrow(cudaError_t err, const char* call, const char* file,
 
 namespace gpu_basics {
 
+/// Sole ownership of one CUDA handle (a stream, an event, an allocation): `Kind` names its type
+/// (Kind::handle_type) and gives it back (Kind::release(handle), which logs errors and never
+/// throws). The one owner behind cuda_stream, cuda_event, device_buffer and pinned_buffer.
+template <class Kind>
+class unique_handle {
+ public:
+  using handle_type = typename Kind::handle_type;
+
+  /// Empty: holds nothing.
+  unique_handle() noexcept = default;
+  /// Takes ownership of `h` (nullptr: empty).
+  explicit unique_handle(handle_type h) noexcept : h_(h) {}
+  /// Releases the handle held.
+  ~unique_handle() { reset(); }
+  /// Takes over `o`'s handle; `o` is left empty.
+  unique_handle(unique_handle&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  /// Releases the handle held, then takes over `o`'s.
+  unique_handle& operator=(unique_handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  unique_handle(const unique_handle&) = delete;
+  unique_handle& operator=(const unique_handle&) = delete;
+
+  /// The handle (nullptr when empty).
+  [[nodiscard]] handle_type get() const noexcept { return h_; }
+  /// Releases the handle held; empty afterwards.
+  void reset() noexcept {
+    if (h_) Kind::release(std::exchange(h_, nullptr));
+  }
+
+ private:
+  handle_type h_{nullptr};
+};
+
 /// Non-owning view of a stream (the default stream when empty).
 class stream_view {
  public:
@@ -70,27 +108,24 @@ class cuda_stream {
   /// Creates a stream with cudaStreamCreateWithPriority (a lower priority number runs first).
   /// @throws cuda_error when the stream cannot be created.
   explicit cuda_stream(unsigned flags = cudaStreamNonBlocking, int priority = 0);
-  /// Destroys the stream; errors are logged, not thrown.
-  ~cuda_stream();
-  /// Takes over `o`'s stream; `o` is left empty.
-  cuda_stream(cuda_stream&& o) noexcept : stream_(std::exchange(o.stream_, nullptr)) {}
-  /// Destroys the stream held, then takes over `o`'s.
-  cuda_stream& operator=(cuda_stream&& o) noexcept;
-  cuda_stream(const cuda_stream&) = delete;
-  cuda_stream& operator=(const cuda_stream&) = delete;
+  // Destroying the stream logs errors, never throws; a moved-from stream is empty.
 
   /// A non-owning view of the stream.
-  [[nodiscard]] stream_view view() const noexcept { return stream_; }
+  [[nodiscard]] stream_view view() const noexcept { return stream_.get(); }
   /// The raw handle.
-  [[nodiscard]] cudaStream_t value() const noexcept { return stream_; }
+  [[nodiscard]] cudaStream_t value() const noexcept { return stream_.get(); }
   /// The stream as a view, so an owned stream passes where a stream_view is taken.
-  operator stream_view() const noexcept { return stream_; }  // NOLINT
+  operator stream_view() const noexcept { return stream_.get(); }  // NOLINT
   /// Blocks until all work enqueued on the stream has finished.
   /// @throws cuda_error when that work or the wait failed.
   void synchronize() const { view().synchronize(); }
 
  private:
-  cudaStream_t stream_{nullptr};
+  struct kind {
+    using handle_type = cudaStream_t;
+    static void release(cudaStream_t s) noexcept;  // cudaStreamDestroy
+  };
+  unique_handle<kind> stream_;
 };
 
 /// An owned event; timing is on unless disabled.
@@ -99,26 +134,19 @@ class cuda_event {
   /// Creates an event; without timing it is cheaper to record but has no elapsed time.
   /// @throws cuda_error when the event cannot be created.
   explicit cuda_event(bool timing = true);
-  /// Destroys the event; errors are logged, not thrown.
-  ~cuda_event();
-  /// Takes over `o`'s event; `o` is left empty.
-  cuda_event(cuda_event&& o) noexcept : event_(std::exchange(o.event_, nullptr)) {}
-  /// Destroys the event held, then takes over `o`'s.
-  cuda_event& operator=(cuda_event&& o) noexcept;
-  cuda_event(const cuda_event&) = delete;
-  cuda_event& operator=(const cuda_event&) = delete;
+  // Destroying the event logs errors, never throws; a moved-from event is empty.
 
   /// Captures the work enqueued on `s` so far (the default stream when empty).
   /// @throws cuda_error when the record fails.
-  void record(stream_view s = {}) { GPU_BASICS_CUDA_TRY(cudaEventRecord(event_, s)); }
+  void record(stream_view s = {}) { GPU_BASICS_CUDA_TRY(cudaEventRecord(event_.get(), s)); }
   /// Blocks until the work captured by the last record() has completed.
   /// @throws cuda_error when that work or the wait failed.
-  void synchronize() const { GPU_BASICS_CUDA_TRY(cudaEventSynchronize(event_)); }
+  void synchronize() const { GPU_BASICS_CUDA_TRY(cudaEventSynchronize(event_.get())); }
   /// True when all work captured by the last record() has completed.
   /// @throws cuda_error when the query reports an error (event_completed()).
   [[nodiscard]] bool query() const;
   /// The raw handle.
-  [[nodiscard]] cudaEvent_t value() const noexcept { return event_; }
+  [[nodiscard]] cudaEvent_t value() const noexcept { return event_.get(); }
 
   /// Milliseconds between two recorded, completed events.
   /// @throws cuda_error when either is unrecorded, not complete, or made without timing.
@@ -130,7 +158,11 @@ class cuda_event {
   }
 
  private:
-  cudaEvent_t event_{nullptr};
+  struct kind {
+    using handle_type = cudaEvent_t;
+    static void release(cudaEvent_t e) noexcept;  // cudaEventDestroy
+  };
+  unique_handle<kind> event_;
 };
 
 /// Makes `device` the calling thread's current device for its scope, then restores the previous
@@ -152,75 +184,94 @@ class device_scope {
   int previous_ = 0;
 };
 
-/// Owned device memory from cudaMalloc (uninitialised).
-class device_buffer {
+/// Owned, uninitialised memory of one kind and its size: `Memory` allocates it
+/// (Memory::allocate(bytes, options...) -> void*, which throws) and frees it (as unique_handle's
+/// kind). device_buffer and pinned_buffer are its two CUDA kinds.
+template <class Memory>
+class owned_buffer {
  public:
   /// Empty: no memory, size 0.
-  device_buffer() noexcept = default;
-  /// `bytes` on the current device; 0 allocates nothing.
-  /// @throws out_of_memory (with free and total device memory) when the device cannot supply them.
-  /// @throws cuda_error for any other cudaMalloc failure.
-  explicit device_buffer(std::size_t bytes);
-  /// Frees the memory; errors are logged, not thrown.
-  ~device_buffer();
+  owned_buffer() noexcept = default;
+  /// `bytes` from Memory::allocate(bytes, options...); 0 allocates nothing.
+  /// @throws what Memory::allocate throws (out_of_memory, cuda_error).
+  template <class... Options,
+            class = decltype(Memory::allocate(std::size_t{}, std::declval<Options>()...))>
+  explicit owned_buffer(std::size_t bytes, Options... options)
+      : ptr_(bytes == 0 ? nullptr : Memory::allocate(bytes, options...)), size_(bytes) {}
+  // Freeing the memory logs errors, never throws.
   /// Takes over `o`'s memory; `o` is left empty.
-  device_buffer(device_buffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  owned_buffer(owned_buffer&& o) noexcept
+      : ptr_(std::move(o.ptr_)), size_(std::exchange(o.size_, 0)) {}
   /// Frees the memory held, then takes over `o`'s.
-  device_buffer& operator=(device_buffer&& o) noexcept;
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
+  owned_buffer& operator=(owned_buffer&& o) noexcept {
+    ptr_ = std::move(o.ptr_);
+    size_ = std::exchange(o.size_, 0);
+    return *this;
+  }
 
   /// The memory (nullptr when empty).
-  [[nodiscard]] void* data() noexcept { return ptr_; }
-  [[nodiscard]] const void* data() const noexcept { return ptr_; }
+  [[nodiscard]] void* data() noexcept { return ptr_.get(); }
+  [[nodiscard]] const void* data() const noexcept { return ptr_.get(); }
   /// The memory as T* (no size or alignment check).
   template <class T>
   [[nodiscard]] T* as() noexcept {
-    return static_cast<T*>(ptr_);
+    return static_cast<T*>(ptr_.get());
   }
   /// Bytes held.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
 
  private:
-  void* ptr_{nullptr};
+  unique_handle<Memory> ptr_;
   std::size_t size_{0};
 };
 
-/// Owned page-locked host memory from cudaHostAlloc (uninitialised).
-class pinned_buffer {
- public:
-  /// Empty: no memory, size 0.
-  pinned_buffer() noexcept = default;
-  /// `bytes` of pinned host memory with cudaHostAlloc `flags` (e.g. cudaHostAllocMapped); 0
-  /// allocates nothing.
+/// Device memory from cudaMalloc on the current device.
+struct device_memory {
+  using handle_type = void*;
+  /// @throws out_of_memory (with free and total device memory) when the device cannot supply
+  /// `bytes`.
+  /// @throws cuda_error for any other cudaMalloc failure.
+  [[nodiscard]] static void* allocate(std::size_t bytes);
+  /// cudaFree; errors are logged.
+  static void release(void* p) noexcept;
+};
+
+/// Page-locked host memory from cudaHostAlloc.
+struct pinned_memory {
+  using handle_type = void*;
+  /// `bytes` with cudaHostAlloc `flags` (e.g. cudaHostAllocMapped).
   /// @throws out_of_memory when they cannot be pinned.
   /// @throws cuda_error for any other cudaHostAlloc failure.
-  explicit pinned_buffer(std::size_t bytes, unsigned flags = cudaHostAllocDefault);
-  /// Frees the memory; errors are logged, not thrown.
-  ~pinned_buffer();
-  /// Takes over `o`'s memory; `o` is left empty.
-  pinned_buffer(pinned_buffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
-  /// Frees the memory held, then takes over `o`'s.
-  pinned_buffer& operator=(pinned_buffer&& o) noexcept;
-  pinned_buffer(const pinned_buffer&) = delete;
-  pinned_buffer& operator=(const pinned_buffer&) = delete;
+  [[nodiscard]] static void* allocate(std::size_t bytes, unsigned flags = cudaHostAllocDefault);
+  /// cudaFreeHost; errors are logged.
+  static void release(void* p) noexcept;
+};
 
-  /// The memory (nullptr when empty).
-  [[nodiscard]] void* data() noexcept { return ptr_; }
-  [[nodiscard]] const void* data() const noexcept { return ptr_; }
-  /// The memory as T* (no size or alignment check).
-  template <class T>
-  [[nodiscard]] T* as() noexcept {
-    return static_cast<T*>(ptr_);
-  }
-  /// Bytes held.
-  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+/// Owned device memory from cudaMalloc (uninitialised): device_buffer(bytes).
+using device_buffer = owned_buffer<device_memory>;
+/// Owned page-locked host memory from cudaHostAlloc (uninitialised): pinned_buffer(bytes) or
+/// pinned_buffer(bytes, flags).
+using pinned_buffer = owned_buffer<pinned_memory>;
+
+/// One unsigned long long in device memory for kernels that count with atomicAdd (bytes off the
+/// pattern, wrong elements), zeroed and read back in stream order.
+class device_counter {
+ public:
+  /// The counter on the current device, not zeroed yet (reset() does).
+  /// @throws out_of_memory, cuda_error.
+  device_counter() : buf_(sizeof(unsigned long long)) {}
+
+  /// The counter in device memory, for the kernels.
+  [[nodiscard]] unsigned long long* get() noexcept { return buf_.as<unsigned long long>(); }
+  /// Zeroes the counter after the work enqueued on `s` so far.
+  /// @throws cuda_error.
+  void reset(stream_view s);
+  /// The count once the work enqueued on `s` so far is done (waits for `s`).
+  /// @throws cuda_error, also for a fault in that work.
+  [[nodiscard]] unsigned long long read(stream_view s);
 
  private:
-  void* ptr_{nullptr};
-  std::size_t size_{0};
+  device_buffer buf_;
 };
 
 }  // namespace gpu_basics

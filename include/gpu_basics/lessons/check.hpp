@@ -104,6 +104,11 @@ GPU_BASICS_JSON(check_result, gpu, driver_version, nvml_status, link_generation,
                 bf16_peak_flops_per_s, h2d, d2h, bidirectional, d2d, gemm, verification_failures,
                 health, thresholds, items, elapsed_s)
 
+/// A check_result with what `facts` say of the GPU: its name, driver and NVML status, its link
+/// as saved (current and maximum) and the ceilings (link rate, datasheet HBM and bf16 peak).
+/// Nothing measured, default thresholds, no verdicts. Pure.
+[[nodiscard]] check_result check_result_of(const device_facts& facts);
+
 /// The verdicts of `r` against r.thresholds, in a fixed order: link, H2D, D2H, bidirectional,
 /// D2D, GEMM, verification, ECC, retired pages, remapped rows, idle throttling, NVML. Pure.
 [[nodiscard]] std::vector<check_item> evaluate_check(const check_result& r);

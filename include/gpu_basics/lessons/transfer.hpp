@@ -15,6 +15,7 @@
 #include "gpu_basics/lessons/double_buffer.hpp"
 #include "gpu_basics/lessons/lesson.hpp"
 #include "gpu_basics/lessons/multi_gpu.hpp"
+#include "gpu_basics/transfer/copy_samples.hpp"
 
 namespace gpu_basics {
 struct copy_measurement;
@@ -22,20 +23,12 @@ struct copy_measurement;
 
 namespace gpu_basics::lessons {
 
-/// One timed copy (or host memcpy): its samples and their summaries. The keys are those schema 1
-/// kept under extra.measurements, so those entries read as they are.
-struct copy_figure {
-  std::string direction;          // "H2D", "D2H", "D2D"
-  std::string memory;             // host side: "pinned", "pageable"
-  std::uint64_t bytes = 0;        // per copy (bidirectional: per direction)
-  std::uint64_t bytes_moved = 0;  // per sample, all directions
-  unsigned streams = 1;           // 0 for a host memcpy
-  bool bidirectional = false;
-  std::vector<double> seconds;        // one per sample; empty when schema 1 kept the table only
-  std::vector<double> seconds_joint;  // bidirectional: both copies' start to the last end
-  summary time_s;
-  summary bandwidth_bytes_per_s;  // bytes_moved / seconds, per sample
-  std::uint64_t verified_bytes = 0;
+/// One timed copy (or host memcpy): its samples and their summaries (copy_samples), with the
+/// direction and host memory as text. The keys are those schema 1 kept under
+/// extra.measurements, so those entries read as they are.
+struct copy_figure : copy_samples {
+  std::string direction;  // "H2D", "D2H", "D2D"
+  std::string memory;     // host side: "pinned", "pageable"
 
   bool operator==(const copy_figure&) const = default;
 };

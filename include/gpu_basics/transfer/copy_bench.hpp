@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpu_basics/core/stats.hpp"
+#include "gpu_basics/transfer/copy_samples.hpp"
 
 namespace gpu_basics {
 
@@ -21,19 +22,10 @@ enum class host_memory { pinned, pageable };
 /// "pinned", "pageable".
 [[nodiscard]] std::string_view to_string(host_memory m) noexcept;
 
-struct copy_measurement {
+/// One measured copy: the samples (copy_samples) of a direction from one kind of host memory.
+struct copy_measurement : copy_samples {
   copy_direction direction = copy_direction::h2d;
   host_memory memory = host_memory::pinned;
-  std::uint64_t bytes = 0;        // bytes per copy (bidirectional: per direction)
-  std::uint64_t bytes_moved = 0;  // bytes per sample, all directions
-  unsigned streams = 1;
-  bool bidirectional = false;
-  std::vector<double> seconds;  // one per sample
-  /// Bidirectional only: from both copies' start to the last one's end, per sample.
-  std::vector<double> seconds_joint;
-  summary time_s;
-  summary bandwidth_bytes_per_s;  // bytes_moved / seconds, per sample
-  std::uint64_t verified_bytes = 0;
 };
 
 struct sync_async_measurement {
