@@ -18,6 +18,7 @@
 #include "gpu_basics/lessons/multi_gpu.hpp"
 #include "gpu_basics/lessons/profile.hpp"
 #include "gpu_basics/lessons/transfer.hpp"
+#include "gpu_basics/profiler/gemm_runner.hpp"
 
 namespace gpu_basics::lessons {
 
@@ -64,6 +65,12 @@ void clear_device_error() noexcept;
 /// and, with --trace, the trace.
 /// @throws verification_error when a matmul check is off; cuda_error, out_of_memory, io_error.
 [[nodiscard]] profile_result measure_profile(context& ctx);
+
+/// A gemm_runner result as the results keep it: its precision, shape, candidates and timings,
+/// with the relative error of the precision's check against the CPU and the peak it is judged
+/// against (nullopt where unknown). No start or end time.
+[[nodiscard]] matmul_run matmul_of(const gemm_result& res, double check_error,
+                                   std::optional<double> peak_flops_per_s);
 
 /// Measures what the checks need on ctx's device and judges it (items filled). A copy that does
 /// not verify is a failed check, not an exception.

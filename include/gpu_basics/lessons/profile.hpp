@@ -14,10 +14,6 @@
 #include "gpu_basics/lessons/trace_output.hpp"
 #include "gpu_basics/profiler/sampler.hpp"
 
-namespace gpu_basics {
-struct gemm_result;
-}
-
 namespace gpu_basics::lessons {
 
 /// One kernel (LCG steps over a buffer) timed three ways. From a schema-1 table alone only the
@@ -79,12 +75,6 @@ struct matmul_run {
 };
 GPU_BASICS_JSON(matmul_run, precision, m, n, k, candidates, chosen, candidate_median_s, seconds,
                 flops_per_s, peak_flops_per_s, check_error, start_s, end_s)
-
-/// A gemm_runner result as the results keep it: its precision, shape, candidates and timings,
-/// with the relative error of the precision's check against the CPU and the peak it is judged
-/// against (nullopt where unknown). No start or end time.
-[[nodiscard]] matmul_run matmul_of(const gemm_result& res, double check_error,
-                                   std::optional<double> peak_flops_per_s);
 
 struct matmul_result {
   std::optional<int> max_candidates;             // how many algorithms the heuristic is asked for
