@@ -257,11 +257,7 @@ block* caching_allocator::impl::new_segment(std::size_t rounded, bool small, str
   if (!within_limit(seg)) return nullptr;
   const auto p = reinterpret_cast<std::uintptr_t>(timed([&] { return backend.allocate(seg); }));
   if (!p) return nullptr;
-  block* b = new_block();
-  b->ptr = p;
-  b->size = seg;
-  b->stream = stream;
-  b->small = small;
+  block* b = new_block(p, seg, stream, small);
   b->segment_bytes = seg;
   segments.insert(b);
   add_reserved(seg);

@@ -21,11 +21,7 @@ expandable_range* caching_allocator::impl::new_range(stream_handle stream, bool 
   r->page = page;
   r->stream = stream;
   r->small = small;
-  block* b = new_block();
-  b->ptr = base;
-  b->size = bytes;
-  b->stream = stream;
-  b->small = small;
+  block* b = new_block(base, bytes, stream, small);
   b->mapped = false;
   b->range = r.get();
   r->head = b;

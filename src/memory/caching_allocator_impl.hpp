@@ -239,6 +239,16 @@ struct caching_allocator::impl {
     return b;
   }
 
+  /// A new block of `size` bytes at `ptr` on `stream`'s pool (small or large), unlinked.
+  block* new_block(std::uintptr_t ptr, std::size_t size, stream_handle stream, bool small) {
+    block* b = new_block();
+    b->ptr = ptr;
+    b->size = size;
+    b->stream = stream;
+    b->small = small;
+    return b;
+  }
+
   void retire(block* b) {
     b->prev = b->next = nullptr;
     b->allocated = b->in_free_set = false;
@@ -326,11 +336,7 @@ struct caching_allocator::impl {
   /// Cuts b at `at` bytes: a new block for the rest, linked after b, of b's stream, pool and
   /// range (mapped; outside every set). b keeps the first `at` bytes.
   block* split_off(block* b, std::size_t at) {
-    block* rest = new_block();
-    rest->ptr = b->ptr + at;
-    rest->size = b->size - at;
-    rest->stream = b->stream;
-    rest->small = b->small;
+    block* rest = new_block(b->ptr + at, b->size - at, b->stream, b->small);
     rest->range = b->range;
     rest->prev = b;
     rest->next = b->next;
