@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/input_file.hpp"
 #include "gpu_basics/lessons/registry.hpp"
 
 namespace gpu_basics::lessons {
@@ -170,16 +171,13 @@ run_record parse_record(const nlohmann::json& j, const std::string& source) {
 }
 
 run_record load_record(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw io_error("cannot read " + path + ": no such file or no permission");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw io_error("cannot read " + path);
+  const std::string text =
+      read_input_file(path, input_size_cap(kMaxResultsFileBytes), "results file");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    throw format_error(path + ": not JSON (" + std::string(e.what()) + ")");
+    throw format_error(printable(path) + ": not JSON (" + std::string(e.what()) + ")");
   }
   return parse_record(j, path);
 }

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/input_file.hpp"
 #include "gpu_basics/core/results.hpp"
 #include "gpu_basics/memory/pickle.hpp"
 
@@ -238,8 +239,6 @@ const pickle::items& list_at(const value& parent, std::string_view key, std::str
   return x->as_items();
 }
 
-constexpr std::uintmax_t kMaxSnapshotBytes = std::uintmax_t{16} << 30;
-
 constexpr std::string_view kHowToRecord =
     "record one with torch.cuda.memory._record_memory_history(max_entries=100000) before the "
     "workload and torch.cuda.memory._dump_snapshot(\"snapshot.pickle\") after it";
@@ -339,22 +338,8 @@ torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view nam
 }
 
 torch_snapshot read_torch_snapshot(const std::string& path) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status))
-    throw format_error(fmt::format("{}: cannot be read: no such file", printable(path)));
-  if (!std::filesystem::is_regular_file(status))
-    throw format_error(fmt::format(
-        "{}: is not a regular file (a directory, device, FIFO or socket); give a snapshot "
-        "pickle",
-        printable(path)));
-  if (std::filesystem::file_size(path, ec) > kMaxSnapshotBytes)
-    throw format_error(fmt::format("{}: larger than {} GiB, too large for a memory snapshot",
-                                   printable(path), kMaxSnapshotBytes >> 30));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw format_error(fmt::format("{}: cannot be read", printable(path)));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw format_error(fmt::format("{}: cannot be read", printable(path)));
+  const std::string bytes =
+      read_input_file(path, input_size_cap(kMaxSnapshotFileBytes), "snapshot pickle");
   return parse_torch_snapshot(bytes, printable(path));
 }
 

@@ -159,6 +159,21 @@ elseif(MODE STREQUAL "hostile")
              ${gpu} info --csv ${in}/a_directory)
   expect_run(7 "^gpu-basics: cannot write into the directory [^\n]*a_file: [^\n]*a_file is not a directory\n$"
              ${gpu} transfer --set output.directory=${in}/a_file)
+  # A results file that is not a regular file, or is too large, is refused at once, one line,
+  # exit 2, by every command that reads one (a FIFO with no writer would wait forever).
+  foreach(args "show;@" "report;@;-o;${dir}/r.html" "compare;@;@" "check;--from;@")
+    foreach(input /dev/zero ${in}/fifo ${in}/a_directory)
+      string(REPLACE "@" "${input}" run_args "${args}")
+      expect_run(2 "^gpu-basics: [^\n]*: is not a regular file \\((a character device|a FIFO|a directory)\\); give a results file"
+                 ${EXE} ${run_args})
+    endforeach()
+  endforeach()
+  string(REPEAT "          " 110000 pad)
+  file(WRITE ${in}/big.json "{}${pad}")
+  expect_run(2 "big.json: larger than 1 MiB, the limit for a results file [^\n]*GPU_BASICS_MAX_INPUT_MIB"
+             ${CMAKE_COMMAND} -E env GPU_BASICS_MAX_INPUT_MIB=1 ${EXE} show ${in}/big.json)
+  expect_run(2 "GPU_BASICS_MAX_INPUT_MIB: expected a whole number of MiB above 0, got \"-3\""
+             ${CMAKE_COMMAND} -E env GPU_BASICS_MAX_INPUT_MIB=-3 ${EXE} show ${DATA}/h200_all.json)
   # replay: a file that is not a PyTorch memory snapshot, or a bad --policy, is one line, exit 2.
   expect_run(2 "^gpu-basics: /dev/zero: is not a regular file" ${EXE} replay /dev/zero)
   expect_run(2 "^gpu-basics: [^\n]*a_directory: is not a regular file" ${EXE} replay ${in}/a_directory)

@@ -121,3 +121,70 @@ TEST(HostClock, SecondsAndNanosecondsAreOneMonotonicClock) {
   EXPECT_GE(s * 1e9, static_cast<double>(ns0) - 1e3);
   EXPECT_LE(s * 1e9, static_cast<double>(ns1) + 1e3);
 }
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "gpu_basics/core/input_file.hpp"
+
+namespace {
+std::string temp_path(const std::string& name) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "input_file";
+  std::filesystem::create_directories(dir);
+  const auto p = dir / name;
+  std::filesystem::remove(p);
+  return p.string();
+}
+std::string message_of(const std::string& path, std::uint64_t cap) {
+  try {
+    (void)gpu_basics::read_input_file(path, cap, "results file");
+  } catch (const gpu_basics::format_error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+}  // namespace
+
+TEST(InputFile, ReadsARegularFileWhole) {
+  const std::string path = temp_path("random.bin");
+  std::mt19937 rng(11);
+  std::string bytes(3u << 20, '\0');  // more than one read chunk
+  for (auto& c : bytes) c = static_cast<char>(rng());
+  std::ofstream(path, std::ios::binary) << bytes;
+  EXPECT_EQ(gpu_basics::read_input_file(path, 4u << 20, "results file"), bytes);
+  EXPECT_EQ(message_of(path, 1u << 20),
+            path +
+                ": larger than 1 MiB, the limit for a results file (GPU_BASICS_MAX_INPUT_MIB "
+                "raises it)");
+}
+
+TEST(InputFile, RefusesWhatIsNotARegularFileAtOnce) {
+  const std::string fifo = temp_path("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const double t0 = gpu_basics::host_seconds();  // no writer: opening must not wait for one
+  EXPECT_EQ(message_of(fifo, 1u << 20),
+            fifo + ": is not a regular file (a FIFO); give a results file");
+  EXPECT_LT(gpu_basics::host_seconds() - t0, 1.0);
+  EXPECT_EQ(message_of("/dev/zero", 1u << 20),
+            "/dev/zero: is not a regular file (a character device); give a results file");
+  EXPECT_EQ(
+      message_of(::testing::TempDir(), 1u << 20).find("is not a regular file (a directory)") !=
+          std::string::npos,
+      true);
+  EXPECT_EQ(message_of(temp_path("missing.json"), 1u << 20),
+            temp_path("missing.json") + ": cannot be read: no such file");
+}
+
+TEST(InputFile, TheCapCanBeRaisedAndABadOneIsNamed) {
+  ASSERT_EQ(setenv("GPU_BASICS_MAX_INPUT_MIB", "3", 1), 0);
+  EXPECT_EQ(gpu_basics::input_size_cap(1024), 3u << 20);
+  for (const char* bad : {"0", "-1", "2x", "99999999999999999999"}) {
+    ASSERT_EQ(setenv("GPU_BASICS_MAX_INPUT_MIB", bad, 1), 0);
+    EXPECT_THROW((void)gpu_basics::input_size_cap(1024), gpu_basics::format_error) << bad;
+  }
+  ASSERT_EQ(unsetenv("GPU_BASICS_MAX_INPUT_MIB"), 0);
+  EXPECT_EQ(gpu_basics::input_size_cap(1024), 1024u);
+}

@@ -1,0 +1,29 @@
+// Reading an input file (a results file, a snapshot) the same way for every command: regular
+// files only, refused at once otherwise (a FIFO with no writer would block, /dev/zero never ends);
+// a size cap checked before reading and again while reading; Ctrl-C / SIGTERM honoured between
+// chunks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace gpu_basics {
+
+/// Default size caps (bytes). GPU_BASICS_MAX_INPUT_MIB (a whole number of MiB, > 0) replaces
+/// either for one run.
+inline constexpr std::uint64_t kMaxResultsFileBytes = 512ull << 20;  // a results JSON
+inline constexpr std::uint64_t kMaxSnapshotFileBytes = 16ull << 30;   // a PyTorch snapshot pickle
+
+/// The cap to apply: `default_bytes`, or GPU_BASICS_MAX_INPUT_MIB where it is set.
+/// @throws format_error when GPU_BASICS_MAX_INPUT_MIB is not a whole number of MiB above 0.
+[[nodiscard]] std::uint64_t input_size_cap(std::uint64_t default_bytes);
+
+/// The whole file at `path`; `what` names it in messages ("results file", "snapshot").
+/// @throws format_error when it cannot be opened, is not a regular file, or is larger than
+/// `max_bytes` (one line naming the path, printable: bad input, exit 2); io_error when reading
+/// fails midway; interrupted on Ctrl-C / SIGTERM.
+[[nodiscard]] std::string read_input_file(const std::string& path, std::uint64_t max_bytes,
+                                          std::string_view what);
+
+}  // namespace gpu_basics

@@ -1,0 +1,96 @@
+#include "gpu_basics/core/input_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/interrupt.hpp"
+#include "gpu_basics/core/units.hpp"
+
+namespace gpu_basics {
+
+namespace {
+
+/// Closes the descriptor on every path out.
+struct fd_owner {
+  int fd = -1;
+  ~fd_owner() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::string kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
+[[noreturn]] void too_large(const std::string& path, std::string_view what, std::uint64_t cap) {
+  throw format_error(printable(path) + ": larger than " + format_bytes(cap) + ", the limit for a " +
+                     std::string(what) + " (GPU_BASICS_MAX_INPUT_MIB raises it)");
+}
+
+}  // namespace
+
+std::uint64_t input_size_cap(std::uint64_t default_bytes) {
+  const char* env = std::getenv("GPU_BASICS_MAX_INPUT_MIB");
+  if (env == nullptr || *env == '\0') return default_bytes;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long mib = std::strtoull(env, &end, 10);
+  if (errno != 0 || end == env || *end != '\0' || env[0] == '-' || mib == 0 || mib > (1ull << 40))
+    throw format_error("GPU_BASICS_MAX_INPUT_MIB: expected a whole number of MiB above 0, got " +
+                       quote_for_message(env));
+  return static_cast<std::uint64_t>(mib) << 20;
+}
+
+std::string read_input_file(const std::string& path, std::uint64_t max_bytes,
+                            std::string_view what) {
+  // O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting; fstat then
+  // refuses it. Regular files ignore the flag.
+  fd_owner f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+  if (f.fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) throw format_error(printable(path) + ": cannot be read: no such file");
+    if (e == EACCES) throw format_error(printable(path) + ": cannot be read: permission denied");
+    if (e == ENXIO)  // a socket
+      throw format_error(printable(path) + ": is not a regular file (a socket); give a " +
+                         std::string(what));
+    throw format_error(printable(path) + ": cannot be read: " + std::strerror(e));
+  }
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0)
+    throw io_error(printable(path) + ": cannot be read: " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    throw format_error(printable(path) + ": is not a regular file (" + kind_of(st.st_mode) +
+                       "); give a " + std::string(what));
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (size > max_bytes) too_large(path, what, max_bytes);
+  std::string out;
+  out.reserve(static_cast<std::size_t>(size));
+  constexpr std::size_t kChunk = 8u << 20;
+  std::string chunk(kChunk, '\0');
+  for (;;) {
+    throw_if_interrupted();
+    const ssize_t n = ::read(f.fd, chunk.data(), chunk.size());
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      throw io_error(printable(path) + ": cannot be read: " + std::strerror(errno));
+    }
+    if (n == 0) break;
+    if (out.size() + static_cast<std::size_t>(n) > max_bytes) too_large(path, what, max_bytes);
+    out.append(chunk.data(), static_cast<std::size_t>(n));
+  }
+  throw_if_interrupted();
+  return out;
+}
+
+}  // namespace gpu_basics
