@@ -225,7 +225,7 @@ TEST(Record, LoadRecordNamesTheFile) {
   try {
     (void)load_record("/nonexistent/results.json");
     FAIL();
-  } catch (const io_error& e) {
+  } catch (const format_error& e) {  // an input that cannot be read is bad input (exit 2)
     EXPECT_NE(std::string(e.what()).find("/nonexistent/results.json"), std::string::npos);
   }
 }

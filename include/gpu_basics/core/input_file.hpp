@@ -13,7 +13,7 @@ namespace gpu_basics {
 /// Default size caps (bytes). GPU_BASICS_MAX_INPUT_MIB (a whole number of MiB, > 0) replaces
 /// either for one run.
 inline constexpr std::uint64_t kMaxResultsFileBytes = 512ull << 20;  // a results JSON
-inline constexpr std::uint64_t kMaxSnapshotFileBytes = 16ull << 30;   // a PyTorch snapshot pickle
+inline constexpr std::uint64_t kMaxSnapshotFileBytes = 16ull << 30;  // a PyTorch snapshot pickle
 
 /// The cap to apply: `default_bytes`, or GPU_BASICS_MAX_INPUT_MIB where it is set.
 /// @throws format_error when GPU_BASICS_MAX_INPUT_MIB is not a whole number of MiB above 0.
