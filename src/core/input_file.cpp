@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -77,7 +78,11 @@ std::string read_input_file(const std::string& path, std::uint64_t max_bytes,
   std::string out;
   out.reserve(static_cast<std::size_t>(size));
   constexpr std::size_t kChunk = 8u << 20;
-  std::string chunk(kChunk, '\0');
+  // One byte past the size the file says it has, so the end is seen in one read (at least 64 KiB:
+  // files in /proc say 0).
+  std::string chunk(static_cast<std::size_t>(
+                        std::clamp<std::uint64_t>(size + 1, std::uint64_t{64} << 10, kChunk)),
+                    '\0');
   for (;;) {
     throw_if_interrupted();
     const ssize_t n = ::read(f.fd, chunk.data(), chunk.size());
