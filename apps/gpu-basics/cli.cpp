@@ -1,6 +1,7 @@
 #include "cli.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <ostream>
 
@@ -77,6 +78,19 @@ bool finish_options(options& o, const raw_options& raw, std::ostream& err) {
   }
   return true;
 }
+/// Rejects a value that is not a number CLI11's Range can judge (nan passes every comparison).
+const CLI::Validator& finite_number() {
+  static const CLI::Validator v(
+      [](const std::string& value) {
+        double d = 0;
+        return CLI::detail::lexical_cast(value, d) && std::isfinite(d)
+                   ? std::string()
+                   : "expected a number, got " + quote_for_message(value);
+      },
+      "");
+  return v;
+}
+
 /// The options of a lesson that judges (check): --strict, --baseline, --from, --force,
 /// --threshold.
 void add_check_options(CLI::App* sub, options& o) {
@@ -90,6 +104,7 @@ void add_check_options(CLI::App* sub, options& o) {
   sub->add_option("--threshold", o.threshold,
                   "With --baseline: relative change below which a figure is the same (default "
                   "0.02)")
+      ->check(finite_number())
       ->check(CLI::Range(0.0, 0.99));
 }
 
@@ -102,6 +117,7 @@ void add_compare_options(CLI::App* sub, options& o) {
   sub->add_option("--threshold", o.threshold,
                   "Relative change below which a figure is the same, unless its noise is larger "
                   "(default 0.02)")
+      ->check(finite_number())
       ->check(CLI::Range(0.0, 0.99));
 }
 

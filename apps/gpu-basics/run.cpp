@@ -19,12 +19,17 @@
 
 namespace gpu_basics::cli {
 
-/// The tables of each lesson, as the live run and `show` print them.
+void say(std::ostream& err, const std::string& message) {
+  err << "gpu-basics: " << message_line(message) << "\n";
+}
+
+/// The tables of each lesson, as the live run and `show` print them; a saved run's strings may
+/// hold control characters, so the text is escaped for the terminal.
 void print(const lessons::run_record& rec, const std::vector<presentation::report>& reports,
            std::ostream& out) {
   for (const auto& rep : reports) {
     if (rec.command == "all") out << "==== gpu-basics " << rep.lesson << " ====\n\n";
-    for (const auto& t : rep.tables) out << presentation::render_text(t) << "\n";
+    for (const auto& t : rep.tables) out << terminal_text(presentation::render_text(t)) << "\n";
   }
 }
 
@@ -81,6 +86,39 @@ void check_outputs(const options& o, const config* cfg, bool writes_files) {
   if (cfg && writes_files) check_writable_directory(cfg->output.directory);
 }
 
+/// Refuses two outputs that are one file (the second would replace the first), and an output
+/// that is an input (it would be replaced before, or while, it is read): same device and inode,
+/// or for new files the same canonical directory and name. Special files (/dev/null) and stdout
+/// are exempt: they are written in place.
+/// @throws format_error naming both options and the file.
+void check_distinct_paths(const options& o) {
+  std::vector<std::pair<std::string, std::string>> outputs, inputs;  // option, path
+  const auto output = [&](const char* flag, const std::optional<std::string>& p) {
+    if (p && *p != "-" && !writes_in_place(*p)) outputs.emplace_back(flag, *p);
+  };
+  output("--json", o.json_path);
+  output("--csv", o.csv_path);
+  output(o.command == "report" ? "-o" : "--html", o.html_path);
+  output("--trace", o.trace_path);
+  output("--snapshot", o.snapshot_path);
+  if (!o.input_path.empty()) inputs.emplace_back("the input", o.input_path);
+  for (const auto& p : o.input_paths) inputs.emplace_back("the input", p);
+  if (o.from_path) inputs.emplace_back("--from", *o.from_path);
+  if (o.baseline_path) inputs.emplace_back("--baseline", *o.baseline_path);
+  if (!o.config_path.empty()) inputs.emplace_back("--config", o.config_path);
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (std::size_t k = i + 1; k < outputs.size(); ++k)
+      if (same_file(outputs[i].second, outputs[k].second))
+        throw format_error(outputs[i].first + " and " + outputs[k].first + " name the same file, " +
+                           quote_for_message(outputs[k].second, 200) + "; give each its own");
+    for (const auto& [what, path] : inputs)
+      if (same_file(outputs[i].second, path))
+        throw format_error(outputs[i].first + " " + quote_for_message(outputs[i].second, 200) +
+                           " is " + what + " (" + quote_for_message(path, 200) +
+                           "); refusing to overwrite an input");
+  }
+}
+
 }  // namespace
 
 /// `report`: saved runs drawn as one HTML file. Every failure is the input's or the output
@@ -89,14 +127,15 @@ int run_report(const options& o, std::ostream& out, std::ostream& err) {
   try {
     const auto runs = report::load_runs(o.input_paths);
     const std::string html = report::render_html(runs);
+    throw_if_interrupted();  // an interrupted report writes nothing
     write_file_atomically(*o.html_path, html);
-    out << "wrote " << *o.html_path << " (" << (html.size() + 1023) / 1024 << " KiB, "
+    out << "wrote " << message_line(*o.html_path) << " (" << (html.size() + 1023) / 1024 << " KiB, "
         << runs.size() << (runs.size() == 1 ? " run" : " runs") << ")\n";
     return exit_ok;
   } catch (const io_error& e) {
-    err << "gpu-basics: " << e.what() << "\n";
+    say(err, e.what());
   } catch (const format_error& e) {
-    err << "gpu-basics: " << e.what() << "\n";
+    say(err, e.what());
   }
   return exit_usage;
 }
@@ -108,14 +147,13 @@ int run_show(const options& o, std::ostream& out, std::ostream& err) {
   try {
     rec = lessons::load_record(o.input_path);
   } catch (const io_error& e) {  // an input that cannot be read is a usage error, not exit 7
-    err << "gpu-basics: " << e.what() << "\n";
+    say(err, e.what());
     return exit_usage;
   }
   const auto reports = lessons::render(rec);
   const bool json_to_stdout = o.json_path && *o.json_path == "-";
   if (!json_to_stdout) print(rec, reports, out);
-  for (const auto& [name, why] : rec.errors)
-    err << "gpu-basics: " << name << " failed in this run: " << why << "\n";
+  for (const auto& [name, why] : rec.errors) say(err, name + " failed in this run: " + why);
   write_outputs(o, rec, reports, out);
   return exit_ok;
 }
@@ -135,12 +173,13 @@ int run_lessons(const options& o, std::ostream& out, std::ostream& err) {
 
 int run(const options& o, std::ostream& out, std::ostream& err) {
   const auto fail = [&](int code, const std::string& message) {
-    err << "gpu-basics: " << message << "\n";
+    say(err, message);
     return code;
   };
   const command* cmd = find_command(o.command);
   if (cmd == nullptr) return fail(exit_usage, "unknown command " + quote_for_message(o.command));
   try {
+    check_distinct_paths(o);
     return cmd->run(o, out, err);
   } catch (const std::exception& e) {
     const auto [code, message] = classify(e);

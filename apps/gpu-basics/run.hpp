@@ -26,6 +26,10 @@ void print(const lessons::run_record& rec, const std::vector<presentation::repor
 void write_outputs(const options& o, const lessons::run_record& rec,
                    const std::vector<presentation::report>& reports, std::ostream& out);
 
+/// Writes "gpu-basics: <message>" as one line: escaped and cut by message_line(), as every error
+/// line the CLI writes (a results file's strings and file names reach it).
+void say(std::ostream& err, const std::string& message);
+
 /// The exit code and the one-line message for an error escaping a command.
 [[nodiscard]] std::pair<int, std::string> classify(const std::exception& e);
 

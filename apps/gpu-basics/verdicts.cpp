@@ -7,6 +7,7 @@
 
 #include "exit_codes.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/lessons/check.hpp"
 #include "gpu_basics/verdict/compare.hpp"
 #include "gpu_basics/verdict/fleet.hpp"
@@ -47,15 +48,17 @@ void write_json(const options& o, const nlohmann::json& j, std::ostream& out) {
 int compare_two(const options& o, std::ostream& out, std::ostream& err) {
   const auto& [base_path, new_path] = std::pair{o.input_paths[0], o.input_paths[1]};
   const auto base = load_input(base_path);
+  throw_if_interrupted();
   const auto next = load_input(new_path);
   verdict::ensure_comparable(base, base_path, next, new_path, o.force);
   const auto c = verdict::compare(base, next, o.threshold);
   if (c.rows.empty())
     throw format_error(base_path + " and " + new_path + ": no figure is present in both");
   if (!(o.json_path && *o.json_path == "-"))
-    out << presentation::render_text(verdict::comparison_table(
-               c, fmt::format("{} (new) against {} (baseline), worst first", new_path, base_path)))
+    out << terminal_text(presentation::render_text(verdict::comparison_table(
+               c, fmt::format("{} (new) against {} (baseline), worst first", new_path, base_path))))
         << "\n";
+  throw_if_interrupted();  // an interrupted comparison writes nothing
   nlohmann::json j = verdict::to_json(c);
   j["baseline"] = base_path;
   j["new"] = new_path;
@@ -63,8 +66,8 @@ int compare_two(const options& o, std::ostream& out, std::ostream& err) {
   if (o.csv_path)
     (void)presentation::write_csv({verdict::comparison_table(c, "compare")}, *o.csv_path);
   if (const auto worse = c.count(verdict::change::worse); worse > 0) {
-    err << "gpu-basics: " << worse
-        << " figure(s) worse than the baseline, first: " << c.rows.front().base.id << "\n";
+    say(err, fmt::format("{} figure(s) worse than the baseline, first: {}", worse,
+                         c.rows.front().base.id));
     return exit_worse;
   }
   return exit_ok;
@@ -76,6 +79,7 @@ int compare_fleet(const options& o, std::ostream& out, std::ostream& err) {
   std::vector<verdict::fleet_node> nodes;
   std::optional<std::string> model;
   for (const auto& path : o.input_paths) {
+    throw_if_interrupted();  // Ctrl-C between nodes
     const auto rec = load_input(path);
     auto check = verdict::check_of(rec, t);
     if (!o.force && model && *model != check.gpu)
@@ -87,12 +91,13 @@ int compare_fleet(const options& o, std::ostream& out, std::ostream& err) {
     nodes.push_back({stem_of(path), std::move(check)});
   }
   const auto f = verdict::analyze_fleet(nodes);
+  throw_if_interrupted();  // an interrupted comparison writes nothing
   if (!(o.json_path && *o.json_path == "-"))
-    out << presentation::render_text(verdict::fleet_table(f)) << "\n";
+    out << terminal_text(presentation::render_text(verdict::fleet_table(f))) << "\n";
   write_json(o, verdict::to_json(f), out);
   if (o.csv_path) (void)presentation::write_csv({verdict::fleet_table(f)}, *o.csv_path);
   if (f.degraded() > 0) {
-    err << "gpu-basics: " << f.degraded() << " of " << f.rows.size() << " node(s) degraded\n";
+    say(err, fmt::format("{} of {} node(s) degraded", f.degraded(), f.rows.size()));
     return exit_worse;
   }
   return exit_ok;
@@ -104,14 +109,16 @@ int run_compare(const options& o, std::ostream& out, std::ostream& err) {
   try {
     return o.fleet ? compare_fleet(o, out, err) : compare_two(o, out, err);
   } catch (const format_error& e) {
-    err << "gpu-basics: " << e.what() << "\n";
+    say(err, e.what());
   } catch (const config_error& e) {
-    err << "gpu-basics: " << e.what() << "\n";
+    say(err, e.what());
   } catch (const io_error& e) {  // an output that cannot be written
-    err << "gpu-basics: " << e.what() << "\n";
+    say(err, e.what());
     return exit_io;
+  } catch (const interrupted&) {
+    throw;  // run() gives it its exit code
   } catch (const std::exception& e) {
-    err << "gpu-basics: internal error: " << e.what() << "\n";
+    say(err, std::string("internal error: ") + e.what());
     return exit_internal;
   }
   return exit_usage;
@@ -166,9 +173,9 @@ int check_exit_code(const lessons::run_record& rec, bool strict, std::ostream& e
   if (status == "PASS" || (status == "WARN" && !strict)) return exit_ok;
   for (const auto& it : r.items)
     if (it.status == "FAIL" || (strict && it.status == "WARN")) {
-      err << "gpu-basics: check " << (it.status == "FAIL" ? "failed" : "warned (--strict)") << ": "
-          << it.name << ": " << it.value << " (threshold " << it.threshold << ")"
-          << (it.hint.empty() ? "" : "; " + it.hint) << "\n";
+      say(err, fmt::format("check {}: {}: {} (threshold {}){}",
+                           it.status == "FAIL" ? "failed" : "warned (--strict)", it.name, it.value,
+                           it.threshold, it.hint.empty() ? "" : "; " + it.hint));
       break;
     }
   return exit_check_failed;

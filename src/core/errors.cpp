@@ -34,17 +34,26 @@ std::size_t printable_sequence(std::string_view s, std::size_t i) {
   return n;
 }
 
+/// How append_escaped() treats quotes and backslashes, and newlines.
+struct escaping {
+  bool quotes = true;     // '"' and '\\' escaped
+  bool newlines = false;  // '\n' kept as it is
+};
+
 /// Appends `s` escaped, at most `max_chars` characters of it; returns the characters in `s`.
-std::size_t append_escaped(std::string& out, std::string_view s, std::size_t max_chars) {
+std::size_t append_escaped(std::string& out, std::string_view s, std::size_t max_chars,
+                           escaping how = {}) {
   std::size_t chars = 0;
   for (std::size_t i = 0; i < s.size(); ++chars) {
     const std::size_t n = printable_sequence(s, i);
     const char c = s[i];
     if (chars < max_chars) {
-      if (c == '"' || c == '\\')
+      if (how.quotes && (c == '"' || c == '\\'))
         out += {'\\', c};
       else if (n > 0)
         out.append(s.substr(i, n));
+      else if (how.newlines && c == '\n')
+        out += c;
       else if (c == '\n')
         out += "\\n";
       else if (c == '\t')
@@ -93,6 +102,20 @@ std::string quote_for_message(std::string_view text, std::size_t max_chars) {
 std::string printable(std::string_view text) {
   std::string out;
   (void)append_escaped(out, text, std::numeric_limits<std::size_t>::max());
+  return out;
+}
+
+std::string message_line(std::string_view text, std::size_t max_chars) {
+  std::string out;
+  const std::size_t chars = append_escaped(out, text, max_chars, {.quotes = false});
+  if (chars > max_chars) out += fmt::format("... ({} more characters)", chars - max_chars);
+  return out;
+}
+
+std::string terminal_text(std::string_view text) {
+  std::string out;
+  (void)append_escaped(out, text, std::numeric_limits<std::size_t>::max(),
+                       {.quotes = false, .newlines = true});
   return out;
 }
 

@@ -167,11 +167,12 @@ std::vector<std::string> write_csv(const std::vector<table>& tables, const std::
   std::filesystem::path p(path);
   const std::string ext = p.has_extension() ? p.extension().string() : ".csv";
   p.replace_extension();
+  std::vector<std::pair<std::string, std::string>> files;
   for (const auto& t : tables) {
-    const std::string file = p.string() + "." + t.id + ext;
-    write_file_atomically(file, render_csv(t));
-    written.push_back(file);
+    files.emplace_back(p.string() + "." + t.id + ext, render_csv(t));
+    written.push_back(files.back().first);
   }
+  write_files_atomically(files);
   return written;
 }
 
@@ -265,12 +266,12 @@ void check_writable_directory(const std::string& path) {
   check_can_create_in(path, "cannot write into the directory " + printable(path));
 }
 
-void write_file_atomically(const std::string& path, const std::string& contents) {
+namespace {
+
+/// Writes `contents` into a temporary file beside `path` (making missing directories) and returns
+/// the temporary's path.
+std::filesystem::path write_temporary(const std::string& path, const std::string& contents) {
   namespace fs = std::filesystem;
-  if (writes_in_place(path)) {
-    write_in_place(path, contents);
-    return;
-  }
   const fs::path target(path);
   std::error_code ec;
   if (target.has_parent_path()) {
@@ -281,23 +282,69 @@ void write_file_atomically(const std::string& path, const std::string& contents)
   }
   if (fs::is_directory(target, ec)) throw io_error("cannot write " + path + ": it is a directory");
   const fs::path tmp = target.string() + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw io_error("cannot write " + path + ": cannot create " + tmp.string());
-    out << contents;
-    out.flush();
-    if (!out) {
-      out.close();
-      fs::remove(tmp, ec);
-      throw io_error("cannot write " + path + ": write failed (disk full?)");
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  if (!out) throw io_error("cannot write " + path + ": cannot create " + tmp.string());
+  out << contents;
+  out.flush();
+  if (!out) {
+    out.close();
+    fs::remove(tmp, ec);
+    throw io_error("cannot write " + path + ": write failed (disk full?)");
+  }
+  return tmp;
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& contents) {
+  write_files_atomically({{path, contents}});
+}
+
+void write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<fs::path, fs::path>> renames;  // temporary -> target
+  const auto remove_temporaries = [&](std::size_t from) {
+    std::error_code ignored;
+    for (std::size_t i = from; i < renames.size(); ++i) fs::remove(renames[i].first, ignored);
+  };
+  try {
+    for (const auto& [path, contents] : files)
+      if (!writes_in_place(path)) renames.emplace_back(write_temporary(path, contents), path);
+    throw_if_interrupted();  // an interrupted run renames nothing
+  } catch (...) {
+    remove_temporaries(0);
+    throw;
+  }
+  for (std::size_t i = 0; i < renames.size(); ++i) {
+    // rename() replaces a symbolic link at the target with the file; its target is untouched.
+    std::error_code ec;
+    fs::rename(renames[i].first, renames[i].second, ec);
+    if (ec) {
+      remove_temporaries(i);
+      throw io_error("cannot write " + renames[i].second.string() + ": " + ec.message());
     }
   }
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    throw io_error("cannot write " + path + ": " + ec.message());
-  }
+  for (const auto& [path, contents] : files)
+    if (writes_in_place(path)) write_in_place(path, contents);
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  struct stat sa {
+  }, sb{};
+  const bool ea = ::stat(a.c_str(), &sa) == 0;
+  const bool eb = ::stat(b.c_str(), &sb) == 0;
+  if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  if (ea || eb) return false;
+  const auto canonical_name = [](const std::string& p) {
+    const fs::path path(p);
+    std::error_code ec;
+    const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
+    fs::path dir = fs::weakly_canonical(parent, ec);
+    if (ec) dir = fs::absolute(parent, ec);
+    return (dir / path.filename()).lexically_normal().string();
+  };
+  return canonical_name(a) == canonical_name(b);
 }
 
 }  // namespace gpu_basics

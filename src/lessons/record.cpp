@@ -2,15 +2,71 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/input_file.hpp"
+#include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/lessons/registry.hpp"
 
 namespace gpu_basics::lessons {
 
 namespace {
+
+/// Where the parser is, as a key path ("results.transfer.measurements[3]"), kept up to date from
+/// nlohmann's parser callback.
+class json_position {
+ public:
+  void enter(bool array) { stack_.push_back({array, 0, {}}); }
+  void leave() {
+    if (!stack_.empty()) stack_.pop_back();
+    next();
+  }
+  void key(const std::string& k) {
+    if (!stack_.empty()) stack_.back().key = k;
+  }
+  /// A value (or a whole container) ended: an array moves on to its next element.
+  void next() {
+    if (!stack_.empty() && stack_.back().array) ++stack_.back().index;
+  }
+  [[nodiscard]] std::string path() const {
+    std::string out;
+    for (const auto& f : stack_) {
+      if (f.array)
+        out += "[" + std::to_string(f.index) + "]";
+      else
+        out += (out.empty() ? "" : ".") + printable(f.key.substr(0, 64)) +
+               (f.key.size() > 64 ? "..." : "");
+    }
+    return out.empty() ? "the top level" : out;
+  }
+
+ private:
+  struct frame {
+    bool array;
+    std::size_t index;
+    std::string key;
+  };
+  std::vector<frame> stack_;
+};
+
+/// "line L, column C" of byte offset `byte` (1-based, as nlohmann counts) in `text`.
+std::string line_column(const std::string& text, std::size_t byte) {
+  std::size_t line = 1, column = 1;
+  const std::size_t end = std::min(byte == 0 ? 0 : byte - 1, text.size());
+  for (std::size_t i = 0; i < end; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return "line " + std::to_string(line) + ", column " + std::to_string(column);
+}
 
 const lesson& lesson_named(const std::string& name, const std::string& source) {
   const lesson* l = find_lesson(name);
@@ -86,32 +142,48 @@ std::vector<std::pair<std::string, nlohmann::json>> upgrade_v1(const nlohmann::j
 std::vector<presentation::report> render(const run_record& r) {
   const device_facts facts = facts_of(r);
   std::vector<presentation::report> out;
-  const std::string source = "results";
-  for (const auto& [name, result] : r.results)
-    out.push_back(lesson_named(name, source).render(result, facts));
+  const std::string source = r.source.empty() ? "results" : r.source;
+  for (const auto& [name, result] : r.results) {
+    const lesson& l = lesson_named(name, source);
+    try {
+      out.push_back(l.render(result, facts));
+    } catch (const format_error& e) {  // the lesson's reader knows the result, not the file
+      throw format_error(source + ": results." + name + ": " + e.what());
+    } catch (const nlohmann::json::exception& e) {
+      throw format_error(source + ": results." + name + ": " + e.what());
+    }
+  }
   return out;
 }
 
 device_facts facts_of(const run_record& r) {
   const auto& env = r.environment;
+  const std::string source = r.source.empty() ? "the results" : r.source;
+  constexpr std::uint64_t kMaxDevice = std::numeric_limits<int>::max();
   int device = 0;
-  if (env.contains("config") && env["config"].is_object() && env["config"].contains("device") &&
-      env["config"]["device"].is_number_integer())
-    device = env["config"]["device"].get<int>();
+  if (env.contains("config") && env["config"].is_object() && env["config"].contains("device")) {
+    const auto& d = env["config"]["device"];
+    if (!d.is_number_integer() ||
+        (d.is_number_unsigned() ? d.get<std::uint64_t>() > kMaxDevice : d.get<std::int64_t>() < 0))
+      throw format_error(source +
+                         ": environment.config.device: expected a device index (an integer in 0.." +
+                         std::to_string(kMaxDevice) + "), got " + message_line(d.dump(), 48));
+    device = d.get<int>();
+  }
   std::string nvml_status = "ok";
   if (env.contains("nvml") && env["nvml"].is_string()) nvml_status = env["nvml"].get<std::string>();
   if (!env.contains("gpus") || !env["gpus"].is_array())
-    throw format_error("the results name no GPU (environment.gpus is missing)");
+    throw format_error(source + ": names no GPU (environment.gpus is missing)");
   for (const auto& g : env["gpus"]) {
     device_info d;
     try {
       d = g.get<device_info>();
     } catch (const nlohmann::json::exception& e) {
-      throw format_error(std::string("environment.gpus holds an unreadable GPU: ") + e.what());
+      throw format_error(source + ": environment.gpus holds an unreadable GPU: " + e.what());
     }
     if (d.index == device) return device_facts::of(d, nvml_status);
   }
-  throw format_error("the results name no GPU " + std::to_string(device) + " in environment.gpus");
+  throw format_error(source + ": names no GPU " + std::to_string(device) + " in environment.gpus");
 }
 
 nlohmann::json to_json(const run_record& r, const std::vector<presentation::report>& rendered) {
@@ -139,8 +211,14 @@ run_record parse_record(const nlohmann::json& j, const std::string& source) {
     throw format_error(source + ": not a gpu-basics results file (no schema_version and command)");
   if (!j["schema_version"].is_number_integer() || !j["command"].is_string())
     throw format_error(source + ": schema_version must be an integer and command a string");
+  const auto& version = j["schema_version"];
+  if (version.is_number_unsigned() ? version.get<std::uint64_t>() > kSchemaVersion
+                                   : version.get<std::int64_t>() < 1)
+    throw format_error(source + ": schema_version " + version.dump() +
+                       " is not one this build reads (1 or " + std::to_string(kSchemaVersion) +
+                       ")" + (version.is_number_unsigned() ? "; a newer gpu-basics wrote it" : ""));
   run_record r;
-  r.schema_version = j["schema_version"].get<int>();
+  r.schema_version = version.get<int>();
   r.command = j["command"].get<std::string>();
   if (r.command != "all") (void)lesson_named(r.command, source);
   r.environment = j.value("environment", nlohmann::json::object());
@@ -170,16 +248,62 @@ run_record parse_record(const nlohmann::json& j, const std::string& source) {
   return r;
 }
 
+nlohmann::json parse_results_json(const std::string& text, const std::string& source) {
+  using event = nlohmann::json::parse_event_t;
+  json_position at;
+  const auto refuse = [&](const std::string& what) {
+    return format_error(printable(source) + ": " + at.path() + ": " + what);
+  };
+  const auto check_string = [&](const nlohmann::json& s, const char* what) {
+    if (s.is_string() && s.get_ref<const std::string&>().size() > kMaxResultsString)
+      throw refuse(fmt::format("a {} of {} bytes; at most {} KiB", what,
+                               s.get_ref<const std::string&>().size(), kMaxResultsString / 1024));
+  };
+  std::size_t events = 0;
+  const nlohmann::json::parser_callback_t track = [&](int depth, event e, nlohmann::json& v) {
+    if (++events % 65536 == 0) throw_if_interrupted();  // Ctrl-C in a large file
+    switch (e) {
+      case event::object_start:
+      case event::array_start:
+        if (depth + 1 > kMaxResultsDepth)
+          throw refuse(fmt::format("nested more than {} levels deep", kMaxResultsDepth));
+        at.enter(e == event::array_start);
+        break;
+      case event::key:
+        check_string(v, "key");
+        at.key(v.get<std::string>());
+        break;
+      case event::value:
+        check_string(v, "string");
+        at.next();
+        break;
+      case event::object_end:
+      case event::array_end:
+        at.leave();
+        break;
+    }
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(text, track);
+  } catch (const nlohmann::json::parse_error& e) {
+    // nlohmann says where; its message may quote the input, so it is cut.
+    throw format_error(printable(source) + ": not JSON at " + line_column(text, e.byte) + " (" +
+                       at.path() + "): " + message_line(e.what(), 200));
+  } catch (const nlohmann::json::out_of_range& e) {  // 406: a number beyond double range
+    throw refuse(e.id == 406 ? "a number outside the range of a double"
+                             : message_line(e.what(), 200));
+  } catch (const nlohmann::json::exception& e) {
+    throw refuse(message_line(e.what(), 200));
+  }
+}
+
 run_record load_record(const std::string& path) {
   const std::string text =
       read_input_file(path, input_size_cap(kMaxResultsFileBytes), "results file");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw format_error(printable(path) + ": not JSON (" + std::string(e.what()) + ")");
-  }
-  return parse_record(j, path);
+  run_record r = parse_record(parse_results_json(text, path), path);
+  r.source = path;
+  return r;
 }
 
 }  // namespace gpu_basics::lessons

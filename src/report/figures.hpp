@@ -45,6 +45,7 @@ struct run_result {
   std::size_t index = 0;
   std::string label;  // prefix for series names; empty with a single run
   Result result;
+  std::string source;  // the file it was read from (the run's label where none), for messages
 };
 
 /// Every run's result of `lesson`, typed; runs without it are skipped.
@@ -56,10 +57,12 @@ std::vector<run_result<Result>> results_of(const std::vector<run_input>& runs,
   for (std::size_t i = 0; i < runs.size(); ++i)
     for (const auto& [name, j] : runs[i].record.results) {
       if (name != lesson) continue;
+      const std::string& source =
+          runs[i].record.source.empty() ? runs[i].label : runs[i].record.source;
       try {
-        out.push_back({i, runs.size() > 1 ? runs[i].label : "", j.template get<Result>()});
+        out.push_back({i, runs.size() > 1 ? runs[i].label : "", j.template get<Result>(), source});
       } catch (const nlohmann::json::exception& e) {
-        throw format_error(runs[i].label + ": the " + lesson +
+        throw format_error(source + ": results." + lesson + ": the " + lesson +
                            " result cannot be read: " + e.what());
       }
     }

@@ -322,6 +322,13 @@ chart peer_heatmap(const runs_t& runs, const std::string& id, const std::string&
   for (const auto& rr : runs) {
     if (!rr.result.multi_gpu) continue;
     const auto& p = rr.result.multi_gpu->peer;
+    const std::size_t n = p.devices.size();
+    if (p.cells.size() != n || std::any_of(p.cells.begin(), p.cells.end(),
+                                           [n](const auto& row) { return row.size() != n; }))
+      throw format_error(fmt::format(
+          "{}: results.transfer.multi_gpu.peer: {} device(s) in \"devices\" but a matrix of {} "
+          "row(s) in \"cells\" (one row and one column per device)",
+          rr.source, n, p.cells.size()));
     for (std::size_t i = 0; i < p.cells.size(); ++i)
       for (std::size_t j = 0; j < p.cells[i].size(); ++j)
         if (const auto& s = p.cells[i][j].*member) max_v = std::max(max_v, s->median * scale);

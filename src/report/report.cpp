@@ -13,6 +13,7 @@
 #include "figures.hpp"
 #include "gpu_basics/core/device_info.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/core/units.hpp"
 #include "gpu_basics/lessons/registry.hpp"
 
@@ -31,6 +32,7 @@ std::vector<run_input> load_runs(const std::vector<std::string>& paths) {
   std::vector<run_input> runs;
   std::map<std::string, int> seen;
   for (const auto& path : paths) {
+    throw_if_interrupted();  // Ctrl-C between files
     std::string label = std::filesystem::path(path).filename().string();
     if (label.size() > 5 && label.ends_with(".json")) label.resize(label.size() - 5);
     if (const int n = ++seen[label]; n > 1) label += fmt::format(" ({})", n);
@@ -266,6 +268,7 @@ std::string render_html(const std::vector<run_input>& runs) {
   std::vector<rendered_run> rendered;
   for (const auto& r : runs) {
     rendered_run rr{&r, {}};
+    throw_if_interrupted();
     for (auto& rep : lessons::render(r.record)) {
       const std::string name = rep.lesson;
       rr.lessons.emplace(name, std::move(rep));
@@ -290,6 +293,7 @@ std::string render_html(const std::vector<run_input>& runs) {
     if (name == "info") body += info_cards(rendered);
     std::set<std::string> shown;
     for (const auto& f : figures[name]) {
+      throw_if_interrupted();  // Ctrl-C between figures
       body += figure_html(f, rendered, specs);
       shown.insert(f.tables.begin(), f.tables.end());
     }

@@ -174,6 +174,46 @@ elseif(MODE STREQUAL "hostile")
              ${CMAKE_COMMAND} -E env GPU_BASICS_MAX_INPUT_MIB=1 ${EXE} show ${in}/big.json)
   expect_run(2 "GPU_BASICS_MAX_INPUT_MIB: expected a whole number of MiB above 0, got \"-3\""
              ${CMAKE_COMMAND} -E env GPU_BASICS_MAX_INPUT_MIB=-3 ${EXE} show ${DATA}/h200_all.json)
+  # A results file that is valid JSON but hostile: one line naming the file and the key, exit 2,
+  # within a second, for show, show --json, report and compare alike.
+  string(REPEAT "[" 100000 jopen)
+  string(REPEAT "]" 100000 jclose)
+  file(WRITE ${in}/deep.json "{\"schema_version\": 2, \"command\": \"info\", \"errors\": {\"info\": ${jopen}${jclose}}}")
+  foreach(args "show;@" "show;@;--json;-" "report;@;-o;${dir}/r.html" "compare;@;@" "check;--from;@")
+    string(REPLACE "@" "${in}/deep.json" run_args "${args}")
+    expect_run(2 "^gpu-basics: [^\n]*deep.json: errors.info(\\[0\\])+: nested more than 64 levels deep\n$"
+               ${EXE} ${run_args})
+  endforeach()
+  file(WRITE ${in}/huge.json "{\"schema_version\": 2, \"command\": \"info\", \"environment\": {\"x\": [1, 1e400]}}")
+  expect_run(2 "huge.json: environment.x\\[1\\]: a number outside the range of a double\n$"
+             ${EXE} show ${in}/huge.json)
+  string(REPEAT "x" 100000 long)
+  file(WRITE ${in}/long.json "{\"schema_version\": 2, \"command\": \"info\", \"errors\": {\"info\": \"${long}\"}}")
+  expect_run(2 "long.json: errors.info: a string of 100000 bytes; at most 64 KiB\n$"
+             ${EXE} report ${in}/long.json -o ${dir}/r.html)
+  file(WRITE ${in}/version.json "{\"schema_version\": 4294967298, \"command\": \"info\"}")
+  expect_run(2 "version.json: schema_version 4294967298 is not one this build reads"
+             ${EXE} show ${in}/version.json)
+  file(READ ${DATA}/h200_all.json fixture)
+  string(REPLACE "\"device\": 0," "\"device\": 4294967296," device "${fixture}")
+  file(WRITE ${in}/device.json "${device}")
+  expect_run(2 "device.json: environment.config.device: expected a device index"
+             ${EXE} show ${in}/device.json)
+  file(WRITE ${in}/escape.json "{\"schema_version\": 2, \"command\": \"\\u001b]0;title\\u0007\"}")
+  expect_run(2 "escape.json: unknown lesson '\\\\x1b\\]0;title\\\\x07'\n$" ${EXE} show ${in}/escape.json)
+  expect_run(2 "--threshold" ${EXE} compare ${DATA}/h200_all.json ${DATA}/h200_all_b.json --threshold nan)
+  # An output that is an input, or two outputs that are one file, are refused before anything
+  # is read or written.
+  file(COPY ${DATA}/h200_all.json DESTINATION ${in})
+  expect_run(2 "-o \"[^\n]*h200_all.json\" is the input [^\n]*; refusing to overwrite an input\n$"
+             ${EXE} report ${in}/h200_all.json -o ${in}/h200_all.json)
+  file(SHA256 ${in}/h200_all.json after)
+  file(SHA256 ${DATA}/h200_all.json before)
+  if(NOT after STREQUAL before)
+    message(FATAL_ERROR "report -o IN.json changed its input")
+  endif()
+  expect_run(2 "--json and --csv name the same file" ${EXE} show ${DATA}/h200_all.json
+             --json ${dir}/same.out --csv ${dir}/./same.out)
   # replay: a file that is not a PyTorch memory snapshot, or a bad --policy, is one line, exit 2.
   expect_run(2 "^gpu-basics: /dev/zero: is not a regular file" ${EXE} replay /dev/zero)
   expect_run(2 "^gpu-basics: [^\n]*a_directory: is not a regular file" ${EXE} replay ${in}/a_directory)

@@ -83,6 +83,20 @@ TEST(Cli, ErrorsExitTwoWithOneMessage) {
   }
 }
 
+TEST(Cli, AThresholdThatIsNotANumberIsAUsageError) {
+  for (const char* bad : {"nan", "NaN", "inf", "-nan"}) {
+    std::string err;
+    const auto c = parse({"compare", "a.json", "b.json", "--threshold", bad}, nullptr, &err);
+    EXPECT_FALSE(c.opts) << bad;
+    EXPECT_EQ(c.exit_code, cli::exit_usage) << bad;
+    EXPECT_NE(err.find("--threshold"), std::string::npos) << err;
+    EXPECT_FALSE(
+        parse({"check", "--from", "a.json", "--baseline", "b.json", "--threshold", bad}).opts)
+        << bad;
+  }
+  EXPECT_TRUE(parse({"compare", "a.json", "b.json", "--threshold", "0.05"}).opts);
+}
+
 TEST(Cli, CommandsComeFromTheRegistry) {
   EXPECT_EQ(cli::commands(),
             (std::vector<std::string>{"info", "memory", "transfer", "profile", "check", "all",
@@ -255,6 +269,28 @@ TEST(Cli, ASignalStopsTheRunWithItsExitCodeAndWritesNothing) {
   EXPECT_FALSE(std::filesystem::exists(dir));
   EXPECT_EQ(interrupt_signal(), 0);
   EXPECT_NO_THROW(throw_if_interrupted());
+}
+
+TEST(Cli, ASignalStopsReportAndCompareWithItsExitCodeAndWritesNothing) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "cli_interrupt_read";
+  std::filesystem::remove_all(dir);
+  const std::string data = std::string(GPU_BASICS_SOURCE_DIR) + "/tests/data/";
+  cli::options cmp;
+  cmp.command = "compare";
+  cmp.input_paths = {data + "h200_all.json", data + "h200_all_b.json"};
+  cmp.json_path = (dir / "compare.json").string();
+  EXPECT_EQ(run_after_signal(cmp, SIGINT),
+            std::make_pair(130, std::string("gpu-basics: interrupted (SIGINT)\n")));
+  cmp.fleet = true;
+  EXPECT_EQ(run_after_signal(cmp, SIGTERM),
+            std::make_pair(143, std::string("gpu-basics: interrupted (SIGTERM)\n")));
+  cli::options rep;
+  rep.command = "report";
+  rep.input_paths = {data + "h200_all.json"};
+  rep.html_path = (dir / "report.html").string();
+  EXPECT_EQ(run_after_signal(rep, SIGINT),
+            std::make_pair(130, std::string("gpu-basics: interrupted (SIGINT)\n")));
+  EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
 TEST(Cli, TheSecondSignalTakesTheDefaultAction) {

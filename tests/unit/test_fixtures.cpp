@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -166,4 +168,158 @@ TEST(Fixtures, AForeignJsonFileIsOneClearErrorAndExitTwo) {
             cli::exit_usage);
   EXPECT_NE(err.find("not a gpu-basics results file"), std::string::npos) << err;
   EXPECT_TRUE(out.empty());
+}
+
+// ---- hostile results files: every one is one clear line, exit 2, naming the file and the key --
+
+namespace {
+
+/// h200_all.json with `edit` applied, written to a file of its own; returns its path.
+std::string edited_fixture(const std::string& name,
+                           const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = load_json(kData + "h200_all.json");
+  edit(j);
+  const std::string path = ::testing::TempDir() + "gb_hostile_" + name + ".json";
+  std::ofstream(path, std::ios::binary) << j.dump();
+  return path;
+}
+
+/// A file of `text`; returns its path.
+std::string text_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "gb_hostile_" + name + ".json";
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+/// Whether `err` is one line.
+bool one_line(const std::string& err) {
+  return !err.empty() && err.find('\n') == err.size() - 1;
+}
+
+}  // namespace
+
+TEST(Fixtures, DeepNestingIsRefusedWhileParsing) {
+  // 100000 levels in "environment": without a depth cap, copying or printing the tree
+  // overflows the stack (SIGSEGV).
+  std::string text = slurp(kData + "h200_all.json");
+  const std::string env = "\"environment\": {";
+  ASSERT_NE(text.find(env), std::string::npos);
+  text.insert(text.find(env) + env.size(),
+              "\"deep\": " + std::string(100000, '[') + std::string(100000, ']') + ", ");
+  const std::string path = text_file("deep", text);
+  std::string out, err;
+  EXPECT_EQ(show(path, &out, &err), cli::exit_usage);
+  EXPECT_NE(err.find("gb_hostile_deep.json: environment.deep[0][0]"), std::string::npos) << err;
+  EXPECT_NE(err.find("nested more than 64 levels deep"), std::string::npos) << err;
+  EXPECT_TRUE(one_line(err)) << err;
+  // The committed runs nest 10 levels: far below the cap.
+  EXPECT_NO_THROW((void)load_record(kData + "h200_all.json"));
+  EXPECT_NO_THROW((void)parse_results_json(std::string(64, '[') + std::string(64, ']'), "x"));
+  EXPECT_THROW((void)parse_results_json(std::string(65, '[') + std::string(65, ']'), "x"),
+               format_error);
+}
+
+TEST(Fixtures, ANumberOutsideDoubleRangeNamesItsKey) {
+  std::string text = slurp(kData + "h200_all.json");
+  const std::string key = "\"schema_version\": 2";
+  ASSERT_NE(text.find(key), std::string::npos);
+  text.replace(text.find(key), key.size(), "\"schema_version\": 2, \"huge\": {\"x\": [1, 1e400]}");
+  std::string out, err;
+  EXPECT_EQ(show(text_file("huge", text), &out, &err), cli::exit_usage);
+  EXPECT_NE(err.find("gb_hostile_huge.json: huge.x[1]: a number outside the range of a double"),
+            std::string::npos)
+      << err;
+  EXPECT_TRUE(one_line(err)) << err;
+}
+
+TEST(Fixtures, LongStringsAreRefusedAndMessagesCut) {
+  const std::string path = edited_fixture(
+      "long", [](nlohmann::json& j) { j["errors"]["memory"] = std::string(100000, 'x'); });
+  std::string out, err;
+  EXPECT_EQ(show(path, &out, &err), cli::exit_usage);
+  EXPECT_NE(err.find("errors.memory: a string of 100000 bytes; at most 64 KiB"), std::string::npos)
+      << err;
+  EXPECT_TRUE(one_line(err)) << err;
+  // A long message is cut, and says so.
+  const std::string line = message_line(std::string(50'000'000, ' '));
+  EXPECT_LT(line.size(), 1100u);
+  EXPECT_NE(line.find("... (49998976 more characters)"), std::string::npos);
+  // Not JSON: the parser's message quotes the input; it is cut too.
+  const std::string spaces = text_file("spaces", "{\"a\": \"" + std::string(1'000'000, ' '));
+  EXPECT_EQ(show(spaces, &out, &err), cli::exit_usage);
+  EXPECT_LT(err.size(), 1200u);
+  EXPECT_NE(err.find("not JSON at line 1"), std::string::npos) << err;
+}
+
+TEST(Fixtures, IntegersOutsideTheirRangeAreRefused) {
+  std::string out, err;
+  const std::string version =
+      edited_fixture("version", [](nlohmann::json& j) { j["schema_version"] = 4294967298ull; });
+  EXPECT_EQ(show(version, &out, &err), cli::exit_usage);
+  EXPECT_NE(err.find("schema_version 4294967298 is not one this build reads"), std::string::npos)
+      << err;
+  const std::string device = edited_fixture(
+      "device", [](nlohmann::json& j) { j["environment"]["config"]["device"] = 4294967296ull; });
+  EXPECT_EQ(show(device, &out, &err), cli::exit_usage);
+  EXPECT_NE(err.find("gb_hostile_device.json: environment.config.device: expected a device index"),
+            std::string::npos)
+      << err;
+  EXPECT_TRUE(one_line(err)) << err;
+}
+
+TEST(Fixtures, AResultThatCannotBeReadNamesTheFileAndTheLesson) {
+  const std::string path = edited_fixture("null", [](nlohmann::json& j) {
+    j["results"]["transfer"] = nlohmann::json::array({nullptr});
+  });
+  std::string out, err;
+  EXPECT_EQ(show(path, &out, &err), cli::exit_usage);
+  EXPECT_NE(err.find("gb_hostile_null.json: results.transfer: "), std::string::npos) << err;
+  EXPECT_TRUE(one_line(err)) << err;
+}
+
+TEST(Fixtures, ControlCharactersFromAFileNeverReachTheTerminal) {
+  const std::string path = edited_fixture("escape", [](nlohmann::json& j) {
+    j["errors"]["memory"] = "\x1b]0;owned\x07 \x1b[31mred";
+    for (auto& g : j["environment"]["gpus"]) g["name"] = "H200\x1b[2J";
+  });
+  std::string out, err;
+  EXPECT_EQ(show(path, &out, &err), cli::exit_ok);
+  EXPECT_EQ(out.find('\x1b'), std::string::npos);
+  EXPECT_EQ(err.find('\x1b'), std::string::npos) << err;
+  EXPECT_EQ(err.find('\x07'), std::string::npos) << err;
+  EXPECT_NE(err.find("\\x1b]0;owned\\x07"), std::string::npos) << err;
+  // A file name is escaped too.
+  const std::string named = text_file("name\x1b[31m", "{}");
+  EXPECT_EQ(show(named, &out, &err), cli::exit_usage);
+  EXPECT_EQ(err.find('\x1b'), std::string::npos) << err;
+}
+
+TEST(Fixtures, AnOutputThatIsAnInputOrAnotherOutputIsRefused) {
+  const std::string input = edited_fixture("input", [](nlohmann::json&) {});
+  const std::string before = slurp(input);
+  cli::options o;
+  o.command = "show";
+  o.input_path = input;
+  o.json_path = input;
+  std::ostringstream os, es;
+  EXPECT_EQ(cli::run(o, os, es), cli::exit_usage);
+  EXPECT_NE(es.str().find("refusing to overwrite an input"), std::string::npos) << es.str();
+  EXPECT_EQ(slurp(input), before);
+  // The same new file twice, spelled differently.
+  const std::string out = ::testing::TempDir() + "gb_hostile_twice.out";
+  std::filesystem::remove(out);
+  o.json_path = out;
+  o.csv_path = ::testing::TempDir() + "./gb_hostile_twice.out";
+  std::ostringstream os2, es2;
+  EXPECT_EQ(cli::run(o, os2, es2), cli::exit_usage);
+  EXPECT_NE(es2.str().find("--json and --csv name the same file"), std::string::npos) << es2.str();
+  EXPECT_FALSE(std::filesystem::exists(out));
+  // report -o IN.json
+  cli::options r;
+  r.command = "report";
+  r.input_paths = {input};
+  r.html_path = input;
+  std::ostringstream os3, es3;
+  EXPECT_EQ(cli::run(r, os3, es3), cli::exit_usage);
+  EXPECT_EQ(slurp(input), before);
 }

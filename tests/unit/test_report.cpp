@@ -4,6 +4,7 @@
 // (tests/browser/) checks the same page drawn in Chromium.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "cli.hpp"
 #include "exit_codes.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/report/report.hpp"
 #include "run.hpp"
 
@@ -232,4 +234,31 @@ TEST(Report, CommandLine) {
   ASSERT_TRUE(lesson.opts);
   EXPECT_EQ(lesson.opts->html_path, "t.html");
   EXPECT_EQ(cli::parse({"gpu-basics", "all", "--html", "-"}, o, e).exit_code, cli::exit_usage);
+}
+
+TEST(Report, RenderingStopsOnASignalBetweenFigures) {
+  // The files are read; the signal arrives while the page is drawn.
+  const auto runs = report::load_runs({kData + "h200_all.json"});
+  install_interrupt_handlers();
+  std::raise(SIGINT);
+  EXPECT_THROW((void)report::render_html(runs), interrupted);
+  clear_interrupt();
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+
+TEST(Report, APeerMatrixThatDoesNotMatchItsDevicesIsABadInput) {
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(kData + "h200_all.json"));
+  auto& t = j["results"]["transfer"];
+  if (!t.contains("multi_gpu") || t["multi_gpu"].is_null())
+    GTEST_SKIP() << "the fixture has no peer matrix";
+  t["multi_gpu"]["peer"]["devices"] = nlohmann::json::array();
+  temp_dir d;
+  const std::string in = (d.path / "peer.json").string();
+  std::ofstream(in) << j.dump();
+  std::string out, err;
+  EXPECT_EQ(report_cli({in}, (d.path / "r.html").string(), &out, &err), cli::exit_usage);
+  EXPECT_NE(err.find("peer.json: results.transfer.multi_gpu.peer: 0 device(s)"), std::string::npos)
+      << err;
+  EXPECT_FALSE(fs::exists(d.path / "r.html"));
 }

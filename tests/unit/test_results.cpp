@@ -182,6 +182,54 @@ TEST(Results, CsvOfSeveralTablesGoesBesideThePath) {
   EXPECT_EQ(slurp(files[1]), render_csv(t2));
 }
 
+TEST(Results, SeveralFilesAreWrittenAllOrNone) {
+  temp_dir d;
+  std::filesystem::create_directories(d.path / "out.d2h.csv");  // one target cannot be written
+  std::vector<table> tables{sample_table()};
+  for (const char* id : {"d2h", "d2d"}) {
+    table t = sample_table();
+    t.id = id;
+    tables.push_back(t);
+  }
+  EXPECT_THROW((void)write_csv(tables, (d.path / "out.csv").string()), io_error);
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(d.path))
+    left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"out.d2h.csv"});  // the directory, nothing new
+}
+
+TEST(Results, ASymlinkOutputIsReplacedAndItsTargetKept) {
+  temp_dir d;
+  std::filesystem::create_directories(d.path);
+  write_file_atomically((d.path / "target").string(), "kept");
+  std::filesystem::create_symlink(d.path / "target", d.path / "link");
+  write_file_atomically((d.path / "link").string(), "new");
+  EXPECT_FALSE(std::filesystem::is_symlink(d.path / "link"));
+  EXPECT_EQ(slurp(d.path / "link"), "new");
+  EXPECT_EQ(slurp(d.path / "target"), "kept");
+}
+
+TEST(Results, SameFileComparesInodesNotSpellings) {
+  temp_dir d;
+  std::filesystem::create_directories(d.path / "sub");
+  const std::string a = (d.path / "a.json").string();
+  write_file_atomically(a, "{}");
+  std::filesystem::create_symlink(d.path / "a.json", d.path / "alias.json");
+  EXPECT_TRUE(same_file(a, (d.path / "sub" / ".." / "a.json").string()));
+  EXPECT_TRUE(same_file(a, (d.path / "alias.json").string()));
+  EXPECT_TRUE(same_file((d.path / "new.csv").string(), (d.path / "sub/../new.csv").string()));
+  EXPECT_FALSE(same_file(a, (d.path / "new.csv").string()));
+  EXPECT_FALSE(same_file((d.path / "x.csv").string(), (d.path / "y.csv").string()));
+}
+
+TEST(Results, MessageLinesAreEscapedAndCut) {
+  EXPECT_EQ(message_line("a \"b\" \\x1b \x1b[31m\n\x07"), "a \"b\" \\x1b \\x1b[31m\\n\\x07");
+  const std::string cut = message_line(std::string(5000, 'y'), 100);
+  EXPECT_EQ(cut, std::string(100, 'y') + "... (4900 more characters)");
+  EXPECT_EQ(terminal_text("| \x1b]0;t\x07 |\nnext"), "| \\x1b]0;t\\x07 |\nnext");
+  EXPECT_EQ(terminal_text("GB/s × 2 — ok"), "GB/s × 2 — ok");
+}
+
 TEST(Results, TextTableScalesAlignsAndShowsNa) {
   const std::string text = render_text(sample_table());
   EXPECT_NE(text.find("Host to device"), std::string::npos);

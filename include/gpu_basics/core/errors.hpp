@@ -144,6 +144,20 @@ class format_error : public error {
 /// messages.
 [[nodiscard]] std::string printable(std::string_view text);
 
+/// The longest message line, in characters: longer ones are cut by message_line().
+inline constexpr std::size_t kMaxMessageChars = 1024;
+
+/// `text` as one line a terminal can show: control characters and bytes that are not UTF-8
+/// escaped (\n, \x1b), quotes and backslashes left as they are (so text that is already escaped
+/// is not escaped twice), cut to `max_chars` characters with the cut marked "... (N more
+/// characters)". Every error line the CLI writes goes through it.
+[[nodiscard]] std::string message_line(std::string_view text,
+                                       std::size_t max_chars = kMaxMessageChars);
+
+/// `text` as a terminal may show it: like message_line() but newlines kept and nothing cut. For
+/// tables and notes rendered from a results file.
+[[nodiscard]] std::string terminal_text(std::string_view text);
+
 }  // namespace gpu_basics
 
 /// Throws gpu_basics::logic_error naming the condition and where it failed.

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -19,7 +20,19 @@ namespace gpu_basics {
 /// instead: renaming over it would replace it.
 /// @throws io_error when the directory or the file cannot be written; interrupted when a signal
 /// stops a write that blocks (a FIFO with no reader).
+/// A path that is a symbolic link is replaced by a regular file; the link's target is untouched.
 void write_file_atomically(const std::string& path, const std::string& contents);
+
+/// Writes several files as one: every temporary is written first, and only when all are written
+/// are they renamed into place, so a file that cannot be written leaves none of the others new.
+/// Special files (writes_in_place) are written in place after the temporaries.
+/// @throws io_error as write_file_atomically(); interrupted when a signal arrived before the
+/// renames (nothing is renamed then).
+void write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files);
+
+/// Whether two paths name the same file: for existing ones the same device and inode (through
+/// links), for new ones the same canonical parent directory and name.
+[[nodiscard]] bool same_file(const std::string& a, const std::string& b);
 
 /// Whether write_file_atomically() writes `path` in place (a special file) rather than by rename.
 [[nodiscard]] bool writes_in_place(const std::string& path);
@@ -82,7 +95,7 @@ struct report {
 [[nodiscard]] std::string render_csv(const table& t);
 
 /// CSV of every table: one table → `path`; several → `<stem>.<table id>.csv` beside it.
-/// Returns the paths written.
+/// Returns the paths written. All of them or none are replaced (write_files_atomically).
 /// @throws io_error when a file cannot be written.
 std::vector<std::string> write_csv(const std::vector<table>& tables, const std::string& path);
 

@@ -25,6 +25,7 @@ struct run_record {
   nlohmann::json environment;           // see core/environment.hpp
   std::vector<std::pair<std::string, nlohmann::json>> results;  // lesson -> result, run order
   std::vector<std::pair<std::string, std::string>> errors;      // lesson -> why it failed
+  std::string source;  // the file it was read from, for messages; empty for a live run
 };
 
 /// Renders every result of the record (explain + present), in run order.
@@ -43,6 +44,20 @@ struct run_record {
 /// Reads a record of schema 1 or 2. `source` names the input in messages.
 /// @throws format_error naming what is wrong (not gpu-basics output, unknown schema or lesson).
 [[nodiscard]] run_record parse_record(const nlohmann::json& j, const std::string& source);
+
+/// The deepest nesting of arrays and objects a results file may have (the files gpu-basics
+/// writes nest 10 levels at most): deeper input is refused while it is parsed, long before any
+/// recursion over it could exhaust the stack.
+inline constexpr int kMaxResultsDepth = 64;
+
+/// The longest string (value or key) a results file may hold, in bytes.
+inline constexpr std::size_t kMaxResultsString = 64 * 1024;
+
+/// Parses a results file's text: JSON nested at most kMaxResultsDepth levels, strings of at most
+/// kMaxResultsString bytes, numbers within double range. `source` names the input in messages.
+/// @throws format_error naming the source, the line and column and the key path
+/// (`results.transfer.measurements[3].seconds`) of the first problem.
+[[nodiscard]] nlohmann::json parse_results_json(const std::string& text, const std::string& source);
 
 /// Reads and parses a results file.
 /// @throws io_error when it cannot be read; format_error when it is not a results file.
