@@ -4,6 +4,7 @@
 // chunks.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -13,7 +14,7 @@ namespace gpu_basics {
 /// Default size caps (bytes). GPU_BASICS_MAX_INPUT_MIB (a whole number of MiB, > 0) replaces
 /// either for one run.
 inline constexpr std::uint64_t kMaxResultsFileBytes = 512ull << 20;  // a results JSON
-inline constexpr std::uint64_t kMaxSnapshotFileBytes = 16ull << 30;   // a PyTorch snapshot pickle
+inline constexpr std::uint64_t kMaxSnapshotFileBytes = 16ull << 30;  // a PyTorch snapshot pickle
 
 /// The cap to apply: `default_bytes`, or GPU_BASICS_MAX_INPUT_MIB where it is set.
 /// @throws format_error when GPU_BASICS_MAX_INPUT_MIB is not a whole number of MiB above 0.
@@ -25,5 +26,12 @@ inline constexpr std::uint64_t kMaxSnapshotFileBytes = 16ull << 30;   // a PyTor
 /// fails midway; interrupted on Ctrl-C / SIGTERM.
 [[nodiscard]] std::string read_input_file(const std::string& path, std::uint64_t max_bytes,
                                           std::string_view what);
+
+/// The first `n` bytes of the file at `path` (fewer when it is shorter), after the same checks as
+/// read_input_file(): a reader looks at them to refuse a file that is not of its format before
+/// reading the whole of it.
+/// @throws as read_input_file().
+[[nodiscard]] std::string read_input_head(const std::string& path, std::size_t n,
+                                          std::uint64_t max_bytes, std::string_view what);
 
 }  // namespace gpu_basics
