@@ -173,13 +173,18 @@ constexpr std::size_t kMaxText = 4096;
 /// Reads fields of one dict, naming where it is in messages.
 class fields {
  public:
-  fields(const value& v, std::string_view file, std::string where)
-      : v_(v), file_(file), where_(std::move(where)) {
+  /// `where` names the dict, followed by "[index]" when `index` is given (the message is made
+  /// only on failure: a trace has millions of dicts).
+  fields(const value& v, std::string_view file, std::string_view where,
+         std::size_t index = std::string::npos)
+      : v_(v), file_(file), where_(where), index_(index) {
     throw_if_interrupted();  // once per dict read: Ctrl-C stops a long parse
     if (!v.is(value::type::dict)) fail(fmt::format("is a {}, expected a dict", v.type_name()));
   }
   [[noreturn]] void fail(const std::string& what) const {
-    throw format_error(fmt::format("{}: {} {}", file_, where_, what));
+    if (index_ == std::string::npos)
+      throw format_error(fmt::format("{}: {} {}", file_, where_, what));
+    throw format_error(fmt::format("{}: {}[{}] {}", file_, where_, index_, what));
   }
   [[nodiscard]] const value* find(std::string_view key) const { return v_.find(key); }
   [[nodiscard]] std::int64_t integer(std::string_view key, std::optional<std::int64_t> dflt) const {
@@ -222,7 +227,8 @@ class fields {
  private:
   const value& v_;
   std::string_view file_;
-  std::string where_;
+  std::string_view where_;
+  std::size_t index_;
 };
 
 torch_action action_of(std::string_view a) {
@@ -297,7 +303,7 @@ torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view nam
   s.segments.reserve(segs.size());
   for (std::size_t i = 0; i < segs.size(); ++i) {
     const std::string where = fmt::format("segments[{}]", i);
-    const fields f(segs[i], name, where);
+    const fields f(segs[i], name, "segments", i);
     torch_segment seg;
     seg.device = static_cast<int>(f.integer("device", 0));
     seg.address = f.size("address", std::nullopt);
@@ -310,9 +316,10 @@ torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view nam
     seg.expandable = f.flag("is_expandable");
     if (f.find("blocks")) {
       const auto& blocks = list_at(segs[i], "blocks", name, where + ".");
+      const std::string blocks_where = where + ".blocks";
       std::uint64_t addr = seg.address;
       for (std::size_t k = 0; k < blocks.size(); ++k) {
-        const fields b(blocks[k], name, fmt::format("{}.blocks[{}]", where, k));
+        const fields b(blocks[k], name, blocks_where, k);
         torch_block blk;
         blk.address = b.size("address", static_cast<std::int64_t>(addr));
         blk.size = b.size("size", std::nullopt);
@@ -335,7 +342,7 @@ torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view nam
     std::vector<torch_trace_event> out;
     out.reserve(entries.size());
     for (std::size_t k = 0; k < entries.size(); ++k) {
-      const fields f(entries[k], name, fmt::format("{}[{}]", where, k));
+      const fields f(entries[k], name, where, k);
       torch_trace_event e;
       e.action = action_of(f.text("action", std::nullopt));
       e.addr = e.action == torch_action::oom ? f.size("device_free", 0) : f.size("addr", 0);
