@@ -19,11 +19,15 @@ int run_replay(const options& o, std::ostream& out, std::ostream& err) {
     const int device = s.busiest_device();
     const replay_report r = replay_snapshot(s, printable(o.input_path), device, confs);
     const bool json_to_stdout = o.json_path && *o.json_path == "-";
+    // Strings from the file (the allocator conf) may not be UTF-8: such bytes become U+FFFD.
+    const auto json_text = [&] {
+      return to_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    };
     if (json_to_stdout) {
-      out << to_json(r).dump(2) << "\n";
+      out << json_text();
     } else {
       out << presentation::render_text(replay_table(r)) << "\n";
-      if (o.json_path) write_file_atomically(*o.json_path, to_json(r).dump(2) + "\n");
+      if (o.json_path) write_file_atomically(*o.json_path, json_text());
     }
     return exit_ok;
   } catch (const logic_error& e) {  // a --policy string

@@ -39,22 +39,10 @@ std::string kind_of(mode_t mode) {
                      std::string(what) + " (GPU_BASICS_MAX_INPUT_MIB raises it)");
 }
 
-}  // namespace
-
-std::uint64_t input_size_cap(std::uint64_t default_bytes) {
-  const char* env = std::getenv("GPU_BASICS_MAX_INPUT_MIB");
-  if (env == nullptr || *env == '\0') return default_bytes;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long mib = std::strtoull(env, &end, 10);
-  if (errno != 0 || end == env || *end != '\0' || env[0] == '-' || mib == 0 || mib > (1ull << 40))
-    throw format_error("GPU_BASICS_MAX_INPUT_MIB: expected a whole number of MiB above 0, got " +
-                       quote_for_message(env));
-  return static_cast<std::uint64_t>(mib) << 20;
-}
-
-std::string read_input_file(const std::string& path, std::uint64_t max_bytes,
-                            std::string_view what) {
+/// The descriptor of `path` open for reading, once it is known to be a regular file of at most
+/// `max_bytes`; `size` receives its size.
+int open_input(const std::string& path, std::uint64_t max_bytes, std::string_view what,
+               std::uint64_t& size) {
   // O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting; fstat then
   // refuses it. Regular files ignore the flag.
   fd_owner f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
@@ -73,8 +61,51 @@ std::string read_input_file(const std::string& path, std::uint64_t max_bytes,
   if (!S_ISREG(st.st_mode))
     throw format_error(printable(path) + ": is not a regular file (" + kind_of(st.st_mode) +
                        "); give a " + std::string(what));
-  const auto size = static_cast<std::uint64_t>(st.st_size);
+  size = static_cast<std::uint64_t>(st.st_size);
   if (size > max_bytes) too_large(path, what, max_bytes);
+  const int fd = f.fd;
+  f.fd = -1;
+  return fd;
+}
+
+}  // namespace
+
+std::uint64_t input_size_cap(std::uint64_t default_bytes) {
+  const char* env = std::getenv("GPU_BASICS_MAX_INPUT_MIB");
+  if (env == nullptr || *env == '\0') return default_bytes;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long mib = std::strtoull(env, &end, 10);
+  if (errno != 0 || end == env || *end != '\0' || env[0] == '-' || mib == 0 || mib > (1ull << 40))
+    throw format_error("GPU_BASICS_MAX_INPUT_MIB: expected a whole number of MiB above 0, got " +
+                       quote_for_message(env));
+  return static_cast<std::uint64_t>(mib) << 20;
+}
+
+std::string read_input_head(const std::string& path, std::size_t n, std::uint64_t max_bytes,
+                            std::string_view what) {
+  std::uint64_t size = 0;
+  fd_owner f{open_input(path, max_bytes, what, size)};
+  std::string out(n, '\0');
+  std::size_t got = 0;
+  while (got < n) {
+    throw_if_interrupted();
+    const ssize_t r = ::read(f.fd, out.data() + got, n - got);
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      throw io_error(printable(path) + ": cannot be read: " + std::strerror(errno));
+    }
+    if (r == 0) break;
+    got += static_cast<std::size_t>(r);
+  }
+  out.resize(got);
+  return out;
+}
+
+std::string read_input_file(const std::string& path, std::uint64_t max_bytes,
+                            std::string_view what) {
+  std::uint64_t size = 0;
+  fd_owner f{open_input(path, max_bytes, what, size)};
   std::string out;
   out.reserve(static_cast<std::size_t>(size));
   constexpr std::size_t kChunk = 8u << 20;

@@ -1,8 +1,12 @@
 // The pickle machine for plain data (Lib/pickletools.py documents the opcodes). The reader keeps
-// CPython's stack-and-marks model; a memo GET copies the memoized value, so the result is a tree
-// and a pickle cannot make a cycle. Containers still being built are the only ones ever changed:
-// a container leaves the stack when it is put into another, and is frozen from then on, so the
-// nesting height kept in each container stays right.
+// CPython's stack-and-marks model; the memo holds what PUT saw, and a GET or DUP shares it, not a
+// copy. A container is open (changed in place, as APPENDS after EMPTY_LIST and PUT need, the memo
+// seeing the changes) until it is put into another container or shared by GET or DUP; it is
+// sealed from then on, and a later change goes to a shallow copy instead. So a pickle cannot make
+// a cycle (a container can only gain elements while nothing holds it), and the nesting height and
+// tree size kept in each container stay right. Each use of a memoised value counts its size as a
+// tree against read_limits::max_values: a pickle that doubles a list through the memo 40 times is
+// refused, and whoever walks the result walks no more than the budget.
 #include "gpu_basics/memory/pickle.hpp"
 
 #include <algorithm>
@@ -17,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/interrupt.hpp"
 
 namespace gpu_basics::pickle {
 
@@ -39,18 +44,27 @@ value value::real(double d) {
 }
 value value::str(std::string s) {
   value v;
-  v.d_ = str_data{std::move(s)};
+  v.d_ = str_data{std::make_shared<const std::string>(std::move(s))};
   return v;
 }
 value value::bytes(std::string b) {
   value v;
-  v.d_ = bytes_data{std::move(b)};
+  v.d_ = bytes_data{std::make_shared<const std::string>(std::move(b))};
   return v;
 }
+namespace {
+std::uint64_t add_saturating(std::uint64_t a, std::uint64_t b) noexcept {
+  return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+}  // namespace
+
 value value::list(items it) {
   value v;
   auto n = std::make_shared<seq_node>();
-  for (const auto& e : it) n->height = std::max(n->height, e.height() + 1);
+  for (const auto& e : it) {
+    n->height = std::max(n->height, e.height() + 1);
+    n->values = add_saturating(n->values, e.tree_values());
+  }
   n->v = std::move(it);
   v.d_ = std::move(n);
   return v;
@@ -63,7 +77,10 @@ value value::tuple(items it) {
 value value::dict(entries e) {
   value v;
   auto n = std::make_shared<dict_node>();
-  for (const auto& [k, x] : e) n->height = std::max(n->height, x.height() + 1);
+  for (const auto& [k, x] : e) {
+    n->height = std::max(n->height, x.height() + 1);
+    n->values = add_saturating(n->values, add_saturating(k.tree_values(), x.tree_values()));
+  }
   n->v = std::move(e);
   v.d_ = std::move(n);
   return v;
@@ -134,8 +151,8 @@ double value::as_real() const {
   wrong_type(*this, "float");
 }
 const std::string& value::as_str() const {
-  if (const auto* s = std::get_if<str_data>(&d_)) return s->s;
-  if (const auto* b = std::get_if<bytes_data>(&d_)) return b->s;
+  if (const auto* s = std::get_if<str_data>(&d_)) return *s->s;
+  if (const auto* b = std::get_if<bytes_data>(&d_)) return *b->s;
   wrong_type(*this, "str");
 }
 const items& value::as_items() const {
@@ -151,7 +168,7 @@ const value* value::find(std::string_view key) const noexcept {
   const auto* n = std::get_if<std::shared_ptr<dict_node>>(&d_);
   if (!n) return nullptr;
   for (const auto& [k, v] : (*n)->v)
-    if (const auto* s = std::get_if<str_data>(&k.d_); s && s->s == key) return &v;
+    if (const auto* s = std::get_if<str_data>(&k.d_); s && *s->s == key) return &v;
   return nullptr;
 }
 const value* value::find(std::int64_t key) const noexcept {
@@ -166,12 +183,14 @@ void value::append(value v) {
   auto* n = std::get_if<std::shared_ptr<seq_node>>(&d_);
   if (!n) wrong_type(*this, "list");
   (*n)->height = std::max((*n)->height, v.height() + 1);
+  (*n)->values = add_saturating((*n)->values, v.tree_values());
   (*n)->v.push_back(std::move(v));
 }
 void value::set(value key, value v) {
   auto* n = std::get_if<std::shared_ptr<dict_node>>(&d_);
   if (!n) wrong_type(*this, "dict");
   (*n)->height = std::max((*n)->height, v.height() + 1);
+  (*n)->values = add_saturating((*n)->values, add_saturating(key.tree_values(), v.tree_values()));
   (*n)->v.emplace_back(std::move(key), std::move(v));
 }
 
@@ -179,6 +198,12 @@ std::uint32_t value::height() const noexcept {
   if (const auto* n = std::get_if<std::shared_ptr<seq_node>>(&d_)) return (*n)->height;
   if (const auto* n = std::get_if<std::shared_ptr<dict_node>>(&d_)) return (*n)->height;
   return 0;
+}
+
+std::uint64_t value::tree_values() const noexcept {
+  if (const auto* n = std::get_if<std::shared_ptr<seq_node>>(&d_)) return (*n)->values;
+  if (const auto* n = std::get_if<std::shared_ptr<dict_node>>(&d_)) return (*n)->values;
+  return 1;
 }
 
 value value::clone() const {
@@ -282,11 +307,20 @@ std::string opcode_name(unsigned char op) {
 
 class reader {
  public:
-  reader(std::string_view in, read_limits limits) : in_(in), limits_(limits) {}
+  /// Thrown instead of a "truncated" error when reading a prefix (check_start()).
+  struct end_of_prefix {};
+
+  reader(std::string_view in, read_limits limits, bool prefix = false)
+      : in_(in), limits_(limits), prefix_(prefix) {
+    if (limits_.max_values == 0)
+      limits_.max_values =
+          std::max<std::size_t>(50'000'000, in.size() > SIZE_MAX / 8 ? SIZE_MAX : in.size() * 8);
+  }
 
   value run() {
-    for (;;) {
-      if (pos_ >= in_.size()) fail("truncated: the stream ends before STOP", pos_);
+    for (std::size_t ops = 0;; ++ops) {
+      if ((ops & 0xffff) == 0) throw_if_interrupted();
+      if (pos_ >= in_.size()) truncated("truncated: the stream ends before STOP", pos_);
       op_at_ = pos_;
       const auto op = static_cast<unsigned char>(in_[pos_++]);
       if (op == '.') break;
@@ -296,16 +330,18 @@ class reader {
       fail(fmt::format("STOP with {} values on the stack{}", stack_.size(),
                        marks_.empty() ? "" : " and an open MARK"),
            op_at_);
-    if (pos_ != in_.size()) fail(fmt::format("{} bytes after STOP", in_.size() - pos_), pos_);
+    if (pos_ != in_.size() && !prefix_)  // a prefix: the file's length decides
+      fail(fmt::format("{} bytes after STOP", in_.size() - pos_), pos_);
     return std::move(stack_.back());
   }
 
  private:
   std::string_view in_;
   read_limits limits_;
+  bool prefix_ = false;
   std::size_t pos_ = 0;
   std::size_t op_at_ = 0;
-  std::size_t made_ = 0;
+  std::uint64_t made_ = 0;
   std::vector<value> stack_;
   std::vector<std::size_t> marks_;
   std::unordered_map<std::uint64_t, value> memo_;
@@ -314,9 +350,15 @@ class reader {
     throw format_error(fmt::format("pickle: {} at offset {}", what, at));
   }
 
+  [[noreturn]] void truncated(const std::string& what, std::size_t at) const {
+    if (prefix_) throw end_of_prefix{};
+    fail(what, at);
+  }
+
   std::string_view take(std::size_t n, std::string_view what) {
     if (n > in_.size() - pos_)
-      fail(fmt::format("truncated: {} of {} bytes, {} left", what, n, in_.size() - pos_), pos_);
+      truncated(fmt::format("truncated: {} of {} bytes, {} left", what, n, in_.size() - pos_),
+                pos_);
     const auto s = in_.substr(pos_, n);
     pos_ += n;
     return s;
@@ -330,14 +372,14 @@ class reader {
   std::string_view line(std::string_view what) {
     const auto nl = in_.find('\n', pos_);
     if (nl == std::string_view::npos)
-      fail(fmt::format("truncated: {} without its newline", what), pos_);
+      truncated(fmt::format("truncated: {} without its newline", what), pos_);
     const auto s = in_.substr(pos_, nl - pos_);
     pos_ = nl + 1;
     return s;
   }
 
-  void count(std::size_t n = 1) {
-    made_ += n;
+  void count(std::uint64_t n = 1) {
+    made_ = add_saturating(made_, n);
     if (made_ > limits_.max_values)
       fail(fmt::format("more than {} values", limits_.max_values), op_at_);
   }
@@ -367,10 +409,28 @@ class reader {
     if (child.height() + 1 > limits_.max_depth)
       fail(fmt::format("nesting deeper than {}", limits_.max_depth), op_at_);
   }
+  /// Marks `v` (a container) as shared or placed: it never changes again.
+  static void seal(const value& v) {
+    if (const auto* n = std::get_if<std::shared_ptr<value::seq_node>>(&v.d_)) (*n)->sealed = true;
+    if (const auto* n = std::get_if<std::shared_ptr<value::dict_node>>(&v.d_)) (*n)->sealed = true;
+  }
+  /// Before `c` (a stack slot) changes: a sealed container is replaced by a shallow copy, open.
+  void unshare(value& c) {
+    if (const auto* n = std::get_if<std::shared_ptr<value::seq_node>>(&c.d_); n && (*n)->sealed) {
+      count((*n)->v.size());
+      c = (*n)->tuple ? value::tuple((*n)->v) : value::list((*n)->v);
+    } else if (const auto* d = std::get_if<std::shared_ptr<value::dict_node>>(&c.d_);
+               d && (*d)->sealed) {
+      count((*d)->v.size());
+      c = value::dict((*d)->v);
+    }
+  }
   void add_item(value& seq, value v, std::string_view op) {
     if (!seq.is(value::type::list))
       fail(fmt::format("{} to a {}, not a list", op, seq.type_name()), op_at_);
     check_depth(v);
+    seal(v);
+    unshare(seq);
     seq.append(std::move(v));
   }
   void add_entry(value& d, value k, value v, std::string_view op) {
@@ -380,38 +440,31 @@ class reader {
       fail(fmt::format("a dict key of type {} (only str and int keys are read)", k.type_name()),
            op_at_);
     check_depth(v);
+    seal(v);
+    unshare(d);
     d.set(std::move(k), std::move(v));
   }
   value sequence_from(std::size_t mark, bool tuple) {
     items v(std::make_move_iterator(stack_.begin() + static_cast<std::ptrdiff_t>(mark)),
             std::make_move_iterator(stack_.end()));
     stack_.resize(mark);
-    for (const auto& e : v) check_depth(e);
+    for (const auto& e : v) {
+      check_depth(e);
+      seal(e);
+    }
     return tuple ? value::tuple(std::move(v)) : value::list(std::move(v));
   }
-  /// A copy of a memoized value, counted against the limits.
-  value copy(const value& v) {
-    count(1);
-    if (const auto* n = std::get_if<std::shared_ptr<value::seq_node>>(&v.d_)) {
-      items c;
-      c.reserve((*n)->v.size());
-      for (const auto& e : (*n)->v) c.push_back(copy(e));
-      return (*n)->tuple ? value::tuple(std::move(c)) : value::list(std::move(c));
-    }
-    if (const auto* n = std::get_if<std::shared_ptr<value::dict_node>>(&v.d_)) {
-      entries c;
-      c.reserve((*n)->v.size());
-      for (const auto& [k, x] : (*n)->v) c.emplace_back(copy(k), copy(x));
-      return value::dict(std::move(c));
-    }
-    return v;
+  /// A second use of `v` (GET, DUP): shared, sealed, and counted at its size as a tree.
+  void push_shared(value v) {
+    count(v.tree_values());
+    seal(v);
+    stack_.push_back(std::move(v));
   }
   void put(std::uint64_t i) { memo_[i] = top("PUT"); }
   void get(std::uint64_t i) {
     const auto it = memo_.find(i);
     if (it == memo_.end()) fail(fmt::format("GET of memo {} that was never PUT", i), op_at_);
-    value c = copy(it->second);
-    stack_.push_back(std::move(c));
+    push_shared(it->second);
   }
   std::uint64_t decimal(std::string_view s, std::string_view what) {
     std::uint64_t v = 0;
@@ -495,7 +548,7 @@ class reader {
         stack_.resize(pop_mark("POP_MARK"));
         break;
       case '2':  // DUP
-        push(copy(top("DUP")));
+        push_shared(top("DUP"));
         break;
       case '}':  // EMPTY_DICT
         push(value::dict());
@@ -675,6 +728,14 @@ class reader {
 
 value read(std::string_view bytes, read_limits limits) {
   return reader(bytes, limits).run();
+}
+
+void check_start(std::string_view head) {
+  try {
+    (void)reader(head, {}, true).run();
+  } catch (const reader::end_of_prefix&) {
+    // Plausible so far: the rest decides.
+  }
 }
 
 // ---- writer -------------------------------------------------------------------------------

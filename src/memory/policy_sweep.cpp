@@ -13,8 +13,9 @@ namespace gpu_basics {
 
 namespace {
 
+/// A conf as the table shows it: escaped (a --policy or a snapshot's conf may hold anything).
 std::string label(const std::string& conf) {
-  return conf.empty() ? "(defaults)" : conf;
+  return conf.empty() ? "(defaults)" : printable(conf);
 }
 
 double ratio(std::uint64_t a, std::uint64_t b) {
@@ -47,7 +48,23 @@ std::vector<std::string> replay_policies(const std::vector<std::string>& user) {
                                 "roundup_power2_divisions:[256:1,512:2,>:4]",
                                 "expandable_segments:True",
                                 "garbage_collection_threshold:0.6"};
-  v.insert(v.end(), user.begin(), user.end());
+  std::vector<allocator_options> parsed;
+  parsed.reserve(v.size() + user.size());
+  for (const auto& c : v) parsed.push_back(parse_allocator_conf(c));
+  for (const auto& c : user) {
+    if (c.find_first_not_of(" \t\r\n\f\v") == std::string::npos)
+      throw logic_error(fmt::format(
+          "a blank policy {}; give a PYTORCH_CUDA_ALLOC_CONF string, e.g. expandable_segments:True",
+          quote_for_message(c)));
+    const allocator_options o = parse_allocator_conf(c);
+    for (std::size_t i = 0; i < parsed.size(); ++i)
+      if (parsed[i] == o)
+        throw logic_error(
+            fmt::format("{} is the same policy as {}, already in the sweep", quote_for_message(c),
+                        v[i].empty() ? std::string("the defaults") : quote_for_message(v[i])));
+    v.push_back(c);
+    parsed.push_back(o);
+  }
   return v;
 }
 
@@ -60,7 +77,11 @@ replay_report replay_snapshot(const torch_snapshot& s, const std::string& file, 
   r.file = file;
   r.device = device;
   const auto trace = to_replay_trace(s, device, &r.rebuilt);
-  r.recorded = recorded(s, device, trace);
+  try {
+    r.recorded = recorded(s, device, trace);
+  } catch (const format_error& e) {  // sizes beyond 64 bits: name the file
+    throw format_error(fmt::format("{}: {}", file, e.what()));
+  }
   r.recorded_conf = s.alloc_conf;
   r.trace_events = r.recorded.events;
   r.replay_events = trace.size();
@@ -125,10 +146,11 @@ presentation::table replay_table(const replay_report& r) {
                x.fragmentation_at_peak});
   }
   const auto& rec = r.recorded;
-  t.add_row({std::string("PyTorch (recorded)") +
-                 (r.recorded_conf && !r.recorded_conf->empty() ? " " + *r.recorded_conf : ""),
-             static_cast<std::int64_t>(rec.peak_reserved), value{}, value{},
-             ratio(rec.peak_reserved, rec.peak_requested), rec.backend_allocations, value{}});
+  t.add_row(
+      {std::string("PyTorch (recorded)") +
+           (r.recorded_conf && !r.recorded_conf->empty() ? " " + label(*r.recorded_conf) : ""),
+       static_cast<std::int64_t>(rec.peak_reserved), value{}, value{},
+       ratio(rec.peak_reserved, rec.peak_requested), rec.backend_allocations, value{}});
   t.notes.push_back(fmt::format(
       "Peak requested (live bytes as asked, the same for every policy): {:.1f} MiB. {} blocks "
       "alive when recording began were allocated first.",

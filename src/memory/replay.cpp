@@ -6,21 +6,25 @@
 #include <random>
 #include <unordered_map>
 
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/memory/fake_backend.hpp"
 
 namespace gpu_basics {
 
 std::size_t peak_requested(const std::vector<replay_event>& trace) {
   std::unordered_map<std::uint64_t, std::size_t> live;
-  std::size_t now = 0, peak = 0;
+  std::size_t now = 0, peak = 0, i = 0;
   for (const replay_event& e : trace) {
+    if ((i++ & 0xffff) == 0) throw_if_interrupted();
     if (e.kind == replay_event::op::alloc) {
       auto [it, fresh] = live.try_emplace(e.id, e.bytes);
       if (!fresh) {  // an id allocated twice without a free: the first one leaks, as recorded
         now -= it->second;
         it->second = e.bytes;
       }
-      now += e.bytes;
+      if (__builtin_add_overflow(now, e.bytes, &now))
+        throw format_error("the trace's live requested bytes add up beyond 64 bits");
       peak = std::max(peak, now);
     } else if (const auto it = live.find(e.id); it != live.end()) {
       now -= it->second;
@@ -42,7 +46,9 @@ replay_result replay_trace(const std::vector<replay_event>& trace, const allocat
   live.reserve(1024);
   replay_result r;
   const auto t0 = std::chrono::steady_clock::now();
+  std::size_t i = 0;
   for (const replay_event& e : trace) {
+    if ((i++ & 0xffff) == 0) throw_if_interrupted();
     if (e.kind == replay_event::op::alloc) {
       live[e.id] = a.allocate(e.bytes, e.stream);  // an id allocated twice: the first leaks
       const std::size_t reserved = backend->used();

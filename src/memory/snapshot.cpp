@@ -13,6 +13,7 @@
 
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/input_file.hpp"
+#include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/core/results.hpp"
 #include "gpu_basics/memory/pickle.hpp"
 
@@ -165,15 +166,25 @@ int torch_snapshot::busiest_device() const noexcept {
 
 namespace {
 
+/// The longest str field read (an action, a state, the allocator conf): a longer one, however
+/// often the pickle reuses it, is refused rather than copied.
+constexpr std::size_t kMaxText = 4096;
+
 /// Reads fields of one dict, naming where it is in messages.
 class fields {
  public:
-  fields(const value& v, std::string_view file, std::string where)
-      : v_(v), file_(file), where_(std::move(where)) {
+  /// `where` names the dict, followed by "[index]" when `index` is given (the message is made
+  /// only on failure: a trace has millions of dicts).
+  fields(const value& v, std::string_view file, std::string_view where,
+         std::size_t index = std::string::npos)
+      : v_(v), file_(file), where_(where), index_(index) {
+    throw_if_interrupted();  // once per dict read: Ctrl-C stops a long parse
     if (!v.is(value::type::dict)) fail(fmt::format("is a {}, expected a dict", v.type_name()));
   }
   [[noreturn]] void fail(const std::string& what) const {
-    throw format_error(fmt::format("{}: {} {}", file_, where_, what));
+    if (index_ == std::string::npos)
+      throw format_error(fmt::format("{}: {} {}", file_, where_, what));
+    throw format_error(fmt::format("{}: {}[{}] {}", file_, where_, index_, what));
   }
   [[nodiscard]] const value* find(std::string_view key) const { return v_.find(key); }
   [[nodiscard]] std::int64_t integer(std::string_view key, std::optional<std::int64_t> dflt) const {
@@ -200,6 +211,9 @@ class fields {
     }
     if (!x->is(value::type::str))
       fail(fmt::format("'{}' is a {}, expected a str", key, x->type_name()));
+    if (x->as_str().size() > kMaxText)
+      fail(fmt::format("'{}' is a str of {} bytes; at most {} are read", key, x->as_str().size(),
+                       kMaxText));
     return x->as_str();
   }
   [[nodiscard]] bool flag(std::string_view key) const {
@@ -213,7 +227,8 @@ class fields {
  private:
   const value& v_;
   std::string_view file_;
-  std::string where_;
+  std::string_view where_;
+  std::size_t index_;
 };
 
 torch_action action_of(std::string_view a) {
@@ -245,14 +260,26 @@ constexpr std::string_view kHowToRecord =
 
 }  // namespace
 
-torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view name) {
-  if (bytes.empty())
+namespace {
+/// Refuses `head` (a snapshot's first bytes, or all of them) when it cannot start a snapshot.
+void check_snapshot_start(std::string_view head, std::string_view name) {
+  if (head.empty())
     throw format_error(fmt::format("{}: empty file, not a PyTorch memory snapshot", name));
-  if (static_cast<unsigned char>(bytes[0]) != 0x80)
+  if (static_cast<unsigned char>(head[0]) != 0x80)
     throw format_error(
         fmt::format("{}: not a pickle (a PyTorch memory snapshot is one, from "
                     "torch.cuda.memory._dump_snapshot)",
                     name));
+  try {
+    pickle::check_start(head);
+  } catch (const format_error& e) {
+    throw format_error(fmt::format("{}: {}", name, e.what()));
+  }
+}
+}  // namespace
+
+torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view name) {
+  check_snapshot_start(bytes.substr(0, 64), name);
   value root;
   try {
     root = pickle::read(bytes);
@@ -276,7 +303,7 @@ torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view nam
   s.segments.reserve(segs.size());
   for (std::size_t i = 0; i < segs.size(); ++i) {
     const std::string where = fmt::format("segments[{}]", i);
-    const fields f(segs[i], name, where);
+    const fields f(segs[i], name, "segments", i);
     torch_segment seg;
     seg.device = static_cast<int>(f.integer("device", 0));
     seg.address = f.size("address", std::nullopt);
@@ -289,9 +316,10 @@ torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view nam
     seg.expandable = f.flag("is_expandable");
     if (f.find("blocks")) {
       const auto& blocks = list_at(segs[i], "blocks", name, where + ".");
+      const std::string blocks_where = where + ".blocks";
       std::uint64_t addr = seg.address;
       for (std::size_t k = 0; k < blocks.size(); ++k) {
-        const fields b(blocks[k], name, fmt::format("{}.blocks[{}]", where, k));
+        const fields b(blocks[k], name, blocks_where, k);
         torch_block blk;
         blk.address = b.size("address", static_cast<std::int64_t>(addr));
         blk.size = b.size("size", std::nullopt);
@@ -314,7 +342,7 @@ torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view nam
     std::vector<torch_trace_event> out;
     out.reserve(entries.size());
     for (std::size_t k = 0; k < entries.size(); ++k) {
-      const fields f(entries[k], name, fmt::format("{}[{}]", where, k));
+      const fields f(entries[k], name, where, k);
       torch_trace_event e;
       e.action = action_of(f.text("action", std::nullopt));
       e.addr = e.action == torch_action::oom ? f.size("device_free", 0) : f.size("addr", 0);
@@ -330,16 +358,20 @@ torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view nam
     throw format_error(fmt::format(
         "{}: the snapshot's device_traces are empty (taken without recording history): {}", name,
         kHowToRecord));
-  if (const value* settings = root.find("allocator_settings"))
+  if (const value* settings = root.find("allocator_settings");
+      settings && settings->is(value::type::dict))
     if (const value* conf = settings->find("PYTORCH_CUDA_ALLOC_CONF");
         conf && conf->is(value::type::str))
-      s.alloc_conf = conf->as_str();
+      s.alloc_conf = fields(*settings, name, "allocator_settings")
+                         .text("PYTORCH_CUDA_ALLOC_CONF", std::nullopt);
   return s;
 }
 
 torch_snapshot read_torch_snapshot(const std::string& path) {
-  const std::string bytes =
-      read_input_file(path, input_size_cap(kMaxSnapshotFileBytes), "snapshot pickle");
+  const std::uint64_t cap = input_size_cap(kMaxSnapshotFileBytes);
+  // The first bytes first: a file that is not a pickle is refused before the rest is read.
+  check_snapshot_start(read_input_head(path, 64, cap, "snapshot pickle"), printable(path));
+  const std::string bytes = read_input_file(path, cap, "snapshot pickle");
   return parse_torch_snapshot(bytes, printable(path));
 }
 
@@ -418,6 +450,21 @@ recorded_figures recorded(const torch_snapshot& s, int device) {
   return recorded(s, device, to_replay_trace(s, device));
 }
 
+namespace {
+/// a + b, or a format_error: segment sizes that overflow are a broken or hostile snapshot.
+std::int64_t checked_add(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r))
+    throw format_error(
+        "the snapshot's segment sizes add up beyond 64 bits (a trace no device could record)");
+  return r;
+}
+std::int64_t signed_size(std::uint64_t size) {
+  if (size > static_cast<std::uint64_t>(INT64_MAX)) return checked_add(INT64_MAX, 1);  // throws
+  return static_cast<std::int64_t>(size);
+}
+}  // namespace
+
 recorded_figures recorded(const torch_snapshot& s, int device,
                           const std::vector<replay_event>& replayed) {
   recorded_figures r;
@@ -429,12 +476,12 @@ recorded_figures recorded(const torch_snapshot& s, int device,
     switch (e.action) {
       case torch_action::segment_alloc:
       case torch_action::segment_map:
-        net += static_cast<std::int64_t>(e.size);
+        net = checked_add(net, signed_size(e.size));
         ++r.backend_allocations;
         break;
       case torch_action::segment_free:
       case torch_action::segment_unmap:
-        net -= static_cast<std::int64_t>(e.size);
+        net = checked_add(net, -signed_size(e.size));
         break;
       case torch_action::oom:
         ++r.ooms;
@@ -443,17 +490,19 @@ recorded_figures recorded(const torch_snapshot& s, int device,
         break;
     }
   }
+  std::int64_t at_end = 0;
   for (const auto& seg : s.segments)
-    if (seg.device == device) r.reserved_at_end += seg.total_size;
-  const std::int64_t start = static_cast<std::int64_t>(r.reserved_at_end) - net;
+    if (seg.device == device) at_end = checked_add(at_end, signed_size(seg.total_size));
+  r.reserved_at_end = static_cast<std::uint64_t>(at_end);
+  const std::int64_t start = checked_add(at_end, -net);
   r.reserved_at_start = start > 0 ? static_cast<std::uint64_t>(start) : 0;
   std::int64_t reserved = static_cast<std::int64_t>(r.reserved_at_start);
   r.peak_reserved = r.reserved_at_start;
   for (const auto& e : trace) {
     if (e.action == torch_action::segment_alloc || e.action == torch_action::segment_map)
-      reserved += static_cast<std::int64_t>(e.size);
+      reserved = checked_add(reserved, signed_size(e.size));
     else if (e.action == torch_action::segment_free || e.action == torch_action::segment_unmap)
-      reserved -= static_cast<std::int64_t>(e.size);
+      reserved = checked_add(reserved, -signed_size(e.size));
     if (reserved > 0)
       r.peak_reserved = std::max(r.peak_reserved, static_cast<std::uint64_t>(reserved));
   }

@@ -223,6 +223,16 @@ elseif(MODE STREQUAL "hostile")
   expect_run(2 "^gpu-basics: [^\n]*missing.pickle: cannot be read" ${EXE} replay ${in}/missing.pickle)
   expect_run(2 "^gpu-basics: --policy: allocator conf: max_split_size_mb: "
              ${EXE} replay ${DATA}/snapshot_small.pickle --policy max_split_size_mb:x)
+  expect_run(2 "^gpu-basics: --policy: a blank policy \"  \"; give a PYTORCH_CUDA_ALLOC_CONF string"
+             ${EXE} replay ${DATA}/snapshot_small.pickle --policy "  ")
+  expect_run(2 "^gpu-basics: --policy: \"expandable_segments:True\" is the same policy as"
+             ${EXE} replay ${DATA}/snapshot_small.pickle --policy expandable_segments:True)
+  # A 2 GiB sparse file that starts as a pickle and goes wrong at its third byte: refused from
+  # its first bytes, at once, without reading the rest.
+  execute_process(COMMAND bash -c "printf '\\x80\\x02' > \"$0\" && truncate -s 2G \"$0\""
+                          ${in}/sparse.pickle)
+  expect_run(2 "^gpu-basics: [^\n]*sparse.pickle: pickle: opcode 0x00 \\(only plain data is read: no classes, no calls\\) at offset 2\n$"
+             ${EXE} replay ${in}/sparse.pickle)
   # Special files are written in place, never replaced.
   expect_run(0 "" ${EXE} show ${DATA}/h200_all.json --json /dev/null)
   expect_run(0 "" ${EXE} show ${DATA}/h200_all.json --csv /dev/null)
@@ -230,6 +240,7 @@ elseif(MODE STREQUAL "hostile")
   if(NOT kind MATCHES "character special file")
     message(FATAL_ERROR "/dev/null was replaced: it is now a ${kind}")
   endif()
+  file(REMOVE ${in}/sparse.pickle)
   file(GLOB left ${dir}/* ${dir}/.*)
   if(left)
     message(FATAL_ERROR "bad input left files behind: ${left}")

@@ -2,6 +2,7 @@
 // Tests that need python3 (to write pickles as CPython does, or to load ours) skip without it.
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "cli.hpp"
 #include "exit_codes.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/fake_backend.hpp"
 #include "gpu_basics/memory/pickle.hpp"
@@ -69,6 +71,12 @@ std::string read_bytes(const std::filesystem::path& p) {
 
 void write_bytes(const std::filesystem::path& p, const std::string& s) {
   std::ofstream(p, std::ios::binary) << s;
+}
+
+/// A string literal's bytes, NULs included.
+template <std::size_t N>
+std::string bytes_of(const char (&s)[N]) {
+  return {s, N - 1};
 }
 
 /// The message of the format_error that reading `bytes` throws ("" if none).
@@ -282,7 +290,103 @@ TEST(Pickle, BoundsNestingAndValueCount) {
   EXPECT_EQ(read_error(wide), "");
 }
 
+TEST(Pickle, MemoisedValuesAreSharedNotCopied) {
+  // A 64 KiB str memoised once and used 1000 times: one buffer, not 1000 copies.
+  std::string text_used("\x80\x02](X\x00\x00\x01\x00", 9);
+  text_used += std::string(65536, 'a');
+  text_used += std::string("q\x01", 2);
+  for (int i = 0; i < 999; ++i) text_used += std::string("h\x01", 2);
+  text_used += "e.";
+  const value texts = pk::read(text_used);
+  ASSERT_EQ(texts.as_items().size(), 1000u);
+  for (const auto& t : texts.as_items()) EXPECT_EQ(&t.as_str(), &texts.as_items()[0].as_str());
+  // A list used twice: [X, X], X shared.
+  const value twice =
+      pk::read(bytes_of("\x80\x02](]q\x01K\x01"
+                        "ah\x01"
+                        "e."));
+  ASSERT_EQ(twice.as_items().size(), 2u);
+  EXPECT_EQ(&twice.as_items()[0].as_items(), &twice.as_items()[1].as_items());
+  EXPECT_EQ(twice,
+            value::list({value::list({value::integer(1)}), value::list({value::integer(1)})}));
+  EXPECT_EQ(twice.tree_values(), 5u);
+  // A shared list changed later is copied first: the memo's stays as it was, and a list appended
+  // to itself makes no cycle.
+  EXPECT_EQ(pk::read(bytes_of("\x80\x02]q\x00K\x01"
+                              "ah\x00K\x02"
+                              "a\x86.")),
+            value::tuple({value::list({value::integer(1)}),
+                          value::list({value::integer(1), value::integer(2)})}));
+  EXPECT_EQ(pk::read(bytes_of("\x80\x02]q\x00h\x00"
+                              "a.")),
+            value::list({value::list()}));
+  EXPECT_EQ(pk::read(bytes_of("\x80\x02]q\x00"
+                              "2a.")),
+            value::list({value::list()}));
+  // CPython's pattern: EMPTY_LIST, PUT, then APPENDS fill the list the memo holds.
+  EXPECT_EQ(pk::read(bytes_of("\x80\x02(]q\x00(K\x01K\x02"
+                              "eh\x00"
+                              "l.")),
+            value::list({value::list({value::integer(1), value::integer(2)}),
+                         value::list({value::integer(1), value::integer(2)})}));
+}
+
+TEST(Pickle, ARealSnapshotStaysFarWithinTheValueBudget) {
+  // The default budget is 8 values per byte of input (at least 50 million); a real snapshot's
+  // tree has about 0.2 per byte.
+  const std::string bytes = read_bytes(kData + "/h200_torch_snapshot.pickle");
+  const value v = pk::read(bytes);
+  EXPECT_LT(v.tree_values(), bytes.size() / 2);
+  EXPECT_GT(v.tree_values(), bytes.size() / 10);
+}
+
+TEST(Pickle, CheckStartRefusesWhatReadRefusesAtTheSameOffset) {
+  EXPECT_NO_THROW(
+      pk::check_start(std::string("\x80\x04\x95\x10\x00\x00\x00\x00\x00\x00\x00}", 12)));
+  EXPECT_NO_THROW(pk::check_start(std::string("\x80\x02}q\x00(X\x06\x00\x00\x00seg", 14)));
+  const std::string garbage("\x80\x02\x00\x00\x00", 5);
+  try {
+    pk::check_start(garbage);
+    ADD_FAILURE() << "accepted";
+  } catch (const gb::format_error& e) {
+    EXPECT_EQ(std::string(e.what()), read_error(garbage));
+    EXPECT_NE(std::string(e.what()).find("opcode 0x00"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(pk::check_start("\x80\x09"), gb::format_error);
+}
+
+TEST(Pickle, CtrlCStopsTheRead) {
+  gb::install_interrupt_handlers();
+  std::raise(SIGINT);
+  EXPECT_THROW((void)pk::read(read_bytes(kData + "/h200_torch_snapshot.pickle")), gb::interrupted);
+  gb::clear_interrupt();
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+
 // ---- snapshots ----------------------------------------------------------------------------
+
+namespace {
+value trace_event(const std::string& action, std::int64_t addr, std::int64_t size) {
+  value e = value::dict();
+  e.set("action", value::str(action));
+  e.set("addr", value::integer(addr));
+  e.set("size", value::integer(size));
+  e.set("stream", value::integer(0));
+  e.set("time_us", value::integer(0));
+  return e;
+}
+/// A snapshot of one device's trace, with no segments left, and `conf` as its allocator conf.
+value snapshot_of_trace(pk::items events, const std::string& conf = "") {
+  value root = value::dict();
+  root.set("segments", value::list());
+  root.set("device_traces", value::list({value::list(std::move(events))}));
+  value settings = value::dict();
+  settings.set("PYTORCH_CUDA_ALLOC_CONF", value::str(conf));
+  root.set("allocator_settings", settings);
+  return root;
+}
+}  // namespace
 
 TEST(Snapshot, HandMadeSnapshotReplaysToThePeakWorkedOutByHand) {
   const auto s = gb::read_torch_snapshot(kData + "/snapshot_small.pickle");
@@ -449,6 +553,43 @@ TEST(Snapshot, WrittenFromAnAllocatorLoadsInPython) {
     if (p != keep[1] && p != keep[2]) a.deallocate(p);
 }
 
+TEST(Snapshot, SizesBeyond64BitsAreAnErrorNeverWrapped) {
+  const auto s = gb::parse_torch_snapshot(
+      pk::dumps(snapshot_of_trace({trace_event("segment_alloc", 0x1000, INT64_MAX),
+                                   trace_event("segment_alloc", 0x2000, INT64_MAX)})),
+      "big.pickle");
+  try {
+    (void)gb::recorded(s, 0);
+    ADD_FAILURE() << "no error";
+  } catch (const gb::format_error& e) {
+    EXPECT_NE(std::string(e.what()).find("beyond 64 bits"), std::string::npos) << e.what();
+  }
+  try {
+    (void)gb::replay_snapshot(s, "big.pickle", 0, {""});
+    ADD_FAILURE() << "no error";
+  } catch (const gb::format_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("big.pickle: ", 0), 0u) << e.what();
+  }
+  const std::size_t half = SIZE_MAX / 2 + 1;
+  EXPECT_THROW((void)gb::peak_requested({{gb::replay_event::op::alloc, 1, half, 0},
+                                         {gb::replay_event::op::alloc, 2, half, 0}}),
+               gb::format_error);
+}
+
+TEST(Snapshot, CtrlCStopsParsingAndReplaying) {
+  const std::string bytes = pk::dumps(snapshot_of_trace({trace_event("alloc", 16, 512)}));
+  const auto s = gb::parse_torch_snapshot(bytes, "s.pickle");
+  const auto trace = gb::mixed_trace();
+  gb::install_interrupt_handlers();
+  std::raise(SIGINT);
+  EXPECT_THROW((void)gb::parse_torch_snapshot(bytes, "s.pickle"), gb::interrupted);
+  EXPECT_THROW((void)gb::replay_trace(trace, {}), gb::interrupted);
+  EXPECT_THROW((void)gb::peak_requested(trace), gb::interrupted);
+  gb::clear_interrupt();
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+
 TEST(Snapshot, AFreeAwaitingOtherStreamsCompletesWhereTheHistorySays) {
   using gb::history_kind;
   const std::vector<gb::history_event> h = {
@@ -488,7 +629,14 @@ TEST(Snapshot, RejectsWhatIsNotASnapshotInOneLineNamingTheFile) {
   ev.set("addr", value::str("0x10"));
   bad_event.set("device_traces", value::list({value::list({ev})}));
   const std::string good = read_bytes(kData + "/snapshot_small.pickle");
+  // A str field far longer than any real one (used again and again through the memo, it would be
+  // copied each time).
+  const value long_action = snapshot_of_trace({trace_event(std::string(5000, 'x'), 16, 512)});
   const std::pair<std::string, std::string> cases[] = {
+      {snapshot_of(long_action),
+       "device_traces[0][0] 'action' is a str of 5000 bytes; at most 4096 are read"},
+      {std::string("\x80\x02\x00\x00", 4),
+       "pickle: opcode 0x00 (only plain data is read: no classes, no calls) at offset 2"},
       {"{\"schema_version\": 2}", "not a pickle"},
       {"", "empty file"},
       {good.substr(0, good.size() / 2), "truncated"},
@@ -597,4 +745,45 @@ TEST(ReplayCommand, ParsesPoliciesAndMemorySnapshot) {
   EXPECT_EQ(m.opts->snapshot_path, "m.pickle");
   EXPECT_FALSE(gb::cli::parse({"gpu-basics", "transfer", "--snapshot", "m.pickle"}, o, e).opts);
   EXPECT_FALSE(gb::cli::parse({"gpu-basics", "replay"}, o, e).opts);
+}
+
+TEST(ReplayCommand, ABlankOrRepeatedPolicyIsRefused) {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{" "}, "gpu-basics: --policy: a blank policy \" \"; give a PYTORCH_CUDA_ALLOC_CONF string"},
+      {{"\t"}, "gpu-basics: --policy: a blank policy \"\\t\""},
+      {{"expandable_segments:True"},
+       "gpu-basics: --policy: \"expandable_segments:True\" is the same policy as "
+       "\"expandable_segments:True\", already in the sweep"},
+      {{"max_split_size_mb:300", "max_split_size_mb:300"},
+       "gpu-basics: --policy: \"max_split_size_mb:300\" is the same policy as "
+       "\"max_split_size_mb:300\""},
+      {{"expandable_segments:False"}, "is the same policy as the defaults"},
+  };
+  for (const auto& [policies, message] : cases) {
+    auto o = replay_options(kData + "/snapshot_small.pickle");
+    o.policies = policies;
+    std::string out, err;
+    EXPECT_EQ(run_cli(o, out, err), gb::cli::exit_usage) << message;
+    EXPECT_NE(err.find(message), std::string::npos) << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_EQ(out, "");
+  }
+}
+
+TEST(ReplayCommand, StringsFromTheFileAreEscapedInTheTableAndValidInTheJson) {
+  const auto dir = scratch("cli_escapes");
+  const auto path = (dir / "s.pickle").string();
+  write_bytes(
+      path, pk::dumps(snapshot_of_trace({trace_event("alloc", 16, 512)}, "\x1b[31mred\xff\xfe\r")));
+  auto o = replay_options(path);
+  std::string out, err;
+  ASSERT_EQ(run_cli(o, out, err), gb::cli::exit_ok) << err;
+  EXPECT_EQ(out.find('\x1b'), std::string::npos) << out;
+  EXPECT_EQ(out.find('\r'), std::string::npos) << out;
+  EXPECT_NE(out.find("PyTorch (recorded) \\x1b[31mred\\xff\\xfe\\r"), std::string::npos) << out;
+  o.json_path = "-";
+  ASSERT_EQ(run_cli(o, out, err), gb::cli::exit_ok) << err;
+  EXPECT_EQ(err, "");
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["recorded"]["alloc_conf"], "\x1b[31mred\xef\xbf\xbd\xef\xbf\xbd\r");
 }

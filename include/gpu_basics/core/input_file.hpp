@@ -4,6 +4,7 @@
 // chunks.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -25,5 +26,12 @@ inline constexpr std::uint64_t kMaxSnapshotFileBytes = 16ull << 30;  // a PyTorc
 /// fails midway; interrupted on Ctrl-C / SIGTERM.
 [[nodiscard]] std::string read_input_file(const std::string& path, std::uint64_t max_bytes,
                                           std::string_view what);
+
+/// The first `n` bytes of the file at `path` (fewer when it is shorter), after the same checks as
+/// read_input_file(): a reader looks at them to refuse a file that is not of its format before
+/// reading the whole of it.
+/// @throws as read_input_file().
+[[nodiscard]] std::string read_input_head(const std::string& path, std::size_t n,
+                                          std::uint64_t max_bytes, std::string_view what);
 
 }  // namespace gpu_basics

@@ -21,8 +21,9 @@ class value;
 using items = std::vector<value>;
 using entries = std::vector<std::pair<value, value>>;
 
-/// One Python value. Containers are held by shared pointers: copying a value shares its
-/// containers (clone() copies them). A value read by read() is a tree: no container appears twice.
+/// One Python value. Strings and containers are held by shared pointers: copying a value shares
+/// them (clone() copies the containers). A value read by read() has no cycle, but a value the
+/// pickle memoised appears wherever the pickle uses it again (GET, DUP), shared, not copied.
 class value {
  public:
   enum class type : std::uint8_t { none, boolean, integer, real, str, bytes, list, tuple, dict };
@@ -66,23 +67,31 @@ class value {
   /// A deep copy: no container shared with this one.
   [[nodiscard]] value clone() const;
 
+  /// Values in this value as a tree: 1 for a scalar or a string, 1 + its elements' (keys
+  /// included) for a container, a shared container counted at each place (saturates).
+  [[nodiscard]] std::uint64_t tree_values() const noexcept;
+
   /// Equal types and contents (containers compared element by element).
   friend bool operator==(const value& a, const value& b);
 
   struct str_data {
-    std::string s;
+    std::shared_ptr<const std::string> s;
   };
   struct bytes_data {
-    std::string s;
+    std::shared_ptr<const std::string> s;
   };
   struct seq_node {
     items v;
     std::uint32_t height = 1;  // nesting levels, this one included
     bool tuple = false;
+    bool sealed = false;       // read(): shared or inside another container, so never changed
+    std::uint64_t values = 1;  // tree_values()
   };
   struct dict_node {
     entries v;
     std::uint32_t height = 1;
+    bool sealed = false;
+    std::uint64_t values = 1;
   };
   /// Nesting levels: 0 for a scalar, 1 for a container of scalars.
   [[nodiscard]] std::uint32_t height() const noexcept;
@@ -96,8 +105,12 @@ class value {
 
 /// Limits of read(): past them the input is rejected with a message, never followed.
 struct read_limits {
-  std::uint32_t max_depth = 1000;       // nesting of containers
-  std::size_t max_values = 50'000'000;  // values made, memo copies included
+  std::uint32_t max_depth = 1000;  // nesting of containers
+  /// The budget of the whole read: values made, each use of a memoised value counted as its
+  /// tree_values() (as if it were copied), so what a reader of the result walks stays
+  /// proportional to the input. 0: the larger of 50 million and 8 per byte of input (a real
+  /// snapshot makes about 0.2 per byte; one whose frames share memoised dicts about 1.5).
+  std::size_t max_values = 0;
 };
 
 /// The value a pickle of protocol 0-5 holds (the opcodes CPython's pickle writes for plain data:
@@ -109,6 +122,11 @@ struct read_limits {
 /// name: "GLOBAL at offset 2"), a truncated stream, a length past the end, an int beyond 64 bits,
 /// a dict key that is not str or int, nesting or a value count past `limits`, bytes after STOP.
 [[nodiscard]] value read(std::string_view bytes, read_limits limits = {});
+
+/// Checks the first bytes of a pickle, so that a file that is not one can be refused before the
+/// rest is read: `head` is read as read() would, its end being no error.
+/// @throws format_error as read() does for a problem within `head` (the same message).
+void check_start(std::string_view head);
 
 /// `v` as a pickle of protocol 2 (3 when it holds bytes), with only the opcodes PyTorch's
 /// memory_viz reads (torch/utils/viz/MemoryViz.js has its own unpickler): PROTO, EMPTY_DICT,

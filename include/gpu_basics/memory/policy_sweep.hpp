@@ -42,6 +42,8 @@ struct replay_report {
 
 /// The built-in policies (defaults, max_split_size_mb 64-512, roundup_power2_divisions,
 /// expandable_segments, garbage_collection_threshold), then `user`'s.
+/// @throws logic_error for a user conf that is blank, that parse_allocator_conf rejects, or that
+/// is the same policy as one before it (built-in or given).
 [[nodiscard]] std::vector<std::string> replay_policies(const std::vector<std::string>& user);
 
 /// Replays `device`'s trace of `s` under every conf of `confs`.

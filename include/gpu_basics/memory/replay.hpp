@@ -39,11 +39,14 @@ struct replay_result {
 /// Replays `trace` on a fresh allocator with `o` over a fake backend of 64 TiB (made-up
 /// addresses: nothing is touched). Frees of ids never allocated in the trace are skipped;
 /// allocations still live at the end stay live.
+/// @throws format_error when the live requested bytes overflow 64 bits (peak_requested());
+/// interrupted on Ctrl-C / SIGTERM (checked every 64Ki events).
 [[nodiscard]] replay_result replay_trace(const std::vector<replay_event>& trace,
                                          const allocator_options& o);
 
 /// The trace's own peak of live requested bytes (an id allocated again without a free replaces
 /// its block; frees of unknown ids are skipped), as replay_trace() counts it.
+/// @throws format_error when the live bytes overflow 64 bits.
 [[nodiscard]] std::size_t peak_requested(const std::vector<replay_event>& trace);
 
 /// Synthetic traces of the benchmarks (fixed seeds): `mixed`: log-uniform sizes 512 B - 32 MiB,

@@ -121,6 +121,7 @@ struct recorded_figures {
 };
 /// The recorded figures of `device` (blocks alive at the start as to_replay_trace() rebuilds
 /// them).
+/// @throws format_error when segment sizes add up beyond 64 bits (never wrapped).
 [[nodiscard]] recorded_figures recorded(const torch_snapshot& s, int device);
 /// The same, with `device`'s trace as to_replay_trace() made it already.
 [[nodiscard]] recorded_figures recorded(const torch_snapshot& s, int device,
