@@ -34,7 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const gpu_basics::lessons::run_record rec = gpu_basics::lessons::load_record(scratch_path());
     (void)gpu_basics::lessons::render(rec);
     (void)gpu_basics::report::render_html({{"fuzz", rec}});
-    (void)gpu_basics::verdict::check_of(rec, gpu_basics::lessons::thresholds_of(gpu_basics::config{}));
+    (void)gpu_basics::verdict::check_of(rec,
+                                        gpu_basics::lessons::thresholds_of(gpu_basics::config{}));
   } catch (const gpu_basics::format_error&) {
     // the one expected answer to bad input
   }

@@ -12,9 +12,15 @@ set -m  # job control: the background job gets SIGINT like a foreground one woul
 
 check() {
   local signal=$1 expected=$2
-  "$exe" show "$results" --json "$dir/fifo" >/dev/null 2>"$dir/stderr" &
+  "$exe" show "$results" --json "$dir/fifo" >"$dir/stdout" 2>"$dir/stderr" &
   local pid=$!
-  sleep 0.5  # the tables are printed; it waits for a reader of the FIFO
+  # Once the tables are printed it waits for a reader of the FIFO (start-up alone can take 0.5 s
+  # on a loaded machine, so wait for the tables rather than a fixed time).
+  for _ in $(seq 100); do
+    [[ -s "$dir/stdout" ]] && break
+    sleep 0.1
+  done
+  sleep 0.2
   kill -s "$signal" "$pid"
   local rc=0
   wait "$pid" || rc=$?
@@ -24,7 +30,7 @@ check() {
     echo "SIG$signal: exit $rc (expected $expected), stderr: $err" >&2
     exit 1
   fi
-  rm "$dir/stderr"
+  rm "$dir/stderr" "$dir/stdout"
 }
 check INT 130
 check TERM 143
