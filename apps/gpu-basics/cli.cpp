@@ -278,6 +278,37 @@ void add_replay_options(CLI::App& rpl, options& o, raw_options& raw, const comma
       ->check(non_empty());
 }
 
+/// Accepts a byte size parse_byte_size reads ("24GiB", "40 GB", "1073741824"), above 0.
+const CLI::Validator& byte_size() {
+  static const CLI::Validator v(
+      [](const std::string& value) {
+        const auto b = parse_byte_size(value);
+        return b && *b > 0 ? std::string()
+                           : "expected a size such as 24GiB, 40GB or 1073741824, got " +
+                                 quote_for_message(value);
+      },
+      "SIZE");
+  return v;
+}
+
+void add_advise_options(CLI::App& adv, options& o, raw_options& raw, const command&) {
+  adv.add_option("snapshot", o.input_path, "A snapshot pickle recorded with history")
+      ->required()
+      ->check(non_empty());
+  adv.add_option("--fit", o.fit_sizes,
+                 "Will it fit under this reserved limit (torch.cuda.set_per_process_memory_"
+                 "fraction times the device's memory), e.g. 24GiB (repeatable)")
+      ->allow_extra_args(false)
+      ->check(byte_size());
+  adv.add_option("--policy", o.policies,
+                 "Also search this PYTORCH_CUDA_ALLOC_CONF string (repeatable)")
+      ->allow_extra_args(false)
+      ->check(non_empty());
+  adv.add_option("--json", raw.json, "Write the advice as JSON to this file ('-' for stdout)")
+      ->check(non_empty());
+  adv.add_option("--html", raw.html, "Draw the advice as one HTML file")->check(non_empty());
+}
+
 std::vector<command> make_table() {
   std::vector<command> t;
   bool all_writes_files = false;
@@ -310,6 +341,11 @@ std::vector<command> make_table() {
                "under several allocator policies and compare their peak reserved memory. No GPU "
                "needed",
                nullptr, add_replay_options, nullptr, run_replay});
+  t.push_back({"advise",
+               "From a PyTorch memory snapshot to decisions: will it fit under a limit (--fit), "
+               "which PYTORCH_CUDA_ALLOC_CONF to use (a search over the policy space), and why "
+               "reserved memory is free but unused at peak. No GPU needed",
+               nullptr, add_advise_options, nullptr, run_advise});
   return t;
 }
 

@@ -9,8 +9,8 @@
 namespace gpu_basics::cli {
 
 struct options {
-  std::string command;      // a lesson's name, "all", "show", "report", "compare" or "replay"
-  std::string config_path;  // empty: the built-in default
+  std::string command;  // a lesson's name, "all", "show", "report", "compare", "replay" or "advise"
+  std::string config_path;             // empty: the built-in default
   std::vector<std::string> overrides;  // --set key=value, in order
   std::optional<std::string> log_level;
   std::optional<std::string> json_path;  // "-" = stdout
@@ -26,7 +26,8 @@ struct options {
   bool force = false;                        // compare other GPU models / driver majors
   double threshold = 0.02;                   // compare: "same" within this relative change
   bool fleet = false;                        // compare --fleet
-  std::vector<std::string> policies;         // replay --policy CONF, in order
+  std::vector<std::string> policies;         // replay, advise --policy CONF, in order
+  std::vector<std::string> fit_sizes;        // advise --fit SIZE (parse_byte_size), in order
   std::optional<std::string> snapshot_path;  // memory --snapshot: a PyTorch memory snapshot
 };
 

@@ -39,7 +39,7 @@ struct command {
   bool writes_files = false;
 };
 
-/// Every command: the lessons (registry order), all, show, report, compare, replay.
+/// Every command: the lessons (registry order), all, show, report, compare, replay, advise.
 [[nodiscard]] const std::vector<command>& command_table();
 
 /// The command called `name`, or nullptr.

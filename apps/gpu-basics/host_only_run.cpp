@@ -11,8 +11,8 @@ int measure_lessons(const options& o, config, const std::optional<lessons::run_r
                     std::ostream&, std::ostream& err) {
   err << "gpu-basics: " << o.command
       << " measures on a GPU, and this gpu-basics was built host-only (without CUDA): it reads "
-         "and draws saved runs (show, report, compare, replay, check --from); measure with a "
-         "gpu-basics built with CUDA\n";
+         "and draws saved runs (show, report, compare, replay, advise, check --from); measure "
+         "with a gpu-basics built with CUDA\n";
   return exit_no_gpu;
 }
 

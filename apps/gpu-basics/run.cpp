@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "exit_codes.hpp"
+#include "replay.hpp"
 
 #include "gpu_basics/core/environment.hpp"
 #include "gpu_basics/core/errors.hpp"
@@ -124,6 +125,8 @@ void check_distinct_paths(const options& o) {
 /// `report`: saved runs drawn as one HTML file. Every failure is the input's or the output
 /// path's, so every failure is a usage error (exit 2); nothing is left half-written.
 int run_report(const options& o, std::ostream& out, std::ostream& err) {
+  if (o.input_paths.size() == 1 && is_advice_file(o.input_paths.front()))
+    return run_advice_report(o, out, err);
   try {
     const auto runs = report::load_runs(o.input_paths);
     const std::string html = report::render_html(runs);

@@ -7,12 +7,14 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/results.hpp"
 #include "gpu_basics/report/report.hpp"
 
 namespace gpu_basics::report::detail {
@@ -99,6 +101,22 @@ std::vector<run_result<Result>> results_of(const std::vector<run_input>& runs,
                                   bool vertical = false);
 /// Adds `annotation` under options.plugins.annotation.annotations[key].
 void annotate(json& config, const std::string& key, json annotation);
+
+// ---- the page (page.cpp) -----------------------------------------------------------------
+
+/// `s` with HTML's special characters escaped.
+[[nodiscard]] std::string escape(std::string_view s);
+/// A table as HTML, captioned with its title (after `run_label`, when given).
+[[nodiscard]] std::string table_html(const presentation::table& t, const std::string& run_label);
+/// A table's notes as a list ("" without notes); `code` spans kept.
+[[nodiscard]] std::string notes_html(const presentation::table& t);
+/// JSON safe inside a <script> element.
+[[nodiscard]] std::string script_json(const json& j);
+/// The whole page: `header`, the navigation links `nav`, `body`, and the charts `specs`
+/// ([{"id", "title", "tooltip", "config"}]) drawn into their canvases by the page's script.
+[[nodiscard]] std::string page_html(const std::string& title, const std::string& header,
+                                    const std::string& nav, const std::string& body,
+                                    const json& specs);
 
 // ---- figures per lesson ------------------------------------------------------------------
 

@@ -25,11 +25,11 @@ cli::parse_result parse(std::vector<std::string> args, std::string* out = nullpt
 
 TEST(Cli, EverySubcommandParses) {
   for (const auto& c : cli::commands()) {
-    const auto r = c == "show"      ? parse({c, "run.json"})
-                   : c == "report"  ? parse({c, "run.json", "-o", "r.html"})
-                   : c == "compare" ? parse({c, "a.json", "b.json"})
-                   : c == "replay"  ? parse({c, "snapshot.pickle"})
-                                    : parse({c});
+    const auto r = c == "show"                      ? parse({c, "run.json"})
+                   : c == "report"                  ? parse({c, "run.json", "-o", "r.html"})
+                   : c == "compare"                 ? parse({c, "a.json", "b.json"})
+                   : c == "replay" || c == "advise" ? parse({c, "snapshot.pickle"})
+                                                    : parse({c});
     ASSERT_TRUE(r.opts) << c;
     EXPECT_EQ(r.opts->command, c);
     EXPECT_TRUE(r.opts->config_path.empty());
@@ -100,7 +100,7 @@ TEST(Cli, AThresholdThatIsNotANumberIsAUsageError) {
 TEST(Cli, CommandsComeFromTheRegistry) {
   EXPECT_EQ(cli::commands(),
             (std::vector<std::string>{"info", "memory", "transfer", "profile", "check", "all",
-                                      "show", "report", "compare", "replay"}));
+                                      "show", "report", "compare", "replay", "advise"}));
   std::string out;
   (void)parse({"--help"}, &out);
   for (const auto& c : cli::commands()) EXPECT_NE(out.find(c), std::string::npos) << c;
@@ -172,18 +172,19 @@ TEST(Cli, BadArgumentsGetOneLineNamingThem) {
   const usage_case cases[] = {
       {{},
        "gpu-basics: a command is required: one of info, memory, transfer, profile, check, all, "
-       "show, report, compare, replay "
+       "show, report, compare, replay, advise "
        "(see 'gpu-basics --help')"},
       {{"bogus"},
        "gpu-basics: unknown command \"bogus\"; expected one of info, memory, transfer, profile, "
-       "check, all, show, report, compare, replay"},
+       "check, all, show, report, compare, replay, advise"},
       {{"INFO"}, "gpu-basics: unknown command \"INFO\"; did you mean 'info'?"},
       {{""},
        "gpu-basics: unknown command \"\"; expected one of info, memory, transfer, profile, check, "
-       "all, show, report, compare, replay"},
+       "all, show, report, compare, replay, advise"},
       {{"--config", "x.yaml", "info"},
        "gpu-basics: \"--config\": options come after the command: gpu-basics <command> [options] "
-       "(commands: info, memory, transfer, profile, check, all, show, report, compare, replay)"},
+       "(commands: info, memory, transfer, profile, check, all, show, report, compare, replay, "
+       "advise)"},
       {{"info", "x.yaml", "y.yaml"},
        "gpu-basics: unexpected arguments: \"x.yaml\" \"y.yaml\" (see 'gpu-basics --help')"},
       {{"info", "--config", ""},

@@ -1,0 +1,98 @@
+// `gpu-basics advise SNAPSHOT`: the policy search, fit table and stranded split of a memory
+// snapshot (gpu_basics/memory/advise.hpp), printed, written as JSON and drawn as HTML.
+#include <csignal>
+#include <ostream>
+
+#include "exit_codes.hpp"
+#include "gpu_basics/core/config.hpp"
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/input_file.hpp"
+#include "gpu_basics/core/interrupt.hpp"
+#include "gpu_basics/lessons/record.hpp"
+#include "gpu_basics/memory/advise.hpp"
+#include "gpu_basics/report/advice.hpp"
+#include "replay.hpp"
+
+namespace gpu_basics::cli {
+
+int run_advise(const options& o, std::ostream& out, std::ostream& err) {
+  try {
+    // Outputs that are an input or each other were refused by run(); unwritable ones are now.
+    for (const auto* p : {&o.json_path, &o.html_path})
+      if (*p && **p != "-") check_writable(**p);
+    std::vector<std::size_t> limits;
+    for (const auto& f : o.fit_sizes) limits.push_back(*parse_byte_size(f));  // checked by CLI11
+    const auto confs = advise_policies(o.policies);
+    const torch_snapshot s = read_torch_snapshot(o.input_path);
+    const int device = s.busiest_device();
+    const advice a = advise_snapshot(s, printable(o.input_path), device, confs, limits);
+    const bool json_to_stdout = o.json_path && *o.json_path == "-";
+    const nlohmann::json j = to_json(a);
+    // Strings from the file (the allocator conf) may not be UTF-8: such bytes become U+FFFD.
+    const auto json_text = [&] {
+      return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    };
+    std::vector<std::pair<std::string, std::string>> files;
+    if (o.json_path && !json_to_stdout) files.emplace_back(*o.json_path, json_text());
+    if (o.html_path) files.emplace_back(*o.html_path, report::render_advice_html(a));
+    throw_if_interrupted();  // nothing written once interrupted
+    if (json_to_stdout) {
+      out << json_text();
+    } else {
+      for (const auto& t : advice_tables(a)) out << presentation::render_text(t) << "\n";
+    }
+    write_files_atomically(files);
+    return exit_ok;
+  } catch (const logic_error& e) {  // a --policy string
+    err << "gpu-basics: --policy: " << e.what() << "\n";
+    return exit_usage;
+  } catch (const format_error& e) {
+    err << "gpu-basics: " << e.what() << "\n";
+    return exit_usage;
+  } catch (const io_error& e) {
+    err << "gpu-basics: " << e.what() << "\n";
+    return exit_io;
+  } catch (const interrupted& e) {
+    err << "gpu-basics: " << e.what() << "\n";
+    return e.signal_number() == SIGTERM ? exit_terminated : exit_interrupted;
+  } catch (const std::bad_alloc&) {
+    err << "gpu-basics: out of host memory reading " << printable(o.input_path) << "\n";
+    return exit_out_of_memory;
+  } catch (const std::exception& e) {
+    err << "gpu-basics: internal error: " << e.what() << "\n";
+    return exit_internal;
+  }
+}
+
+bool is_advice_file(const std::string& path) {
+  try {  // a saved advice starts {"command": "advise", (to_json's keys are sorted)
+    const std::string head = read_input_head(path, 64, input_size_cap(kMaxResultsFileBytes), "");
+    const auto at = head.find("\"command\"");
+    return at != std::string::npos && head.find("\"advise\"", at) != std::string::npos;
+  } catch (const error&) {
+    return false;  // the results reader says what is wrong with it
+  }
+}
+
+int run_advice_report(const options& o, std::ostream& out, std::ostream& err) {
+  try {
+    const std::string& path = o.input_paths.front();
+    const std::string text =
+        read_input_file(path, input_size_cap(kMaxResultsFileBytes), "advice file");
+    const advice a = advice_from_json(lessons::parse_results_json(text, path), printable(path));
+    const std::string html = report::render_advice_html(a);
+    throw_if_interrupted();  // an interrupted report writes nothing
+    write_file_atomically(*o.html_path, html);
+    out << "wrote " << message_line(*o.html_path) << " (" << (html.size() + 1023) / 1024
+        << " KiB, the advice on " << message_line(a.file) << ")\n";
+    return exit_ok;
+  } catch (const format_error& e) {
+    err << "gpu-basics: " << e.what() << "\n";
+    return exit_usage;
+  } catch (const io_error& e) {
+    err << "gpu-basics: " << e.what() << "\n";
+    return exit_io;
+  }
+}
+
+}  // namespace gpu_basics::cli

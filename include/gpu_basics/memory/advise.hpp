@@ -1,0 +1,185 @@
+// Advice from a memory snapshot's allocation trace, replayed through the caching allocator on the
+// fake backend (host-only): will it fit under a reserved limit (PyTorch's
+// set_per_process_memory_fraction), with PyTorch's out-of-memory path (free the cache, retry);
+// the smallest limit that fits, bisected to one 2 MiB page; a search over the policy space
+// (max_split_size_mb, roundup_power2_divisions, expandable_segments,
+// garbage_collection_threshold and their combinations) for the policy to use; and the bytes
+// reserved but free at peak, split by the reason no request could use them. `gpu-basics advise`
+// prints it, writes it as JSON and draws it (report/advice.hpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu_basics/core/results.hpp"
+#include "gpu_basics/memory/caching_allocator.hpp"
+#include "gpu_basics/memory/replay.hpp"
+#include "gpu_basics/memory/snapshot.hpp"
+
+namespace gpu_basics {
+
+/// The granularity of limits advise proposes: one large-pool page.
+inline constexpr std::size_t kAdvicePage = std::size_t{2} << 20;
+
+/// Why bytes reserved at a moment are free and still not used by the request being served then.
+enum class stranded_cause {
+  other_stream,      // free, but cached for another stream (a stream's blocks serve only it)
+  other_pool,        // free in the other pool: small (<= 1 MiB requests) vs large segments
+  expandable_pages,  // free pages an expandable range keeps mapped, too fragmented to serve it
+  segment_rest,      // the unused rest of the segment just created (2 MiB / 20 MiB granularity)
+  max_split,         // large enough, but max_split_size_mb forbids splitting or taking it
+  too_small,         // smaller than the request: fragments between live blocks
+  unexplained,       // none of the above (the allocator would have used it; expected 0)
+};
+/// "other stream", "other pool", ...: as tables and JSON name it.
+[[nodiscard]] std::string_view to_string(stranded_cause c) noexcept;
+
+/// Bytes of one cause (other_stream: of one stream).
+struct stranded_part {
+  stranded_cause cause = stranded_cause::unexplained;
+  std::size_t bytes = 0;
+  stream_handle stream = 0;  // other_stream only
+};
+
+/// The reserved-but-free bytes when reserved first reached its peak, split by cause: every free
+/// byte in exactly one part, so the parts sum to reserved - allocated. The request is the
+/// allocation that raised reserved to the peak (it needed a new segment, so no free block could
+/// serve it). Rounding waste (allocated - requested) is inside allocated blocks, beside the split.
+struct stranded_split {
+  std::size_t event = 0;  // index in the replayed trace
+  std::size_t request_bytes = 0;
+  std::size_t rounded_bytes = 0;
+  stream_handle stream = 0;
+  bool small_pool = false;
+  std::size_t reserved = 0;
+  std::size_t allocated = 0;  // rounded block sizes
+  std::size_t requested = 0;  // live bytes as asked
+  std::vector<stranded_part> parts;  // by cause, then stream; parts with 0 bytes left out
+  [[nodiscard]] std::size_t free_bytes() const noexcept { return reserved - allocated; }
+  [[nodiscard]] std::size_t rounding_bytes() const noexcept { return allocated - requested; }
+  /// The bytes of `c` (all streams).
+  [[nodiscard]] std::size_t bytes_of(stranded_cause c) const noexcept;
+};
+
+/// Where a replay under a limit ran out of memory (after freeing the cache and retrying).
+struct oom_point {
+  std::size_t event = 0;  // index in the replayed trace
+  std::size_t request_bytes = 0;
+  stream_handle stream = 0;
+  std::size_t allocated = 0;  // after the cache was freed, as PyTorch's message reports them
+  std::size_t reserved = 0;
+  std::size_t largest_free = 0;
+  std::vector<std::string> frames;  // the allocation's Python frames, where the snapshot has them
+};
+
+/// A replay under a reserved limit: it fits (with its peak reserved) or runs out of memory.
+struct fit_outcome {
+  std::size_t limit = 0;
+  std::size_t peak_reserved = 0;  // up to the OOM, if any
+  std::optional<oom_point> oom;
+  [[nodiscard]] bool fits() const noexcept { return !oom; }
+  [[nodiscard]] std::size_t headroom() const noexcept {
+    return fits() && limit > peak_reserved ? limit - peak_reserved : 0;
+  }
+};
+
+/// Reserved and allocated over the trace, at most a few thousand points (each the maximum of
+/// its stretch of events).
+struct usage_curve {
+  std::vector<std::size_t> event;
+  std::vector<std::size_t> reserved;
+  std::vector<std::size_t> allocated;
+};
+
+/// One searched policy.
+struct policy_outcome {
+  std::string conf;   // "" = the defaults
+  int knobs = 0;      // keys set (simpler = fewer)
+  std::optional<replay_result> result;  // without a limit (see advice::gc_reserved_limit)
+  std::string failure;                  // when result is empty
+  std::vector<fit_outcome> fits;        // one per advice::fit_limits entry
+};
+
+/// What advise shows in detail for one policy (the defaults and the recommendation).
+struct policy_detail {
+  std::size_t index = 0;           // into advice::policies
+  std::size_t smallest_limit = 0;  // the smallest limit (a multiple of kAdvicePage) that fits
+  fit_outcome below;               // the replay one page below it (out of memory)
+  stranded_split stranded;
+  usage_curve curve;
+};
+
+struct advice {
+  std::string file;
+  int device = 0;
+  std::size_t trace_events = 0;
+  std::size_t replay_events = 0;
+  std::size_t live_peak = 0;  // the trace's peak of live requested bytes: no limit below fits
+  recorded_figures recorded;
+  std::optional<std::string> recorded_conf;
+  std::uint64_t gc_reserved_limit = 0;  // garbage_collection_threshold's limit without --fit
+  std::vector<std::size_t> fit_limits;  // as asked, in order
+  std::vector<policy_outcome> policies;  // [0] is the defaults
+  std::size_t recommended = 0;           // index into policies
+  /// Per fit limit: the simplest policy that fits it (fewest knobs, then lowest peak), if any.
+  std::vector<std::optional<std::size_t>> fit_choice;
+  policy_detail defaults;
+  policy_detail recommendation;
+  double seconds = 0;  // the whole search
+  unsigned threads = 1;
+};
+
+/// The searched policies: the defaults, then every combination of max_split_size_mb (unset, 64,
+/// 128, 256, 512, 1024), roundup_power2_divisions (unset, 2, 4, 8), expandable_segments (unset,
+/// True) and garbage_collection_threshold (unset, 0.6, 0.8), then `user`'s (checked as
+/// replay_policies() checks them; one equal to a searched policy is not added twice).
+/// @throws logic_error for a blank or unreadable user conf.
+[[nodiscard]] std::vector<std::string> advise_policies(const std::vector<std::string>& user);
+
+/// Replays `trace` under `o` with reserved limited to `limit` bytes.
+[[nodiscard]] fit_outcome replay_under_limit(const std::vector<replay_event>& trace,
+                                             const allocator_options& o, std::size_t limit);
+
+/// The smallest multiple of kAdvicePage under which `trace` replays without running out of memory
+/// under `o`, by bisection between the trace's live peak and `fitting` (a limit known to fit).
+[[nodiscard]] std::size_t smallest_fitting_limit(const std::vector<replay_event>& trace,
+                                                 const allocator_options& o, std::size_t fitting);
+
+/// The split of reserved-but-free bytes at the first moment reserved reaches its peak under `o`
+/// (without a limit; garbage_collection_threshold policies under `o.reserved_limit`).
+[[nodiscard]] stranded_split stranded_at_peak(const std::vector<replay_event>& trace,
+                                              const allocator_options& o);
+
+/// Reserved and allocated over `trace` under `o`, in at most `points` points.
+[[nodiscard]] usage_curve usage_over_trace(const std::vector<replay_event>& trace,
+                                           const allocator_options& o, std::size_t points = 1500);
+
+/// The whole advice for `device`'s trace of `s`: every conf of `confs` (advise_policies())
+/// replayed without a limit and under each of `fit_limits`, on `threads` threads (0: one per
+/// core).
+/// @throws logic_error for a conf parse_allocator_conf rejects; format_error for a fit limit
+/// below the trace's live peak ("cannot fit: live bytes alone peak at X") or sizes beyond 64 bits;
+/// interrupted on Ctrl-C.
+[[nodiscard]] advice advise_snapshot(const torch_snapshot& s, const std::string& file, int device,
+                                     const std::vector<std::string>& confs,
+                                     const std::vector<std::size_t>& fit_limits,
+                                     unsigned threads = 0);
+
+/// The tables: the recommendation (with the line to use), the fit table, the stranded split of
+/// the defaults beside the recommendation's, and the searched policies ranked.
+[[nodiscard]] std::vector<presentation::table> advice_tables(const advice& a);
+/// "PYTORCH_CUDA_ALLOC_CONF=..." for PyTorch's allocator, or "(unset)" for the defaults.
+[[nodiscard]] std::string torch_env_line(const std::string& conf);
+/// The advice as JSON (sizes in bytes), with the tables; `gpu-basics report` draws it.
+[[nodiscard]] nlohmann::json to_json(const advice& a);
+/// The advice of to_json() read back (`source` names it in messages); the searched confs are
+/// kept as written.
+/// @throws format_error naming `source` for JSON that is not such an advice.
+[[nodiscard]] advice advice_from_json(const nlohmann::json& j, const std::string& source);
+
+}  // namespace gpu_basics

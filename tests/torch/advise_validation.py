@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""`gpu-basics advise` checked against PyTorch itself, on a GPU.
+
+For each workload (a transformer's training steps; an inference loop whose KV cache grows a token
+at a time): record its memory snapshot with PyTorch's own allocator from the first allocation, ask
+`gpu-basics advise` for the smallest reserved limit that fits under the defaults and under its
+recommendation, then run the same workload in fresh processes with
+torch.cuda.set_per_process_memory_fraction at that limit plus and minus 2%. It must run at +2%
+and raise torch.OutOfMemoryError at -2%, for both policies; and the recommendation's real peak
+reserved must be within one 2 MiB page of the predicted one.
+
+    python advise_validation.py run --gpu-basics BUILD/gpu-basics --examples examples --work DIR
+
+Exit 0 when every check holds, 1 when one fails, 77 (skipped) without a GPU.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+
+PAGE = 2 << 20
+MARGIN = 0.02
+
+
+# ---- the workloads (run in a child process) ------------------------------------------------
+
+def transformer(torch, args, device):
+    sys.path.insert(0, args.examples)
+    import tiny_transformer as tt
+
+    p = argparse.ArgumentParser()
+    tt.add_model_args(p, steps=10, layers=4, d_model=512, heads=8, vocab=8192, batch=8,
+                      min_seq=64, max_seq=512)
+    margs = p.parse_args([])
+    model, opt = tt.build(margs, device)
+    loss = None
+    for _, _, x, y in tt.batches(margs):
+        loss = tt.train_step(model, opt, x.to(device), y.to(device))
+    return float(loss.item())
+
+
+def kv_cache(torch, args, device):
+    """Requests of random batch and prompt length; each generated token concatenates onto every
+    layer's K and V (a new, slightly larger tensor each time), as a naive decoder does."""
+    torch.manual_seed(7)
+    rng = random.Random(7)
+    layers, d_model, heads, vocab = 8, 1024, 16, 16384
+    emb = torch.nn.Embedding(vocab, d_model).to(device, torch.float16)
+    proj = [torch.nn.Linear(d_model, 3 * d_model).to(device, torch.float16) for _ in range(layers)]
+    head = torch.nn.Linear(d_model, vocab).to(device, torch.float16)
+    total = 0.0
+    with torch.no_grad():
+        for _ in range(6):
+            b, t = rng.randint(1, 8), rng.randint(64, 512)
+            x = emb(torch.randint(vocab, (b, t), device=device))
+            ks, vs = [], []
+            for layer in proj:
+                q, k, v = layer(x).view(b, t, 3, heads, d_model // heads).unbind(2)
+                ks.append(k)
+                vs.append(v)
+            h = x[:, -1:]
+            for _ in range(48):
+                for i, layer in enumerate(proj):
+                    q, k, v = layer(h).view(b, 1, 3, heads, d_model // heads).unbind(2)
+                    ks[i] = torch.cat([ks[i], k], dim=1)
+                    vs[i] = torch.cat([vs[i], v], dim=1)
+                    att = (q.transpose(1, 2) @ ks[i].permute(0, 2, 3, 1)).softmax(-1)
+                    h = h + (att @ vs[i].transpose(1, 2)).transpose(1, 2).reshape(b, 1, d_model)
+                h = emb(head(h).argmax(-1))
+            total += float(h.float().mean().item())
+            del ks, vs, x, h
+    return total
+
+
+WORKLOADS = {"transformer": transformer, "kv_cache": kv_cache}
+
+
+def child(args) -> int:
+    import torch
+
+    device = torch.device("cuda", 0)
+    torch.cuda.init()
+    if args.limit:
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, args.limit / total), device)
+    if args.record:
+        torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
+                                                 max_entries=5_000_000)
+    out = {"oom": False}
+    t0 = time.perf_counter()
+    try:
+        out["value"] = WORKLOADS[args.workload](torch, args, device)
+    except torch.OutOfMemoryError as e:
+        out["oom"] = True
+        out["message"] = str(e).splitlines()[0][:240]
+    torch.cuda.synchronize(device)
+    out["seconds"] = time.perf_counter() - t0
+    out["max_reserved"] = torch.cuda.max_memory_reserved(device)
+    out["max_allocated"] = torch.cuda.max_memory_allocated(device)
+    if args.record:
+        torch.cuda.memory._dump_snapshot(args.record)
+    print("RESULT " + json.dumps(out))
+    return 0
+
+
+# ---- the parent ------------------------------------------------------------------------------
+
+def run_child(args, workload, conf=None, limit=None, record=None) -> dict:
+    env = dict(os.environ)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    if conf:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = conf
+    cmd = [sys.executable, os.path.abspath(__file__), "child", "--workload", workload,
+           "--examples", args.examples]
+    if limit:
+        cmd += ["--limit", str(int(limit))]
+    if record:
+        cmd += ["--record", record]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"{workload} child failed ({p.returncode}): {p.stderr[-2000:]}")
+
+
+def validate(args, workload) -> list:
+    os.makedirs(args.work, exist_ok=True)
+    snap = os.path.join(args.work, f"{workload}.pickle")
+    rec = run_child(args, workload, record=snap)
+    if rec["oom"]:
+        raise RuntimeError(f"{workload}: out of memory without a limit: {rec['message']}")
+    adv_path = os.path.join(args.work, f"{workload}.advice.json")
+    t0 = time.perf_counter()
+    p = subprocess.run([args.gpu_basics, "advise", snap, "--json", adv_path], capture_output=True,
+                       text=True, timeout=600)
+    advise_s = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"advise failed ({p.returncode}): {p.stderr}")
+    with open(adv_path) as f:
+        adv = json.load(f)
+    rows = []
+    defaults_peak = adv["policies"][0]["peak_reserved_bytes"]
+    rows.append({"workload": workload, "check": "defaults: replayed peak = recorded peak",
+                 "predicted": defaults_peak, "pytorch": rec["max_reserved"],
+                 "ok": defaults_peak == rec["max_reserved"],
+                 "detail": f"{adv['trace_events']} trace events, advise {advise_s:.2f} s"})
+    policies = [("defaults", adv["defaults"])]
+    if adv["recommendation"]["conf"] != "":
+        policies.append(("recommended", adv["recommendation"]))
+    for who, d in policies:
+        conf, smallest = d["conf"], d["smallest_limit_bytes"]
+        for sign in (+1, -1):
+            limit = smallest * (1 + sign * MARGIN)
+            r = run_child(args, workload, conf=conf, limit=limit)
+            want_oom = sign < 0
+            rows.append({"workload": workload,
+                         "check": f"{who} ({conf or 'defaults'}) at smallest {sign * 2:+d}%",
+                         "predicted": "OOM" if want_oom else "runs",
+                         "pytorch": "OOM" if r["oom"] else "runs",
+                         "ok": r["oom"] == want_oom,
+                         "detail": f"limit {limit / 2**20:.1f} MiB (smallest {smallest / 2**20:.0f}"
+                                   f" MiB); max reserved {r['max_reserved'] / 2**20:.1f} MiB"
+                                   + (f"; {r['message']}" if r["oom"] else "")})
+    rec_conf = adv["recommendation"]["conf"]
+    entry = next(e for e in adv["policies"] if e["conf"] == rec_conf)
+    gc = "garbage_collection_threshold" in rec_conf
+    r = run_child(args, workload, conf=rec_conf,
+                  limit=adv["gc_reserved_limit_bytes"] if gc else None)
+    rows.append({"workload": workload,
+                 "check": f"recommended ({rec_conf or 'defaults'}): peak reserved",
+                 "predicted": entry["peak_reserved_bytes"], "pytorch": r["max_reserved"],
+                 "ok": not r["oom"] and abs(entry["peak_reserved_bytes"] - r["max_reserved"]) <= PAGE,
+                 "detail": f"defaults {rec['max_reserved'] / 2**20:.1f} MiB; step value "
+                           f"{r.get('value', float('nan')):.4f} vs {rec.get('value', float('nan')):.4f}"})
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["run", "child"])
+    p.add_argument("--gpu-basics")
+    p.add_argument("--examples", required=True)
+    p.add_argument("--work", default="advise_work")
+    p.add_argument("--workload", choices=sorted(WORKLOADS))
+    p.add_argument("--limit", type=int)
+    p.add_argument("--record")
+    p.add_argument("--json")
+    args = p.parse_args()
+    args.examples = os.path.abspath(args.examples)
+    if args.mode == "child":
+        return child(args)
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            print("skipped: no CUDA device visible to PyTorch")
+            return 77
+    except ImportError:
+        print("skipped: no PyTorch")
+        return 77
+    rows = []
+    for w in ("transformer", "kv_cache"):
+        rows += validate(args, w)
+    fmt = lambda v: f"{v / 2**20:.1f} MiB" if isinstance(v, int) else str(v)
+    print("| workload | check | predicted | PyTorch | ok | detail |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['workload']} | {r['check']} | {fmt(r['predicted'])} | {fmt(r['pytorch'])} | "
+              f"{'yes' if r['ok'] else 'NO'} | {r['detail']} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

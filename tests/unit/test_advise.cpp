@@ -1,0 +1,309 @@
+// advise: replays under limits, the bisected smallest limit, the policy search and the stranded
+// split, on traces whose answers are known by construction and on the committed H200 snapshot.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+#include "exit_codes.hpp"
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/memory/advise.hpp"
+#include "gpu_basics/report/advice.hpp"
+#include "run.hpp"
+
+namespace gb = gpu_basics;
+
+namespace {
+
+const std::string kData = std::string(GPU_BASICS_SOURCE_DIR) + "/tests/data";
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+using ev = gb::replay_event;
+ev alloc(std::uint64_t id, std::size_t bytes, gb::stream_handle s = 0) {
+  return {ev::op::alloc, id, bytes, s};
+}
+ev release(std::uint64_t id) { return {ev::op::free, id, 0, 0}; }
+
+/// A snapshot of one device whose trace is `events` (ids as addresses).
+gb::torch_snapshot snapshot_of(const std::vector<ev>& events) {
+  gb::torch_snapshot s;
+  s.device_traces.emplace_back();
+  std::map<std::uint64_t, ev> live;
+  for (const ev& e : events) {
+    gb::torch_trace_event t;
+    t.addr = e.id;
+    t.stream = static_cast<std::int64_t>(e.stream);
+    if (e.kind == ev::op::alloc) {
+      t.action = gb::torch_action::alloc;
+      t.size = e.bytes;
+      live[e.id] = e;
+    } else {
+      t.action = gb::torch_action::free_requested;
+      t.size = live[e.id].bytes;
+      t.stream = static_cast<std::int64_t>(live[e.id].stream);
+    }
+    s.device_traces.back().push_back(t);
+  }
+  return s;
+}
+
+/// One buffer that grows: 21, 23, ... 61 MiB, each allocated then freed. No cached block ever
+/// serves the next (larger) request, so the defaults reserve every size: 22 + 24 + ... + 62 MiB.
+/// An expandable segment grows its one range instead, mapping 20 MiB at a time as PyTorch maps
+/// the large pool (80 MiB), which no other policy beats: rounding up to power-of-two divisions
+/// can only add. Under a limit, the defaults free the cache and retry, so 62 MiB (61 MiB rounded
+/// to 2 MiB) is the smallest limit under which the defaults fit, and 80 MiB expandable's.
+std::vector<ev> growing_buffer() {
+  std::vector<ev> v;
+  std::uint64_t id = 1;
+  for (std::size_t mib = 21; mib <= 61; mib += 2) {
+    v.push_back(alloc(id, mib * MiB));
+    v.push_back(release(id++));
+  }
+  return v;
+}
+
+std::size_t sum_of_parts(const gb::stranded_split& s) {
+  std::size_t n = 0;
+  for (const auto& p : s.parts) n += p.bytes;
+  return n;
+}
+
+}  // namespace
+
+TEST(Advise, GrowingBufferRecommendsExpandableSegments) {
+  const auto trace = growing_buffer();
+  const auto a = gb::advise_snapshot(snapshot_of(trace), "growing", 0, gb::advise_policies({}),
+                                     {}, 2);
+  std::size_t defaults_peak = 0;
+  for (std::size_t mib = 22; mib <= 62; mib += 2) defaults_peak += mib * MiB;
+  ASSERT_TRUE(a.policies[0].result);
+  EXPECT_EQ(a.policies[0].result->peak_reserved, defaults_peak);
+  EXPECT_EQ(a.policies[a.recommended].conf, "expandable_segments:True");
+  EXPECT_EQ(a.policies[a.recommended].result->peak_reserved, 80 * MiB);
+  EXPECT_EQ(a.defaults.smallest_limit, 62 * MiB);
+  EXPECT_EQ(a.recommendation.smallest_limit, 80 * MiB);
+  EXPECT_GE(a.policies.size(), 50u);
+  EXPECT_EQ(a.live_peak, 61 * MiB);
+  const auto tables = gb::advice_tables(a);
+  ASSERT_FALSE(tables.empty());
+  bool says_line = false;
+  for (const auto& n : tables[0].notes)
+    says_line = says_line || n == "Use with PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
+  EXPECT_TRUE(says_line);
+}
+
+TEST(Advise, FitPicksTheSimplestPolicyThatFits) {
+  const auto trace = growing_buffer();
+  // 100 MiB: the defaults fit (the cache is freed at the limit); 40 MiB: nothing (live 61 MiB).
+  const auto a = gb::advise_snapshot(snapshot_of(trace), "growing", 0, gb::advise_policies({}),
+                                     {100 * MiB, 40 * MiB}, 2);
+  ASSERT_EQ(a.fit_choice.size(), 2u);
+  ASSERT_TRUE(a.fit_choice[0]);
+  EXPECT_EQ(*a.fit_choice[0], 0u);  // the defaults: no key set
+  EXPECT_EQ(a.recommended, 0u);
+  EXPECT_FALSE(a.fit_choice[1]);
+  EXPECT_TRUE(a.policies[0].fits[0].fits());
+  EXPECT_EQ(a.policies[0].fits[0].peak_reserved, 100 * MiB);  // the cache fills the limit
+  EXPECT_EQ(a.policies[0].fits[0].headroom(), 0u);
+  const auto& oom = a.policies[0].fits[1].oom;
+  ASSERT_TRUE(oom);
+  EXPECT_EQ(oom->event, 2u * 10u);  // the alloc of 41 MiB: 42 MiB rounded passes 40 MiB
+  EXPECT_EQ(oom->request_bytes, 41 * MiB);
+  bool cannot_fit = false;
+  for (const auto& t : gb::advice_tables(a))
+    for (const auto& n : t.notes)
+      cannot_fit = cannot_fit || n == "40 MiB cannot fit: live bytes alone peak at 61 MiB.";
+  EXPECT_TRUE(cannot_fit);
+}
+
+TEST(Advise, BisectedLimitFitsAndOnePageLessDoesNot) {
+  const auto s = gb::read_torch_snapshot(kData + "/h200_torch_snapshot.pickle");
+  const auto trace = gb::to_replay_trace(s, s.busiest_device());
+  for (const char* conf : {"", "expandable_segments:True", "max_split_size_mb:64"}) {
+    const auto o = gb::parse_allocator_conf(conf);
+    const auto unlimited = gb::replay_trace(trace, o);
+    const std::size_t l = gb::smallest_fitting_limit(trace, o, unlimited.peak_reserved);
+    EXPECT_EQ(l % gb::kAdvicePage, 0u) << conf;
+    EXPECT_GE(l, gb::peak_requested(trace)) << conf;
+    EXPECT_LE(l, unlimited.peak_reserved + gb::kAdvicePage) << conf;
+    EXPECT_TRUE(gb::replay_under_limit(trace, o, l).fits()) << conf;
+    const auto below = gb::replay_under_limit(trace, o, l - gb::kAdvicePage);
+    ASSERT_FALSE(below.fits()) << conf;
+    EXPECT_GT(below.oom->request_bytes, 0u);
+    EXPECT_LE(below.oom->reserved, l - gb::kAdvicePage);
+  }
+}
+
+TEST(Advise, StrandedPartsSumToReservedLessAllocated) {
+  const auto s = gb::read_torch_snapshot(kData + "/h200_torch_snapshot.pickle");
+  const auto a = gb::advise_snapshot(s, "h200", s.busiest_device(), gb::advise_policies({}),
+                                     {240 * MiB}, 2);
+  for (const auto* d : {&a.defaults, &a.recommendation}) {
+    const auto& st = d->stranded;
+    EXPECT_GT(st.free_bytes(), 0u);
+    EXPECT_EQ(sum_of_parts(st), st.free_bytes());
+    EXPECT_EQ(st.bytes_of(gb::stranded_cause::unexplained), 0u);
+    EXPECT_EQ(st.reserved, a.policies[d->index].result->peak_reserved);
+  }
+  // Mixed traces of many sizes, under policies of every kind.
+  const auto mixed = gb::mixed_trace(6000, 3);
+  for (const char* conf : {"", "expandable_segments:True", "max_split_size_mb:64",
+                           "roundup_power2_divisions:4"}) {
+    const auto st = gb::stranded_at_peak(mixed, gb::parse_allocator_conf(conf));
+    EXPECT_EQ(sum_of_parts(st), st.free_bytes()) << conf;
+    EXPECT_EQ(st.bytes_of(gb::stranded_cause::unexplained), 0u) << conf;
+    EXPECT_EQ(st.reserved, gb::replay_trace(mixed, gb::parse_allocator_conf(conf)).peak_reserved)
+        << conf;
+  }
+}
+
+TEST(Advise, StrandedCausesByConstruction) {
+  const gb::allocator_options defaults;
+  {  // a block cached on stream 1 cannot serve stream 2
+    const auto st = gb::stranded_at_peak({alloc(1, 30 * MiB, 1), release(1), alloc(2, 30 * MiB, 2)},
+                                         defaults);
+    ASSERT_EQ(st.parts.size(), 1u);
+    EXPECT_EQ(st.parts[0].cause, gb::stranded_cause::other_stream);
+    EXPECT_EQ(st.parts[0].stream, 1u);
+    EXPECT_EQ(st.parts[0].bytes, 30 * MiB);
+    EXPECT_EQ(st.stream, 2u);
+  }
+  {  // max_split_size_mb:64 keeps a free 100 MiB block from a 20 MiB request
+    const std::vector<ev> t = {alloc(1, 100 * MiB), release(1), alloc(2, 20 * MiB)};
+    const auto st = gb::stranded_at_peak(t, gb::parse_allocator_conf("max_split_size_mb:64"));
+    EXPECT_EQ(st.bytes_of(gb::stranded_cause::max_split), 100 * MiB);
+    EXPECT_EQ(st.free_bytes(), 100 * MiB);
+    // Without it the block is split: the peak is the 100 MiB segment, all of it in use.
+    const auto plain = gb::stranded_at_peak(t, defaults);
+    EXPECT_EQ(plain.reserved, 100 * MiB);
+    EXPECT_EQ(plain.event, 0u);
+    EXPECT_EQ(plain.free_bytes(), 0u);
+  }
+  {  // a small block's segment is the other pool; a 5 MiB request takes a 20 MiB segment
+    const auto st = gb::stranded_at_peak({alloc(1, 512), alloc(2, 5 * MiB)}, defaults);
+    EXPECT_EQ(st.bytes_of(gb::stranded_cause::other_pool), 2 * MiB - 512);
+    EXPECT_EQ(st.bytes_of(gb::stranded_cause::segment_rest), 15 * MiB);
+    EXPECT_EQ(st.rounding_bytes(), 0u);
+  }
+  {  // two free 12 MiB holes between live blocks are too small for 14 MiB
+    const std::vector<ev> t = {alloc(1, 12 * MiB), alloc(2, 12 * MiB), alloc(3, 12 * MiB),
+                               release(1),         release(3),         alloc(4, 14 * MiB)};
+    const auto st = gb::stranded_at_peak(t, defaults);
+    EXPECT_EQ(st.bytes_of(gb::stranded_cause::too_small), 24 * MiB);
+    EXPECT_EQ(st.reserved, 50 * MiB);
+    EXPECT_EQ(st.allocated, 26 * MiB);
+  }
+  {  // rounding: 1000 bytes take a 1024-byte block
+    const auto st = gb::stranded_at_peak({alloc(1, 1000)}, defaults);
+    EXPECT_EQ(st.rounding_bytes(), 24u);
+    EXPECT_EQ(st.bytes_of(gb::stranded_cause::segment_rest), 2 * MiB - 1024);
+  }
+}
+
+TEST(Advise, JsonReadsBackToTheSameTables) {
+  const auto a = gb::advise_snapshot(snapshot_of(growing_buffer()), "growing", 0,
+                                     gb::advise_policies({"max_split_size_mb:300"}),
+                                     {100 * MiB, 40 * MiB}, 2);
+  const nlohmann::json j = gb::to_json(a);
+  const auto b = gb::advice_from_json(nlohmann::json::parse(j.dump()), "advice.json");
+  const auto ta = gb::advice_tables(a);
+  const auto tb = gb::advice_tables(b);
+  ASSERT_EQ(ta.size(), tb.size());
+  for (std::size_t i = 0; i < ta.size(); ++i)
+    EXPECT_EQ(gb::presentation::to_json(ta[i]), gb::presentation::to_json(tb[i])) << ta[i].id;
+  EXPECT_EQ(a.policies.back().conf, "max_split_size_mb:300");
+  EXPECT_TRUE(gb::report::is_advice(j));
+  const std::string html = gb::report::render_advice_html(b);
+  EXPECT_NE(html.find("data-chart=\"advice-usage\""), std::string::npos);
+  EXPECT_NE(html.find("data-chart=\"advice-stranded\""), std::string::npos);
+  EXPECT_EQ(b.recommended, 0u);  // the defaults fit 100 MiB
+  EXPECT_NE(html.find(gb::torch_env_line("")), std::string::npos);
+  EXPECT_NE(html.find("--fit 100 MiB"), std::string::npos);  // the limit's line
+}
+
+TEST(Advise, BadAdviceFilesAreOneLineNamingTheFile) {
+  const auto a = gb::advise_snapshot(snapshot_of(growing_buffer()), "growing", 0,
+                                     gb::advise_policies({}), {}, 1);
+  nlohmann::json j = gb::to_json(a);
+  const auto message = [](const nlohmann::json& x) {
+    try {
+      (void)gb::advice_from_json(x, "a.json");
+    } catch (const gb::format_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(read)");
+  };
+  EXPECT_EQ(message(nlohmann::json{{"command", "all"}}),
+            "a.json: not an advice file (its \"command\" is not \"advise\")");
+  auto no_curve = j;
+  no_curve["defaults"].erase("curve");
+  EXPECT_EQ(message(no_curve).rfind("a.json: not an advice file that can be read: ", 0), 0u);
+  auto bad_split = j;
+  bad_split["defaults"]["stranded"]["allocated_bytes"] = 1ull << 60;
+  EXPECT_EQ(message(bad_split),
+            "a.json: stranded bytes where allocated exceeds reserved or requested allocated");
+  auto short_fits = j;
+  short_fits["fit_limits_bytes"] = {1};
+  EXPECT_EQ(message(short_fits), "a.json: a policy whose fits do not match fit_limits_bytes");
+}
+
+TEST(Advise, PoliciesAreSearchedNotListed) {
+  const auto p = gb::advise_policies({});
+  EXPECT_EQ(p.front(), "");
+  EXPECT_EQ(p.size(), 6u * 4u * 2u * 3u);
+  // Every one distinct, every one readable.
+  std::vector<gb::allocator_options> seen;
+  for (const auto& c : p) {
+    const auto o = gb::parse_allocator_conf(c);
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), o), 0) << c;
+    seen.push_back(o);
+  }
+  // A user's policy already searched is not added twice; a new one is; bad ones are refused.
+  EXPECT_EQ(gb::advise_policies({"expandable_segments:True"}).size(), p.size());
+  EXPECT_EQ(gb::advise_policies({"max_split_size_mb:300"}).size(), p.size() + 1);
+  EXPECT_THROW((void)gb::advise_policies({"bogus_key:1"}), gb::logic_error);
+  EXPECT_THROW((void)gb::advise_policies({" "}), gb::logic_error);
+}
+
+TEST(Advise, CommandLineRefusesBadInputWithExit2) {
+  const auto run = [](std::vector<std::string> args, std::string* err) {
+    args.insert(args.begin(), "gpu-basics");
+    std::ostringstream o, e;
+    const auto r = gb::cli::parse(args, o, e);
+    if (!r.opts) {
+      *err = e.str();
+      return r.exit_code;
+    }
+    const int code = gb::cli::run(*r.opts, o, e);
+    *err = e.str();
+    return code;
+  };
+  const std::string snap = kData + "/snapshot_small.pickle";
+  std::string err;
+  EXPECT_EQ(run({"advise", snap, "--fit", "lots"}, &err), gb::cli::exit_usage);
+  EXPECT_NE(err.find("expected a size such as 24GiB"), std::string::npos) << err;
+  EXPECT_EQ(run({"advise", snap, "--fit", "0"}, &err), gb::cli::exit_usage);
+  EXPECT_EQ(run({"advise", snap, "--policy", "bogus_key:1"}, &err), gb::cli::exit_usage);
+  EXPECT_EQ(err.rfind("gpu-basics: --policy: ", 0), 0u) << err;
+  EXPECT_EQ(run({"advise", snap, "--json", snap}, &err), gb::cli::exit_usage);
+  EXPECT_NE(err.find("refusing to overwrite an input"), std::string::npos) << err;
+  const auto dir = std::filesystem::temp_directory_path() / "gpu_basics_advise_test";
+  std::filesystem::create_directories(dir);
+  const std::string out = (dir / "a.json").string();
+  EXPECT_EQ(run({"advise", snap, "--json", out, "--html", out}, &err), gb::cli::exit_usage);
+  EXPECT_FALSE(std::filesystem::exists(out));
+  EXPECT_EQ(run({"advise", snap, "--json", out, "--fit", "1GiB"}, &err), gb::cli::exit_ok) << err;
+  std::ifstream in(out);
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["command"], "advise");
+  EXPECT_EQ(j["fit_limits_bytes"][0], 1ull << 30);
+  std::filesystem::remove_all(dir);
+}
