@@ -14,7 +14,9 @@ namespace {
 using detail::chart;
 using nlohmann::json;
 
-std::string conf_label(const std::string& conf) { return conf.empty() ? "defaults" : conf; }
+std::string conf_label(const std::string& conf) {
+  return conf.empty() ? "defaults" : conf;
+}
 
 /// A linear axis of plain numbers (trace events).
 json count_axis(const std::string& title) {
@@ -45,10 +47,10 @@ chart usage_chart(const advice& a) {
                        static_cast<double>(d.curve.allocated[i]));
     }
     for (auto* series : {&res, &all}) {
-      json line = detail::line_dataset(
-          fmt::format("{} ({}): {}", who, conf_label(a.policies[d.index].conf),
-                      series == &res ? "reserved" : "allocated"),
-          detail::color(series == &res ? 0 : 1), run, *series);
+      json line =
+          detail::line_dataset(fmt::format("{} ({}): {}", who, conf_label(a.policies[d.index].conf),
+                                           series == &res ? "reserved" : "allocated"),
+                               detail::color(series == &res ? 0 : 1), run, *series);
       line["pointRadius"] = 0;
       line["borderWidth"] = 1.5;
       ds.push_back(std::move(line));
@@ -56,8 +58,8 @@ chart usage_chart(const advice& a) {
     json ooms = json::array();
     for (const auto& f : a.policies[d.index].fits)
       if (f.oom)
-        ooms.push_back({{"x", static_cast<double>(f.oom->event)},
-                        {"y", static_cast<double>(f.limit)}});
+        ooms.push_back(
+            {{"x", static_cast<double>(f.oom->event)}, {"y", static_cast<double>(f.limit)}});
     if (!ooms.empty())
       ds.push_back({{"type", "scatter"},
                     {"label", who + ": out of memory under a limit"},
@@ -84,18 +86,18 @@ chart stranded_chart(const advice& a) {
   for (const auto* d : shown)
     categories.push_back(fmt::format("{} ({})", d == &a.defaults ? "defaults" : "recommended",
                                      conf_label(a.policies[d->index].conf)));
-  chart c = detail::horizontal_bars("advice-stranded",
-                                    "Reserved but free at peak, by why the request could not use it",
-                                    detail::axis("bytes", "bytes"), detail::axis("", ""));
+  chart c = detail::horizontal_bars(
+      "advice-stranded", "Reserved but free at peak, by why the request could not use it",
+      detail::axis("bytes", "bytes"), detail::axis("policy", ""));
   c.height = "short";
   c.config["data"]["labels"] = categories;
   c.config["options"]["scales"]["x"]["stacked"] = true;
   c.config["options"]["scales"]["y"]["stacked"] = true;
   std::size_t series = 0;
-  for (auto cause : {stranded_cause::other_stream, stranded_cause::other_pool,
-                     stranded_cause::expandable_pages, stranded_cause::segment_rest,
-                     stranded_cause::max_split, stranded_cause::too_small,
-                     stranded_cause::unexplained}) {
+  for (auto cause :
+       {stranded_cause::other_stream, stranded_cause::other_pool, stranded_cause::expandable_pages,
+        stranded_cause::segment_rest, stranded_cause::max_split, stranded_cause::too_small,
+        stranded_cause::unexplained}) {
     std::vector<std::optional<double>> values;
     bool any = false;
     for (const auto* d : shown) {
@@ -108,7 +110,8 @@ chart stranded_chart(const advice& a) {
         detail::bar_dataset(std::string(to_string(cause)), detail::color(series++), 0, values));
   }
   std::vector<std::optional<double>> rounding;
-  for (const auto* d : shown) rounding.emplace_back(static_cast<double>(d->stranded.rounding_bytes()));
+  for (const auto* d : shown)
+    rounding.emplace_back(static_cast<double>(d->stranded.rounding_bytes()));
   json r = detail::bar_dataset("rounding inside allocated blocks (beside the split)",
                                detail::color(series), 1, rounding);
   r["stack"] = "rounding";
@@ -170,7 +173,8 @@ std::string render_advice_html(const advice& a) {
   body += "</section>\n";
   const std::string header = "<header>\n<h1>gpu-basics advise</h1>\n<ul class=\"runs\"><li><b>" +
                              escape(a.file) + "</b>: device " + std::to_string(a.device) + ", " +
-                             std::to_string(a.trace_events) + " trace events</li></ul>\n</header>\n";
+                             std::to_string(a.trace_events) +
+                             " trace events</li></ul>\n</header>\n";
   const std::string nav =
       "<a href=\"#advice\">advice</a><a href=\"#fit\">will it fit</a><a href=\"#stranded\">"
       "stranded memory</a><a href=\"#policies\">policies</a>";

@@ -202,6 +202,9 @@ def main():
     ap.add_argument("--fixture", action="append")
     ap.add_argument("--html", help="check this report as it is (one written by --html on a GPU "
                                    "machine) instead of making one from --fixture")
+    ap.add_argument("--advise", metavar="SNAPSHOT",
+                    help="check the advice page of `gpu-basics advise SNAPSHOT --html`")
+    ap.add_argument("--fit", action="append", default=[], help="with --advise: a --fit size")
     ap.add_argument("--expect", required=True, help="JSON: {chart id: series, ...} in page order")
     ap.add_argument("--out", required=True)
     ap.add_argument("--name", default="report")
@@ -219,6 +222,18 @@ def main():
     if args.html:
         html = os.path.abspath(args.html)
         print(f"report: {html} ({os.path.getsize(html) / 1024:.0f} KiB, as written)")
+    elif args.gpu_basics and args.advise:
+        html = os.path.abspath(os.path.join(args.out, args.name + ".html"))
+        fits = [a for f in args.fit for a in ("--fit", f)]
+        t0 = time.monotonic()
+        made = subprocess.run([args.gpu_basics, "advise", args.advise, *fits, "--html", html],
+                              capture_output=True, text=True)
+        took = time.monotonic() - t0
+        if made.returncode != 0:
+            print(f"FAIL: gpu-basics advise exited {made.returncode}: {made.stderr.strip()}")
+            return 1
+        print(f"advice page: {html} ({os.path.getsize(html) / 1024:.0f} KiB, made in "
+              f"{took * 1000:.0f} ms)")
     elif args.gpu_basics and args.fixture:
         html = os.path.abspath(os.path.join(args.out, args.name + ".html"))
         t0 = time.monotonic()
@@ -231,7 +246,7 @@ def main():
         size = os.path.getsize(html)
         print(f"report: {html} ({size / 1024:.0f} KiB, made in {took * 1000:.0f} ms)")
     else:
-        ap.error("give --html, or --gpu-basics and --fixture")
+        ap.error("give --html, or --gpu-basics and --fixture or --advise")
     with open(args.expect) as f:
         expected = json.load(f)
 
