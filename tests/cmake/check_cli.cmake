@@ -227,6 +227,15 @@ elseif(MODE STREQUAL "hostile")
              ${EXE} replay ${DATA}/snapshot_small.pickle --policy "  ")
   expect_run(2 "^gpu-basics: --policy: \"expandable_segments:True\" is the same policy as"
              ${EXE} replay ${DATA}/snapshot_small.pickle --policy expandable_segments:True)
+  # advise: the same reader; a size that is not one, a bad policy, each one line, exit 2.
+  expect_run(2 "^gpu-basics: /dev/zero: is not a regular file" ${EXE} advise /dev/zero)
+  expect_run(2 "^gpu-basics: [^\n]*h200_all.json: not a pickle" ${EXE} advise ${DATA}/h200_all.json)
+  expect_run(2 "--fit: expected a size such as 24GiB, 40GB or 1073741824, got \"lots\""
+             ${EXE} advise ${DATA}/snapshot_small.pickle --fit lots)
+  expect_run(2 "^gpu-basics: --policy: allocator conf: " ${EXE} advise
+             ${DATA}/snapshot_small.pickle --policy bogus_key:1)
+  expect_run(2 "--json and --html name the same file" ${EXE} advise
+             ${DATA}/snapshot_small.pickle --json ${dir}/advice.out --html ${dir}/./advice.out)
   # A 2 GiB sparse file that starts as a pickle and goes wrong at its third byte: refused from
   # its first bytes, at once, without reading the rest.
   execute_process(COMMAND bash -c "printf '\\x80\\x02' > \"$0\" && truncate -s 2G \"$0\""
