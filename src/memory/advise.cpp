@@ -24,7 +24,9 @@ namespace {
 
 constexpr std::size_t kLargeBuffer = std::size_t{20} << 20;  // PyTorch's kLargeBuffer
 
-std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+std::size_t round_up(std::size_t n, std::size_t to) {
+  return (n + to - 1) / to * to;
+}
 
 /// One replay in progress: the allocator on its own fake backend (made-up addresses), the live
 /// blocks by id, and the allocated / requested bytes as the trace goes.
@@ -126,7 +128,9 @@ std::size_t fitting_count(const advice& a, std::size_t k) {
                                                 [&](const auto& p) { return p.fits[k].fits(); }));
 }
 
-double mib(std::size_t b) { return static_cast<double>(b) * kPerMiB; }
+double mib(std::size_t b) {
+  return static_cast<double>(b) * kPerMiB;
+}
 
 }  // namespace
 
@@ -159,12 +163,14 @@ std::size_t stranded_split::bytes_of(stranded_cause c) const noexcept {
 
 std::vector<std::string> advise_policies(const std::vector<std::string>& user) {
   std::vector<std::string> v;
-  const std::vector<std::string> split = {"", "max_split_size_mb:64", "max_split_size_mb:128",
-                                          "max_split_size_mb:256", "max_split_size_mb:512",
+  const std::vector<std::string> split = {"",
+                                          "max_split_size_mb:64",
+                                          "max_split_size_mb:128",
+                                          "max_split_size_mb:256",
+                                          "max_split_size_mb:512",
                                           "max_split_size_mb:1024"};
-  const std::vector<std::string> round = {"", "roundup_power2_divisions:2",
-                                          "roundup_power2_divisions:4",
-                                          "roundup_power2_divisions:8"};
+  const std::vector<std::string> round = {
+      "", "roundup_power2_divisions:2", "roundup_power2_divisions:4", "roundup_power2_divisions:8"};
   const std::vector<std::string> expand = {"", "expandable_segments:True"};
   const std::vector<std::string> gc = {"", "garbage_collection_threshold:0.6",
                                        "garbage_collection_threshold:0.8"};
@@ -271,8 +277,7 @@ stranded_split stranded_at_peak(const std::vector<replay_event>& trace,
     s.reserved += g.total_size;
     s.allocated += g.allocated_size;
     s.requested += g.requested_size;
-    const bool holds_new =
-        !g.expandable && new_ptr >= g.ptr && new_ptr - g.ptr < g.total_size;
+    const bool holds_new = !g.expandable && new_ptr >= g.ptr && new_ptr - g.ptr < g.total_size;
     for (const block_view& b : g.blocks) {
       if (b.state == "active_allocated") continue;
       stranded_cause c = stranded_cause::unexplained;
@@ -363,15 +368,22 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
     } catch (const out_of_memory& e) {
       p.failure = e.what();
     }
-    for (std::size_t limit : fit_limits) p.fits.push_back(replay_under_limit(trace, opts[i], limit));
+    for (std::size_t limit : fit_limits) {
+      // Under a limit at or above its peak a policy never meets the limit: the replay would be
+      // the one just made (garbage collection excepted, which the limit itself sets off).
+      if (p.result && opts[i].garbage_collection_threshold <= 0 && p.result->peak_reserved <= limit)
+        p.fits.push_back(fit_outcome{limit, p.result->peak_reserved, std::nullopt});
+      else
+        p.fits.push_back(replay_under_limit(trace, opts[i], limit));
+    }
   };
   // The defaults first: garbage_collection_threshold's limit without --fit depends on them (as
   // in replay: the larger of PyTorch's recorded peak and the defaults' replayed one).
   a.gc_reserved_limit = a.recorded.peak_reserved;
   run(0);
   if (a.policies[0].result)
-    a.gc_reserved_limit = std::max<std::uint64_t>(a.gc_reserved_limit,
-                                                  a.policies[0].result->peak_reserved);
+    a.gc_reserved_limit =
+        std::max<std::uint64_t>(a.gc_reserved_limit, a.policies[0].result->peak_reserved);
   pool.parallel_for(confs.size() - 1, [&](std::size_t k) { run(k + 1); });
 
   // The recommendation: the lowest peak reserved (in whole pages), then the simplest.
@@ -405,7 +417,8 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
     allocator_options o = opts[i];
     const auto& p = a.policies[i];
     std::size_t fitting = p.result ? p.result->peak_reserved : a.gc_reserved_limit;
-    if (o.garbage_collection_threshold > 0) fitting = std::max<std::size_t>(fitting, a.gc_reserved_limit);
+    if (o.garbage_collection_threshold > 0)
+      fitting = std::max<std::size_t>(fitting, a.gc_reserved_limit);
     d.smallest_limit = smallest_fitting_limit(trace, o, fitting);
     if (d.smallest_limit >= kAdvicePage)
       d.below = replay_under_limit(trace, o, d.smallest_limit - kAdvicePage);
@@ -518,9 +531,10 @@ std::vector<presentation::table> advice_tables(const advice& a) {
   t.add_row({std::string("recommended"), label(r.conf), peak(r),
              static_cast<std::int64_t>(a.recommendation.smallest_limit),
              static_cast<std::int64_t>(a.recommendation.stranded.free_bytes())});
-  t.notes.push_back(fmt::format("Live bytes (as requested) peak at {:.1f} MiB: no limit below "
-                                "that can fit, whatever the policy.",
-                                mib(a.live_peak)));
+  t.notes.push_back(
+      fmt::format("Live bytes (as requested) peak at {:.1f} MiB: no limit below "
+                  "that can fit, whatever the policy.",
+                  mib(a.live_peak)));
   if (a.recommended == a.defaults.index) {
     t.notes.push_back(
         a.fit_limits.empty()
@@ -535,9 +549,8 @@ std::vector<presentation::table> advice_tables(const advice& a) {
         format_bytes(a.fit_limits[*k]),
         fd.fits() ? std::string("fit")
                   : fmt::format("run out of memory at event {}", fd.oom->event),
-        label(r.conf), fitting_count(a, *k),
-        format_bytes(a.recommendation.smallest_limit), format_bytes(a.defaults.smallest_limit),
-        stranded_sentence(a.defaults.stranded)));
+        label(r.conf), fitting_count(a, *k), format_bytes(a.recommendation.smallest_limit),
+        format_bytes(a.defaults.smallest_limit), stranded_sentence(a.defaults.stranded)));
   } else if (d.result && r.result) {
     const auto saved = static_cast<std::int64_t>(d.result->peak_reserved) -
                        static_cast<std::int64_t>(r.result->peak_reserved);
@@ -550,10 +563,9 @@ std::vector<presentation::table> advice_tables(const advice& a) {
         mib(a.defaults.smallest_limit)));
   }
   t.notes.push_back("Use with PyTorch: " + torch_env_line(r.conf));
-  t.notes.push_back(r.conf.empty()
-                        ? "Use with gpu-basics' allocator: gbt.use()"
-                        : "Use with gpu-basics' allocator: gbt.use(conf=\"" + printable(r.conf) +
-                              "\")");
+  t.notes.push_back(r.conf.empty() ? "Use with gpu-basics' allocator: gbt.use()"
+                                   : "Use with gpu-basics' allocator: gbt.use(conf=\"" +
+                                         printable(r.conf) + "\")");
   t.notes.push_back(fmt::format(
       "A limit is PyTorch's torch.cuda.set_per_process_memory_fraction(limit / device memory): "
       "reserved may not pass it; at the limit the cache is freed and the request retried, then "
@@ -571,15 +583,16 @@ std::vector<presentation::table> advice_tables(const advice& a) {
                  {"simplest_fitting", "simplest policy that fits"}};
     for (std::size_t k = 0; k < a.fit_limits.size(); ++k) {
       const auto& c = a.fit_choice[k];
-      f.add_row({format_bytes(a.fit_limits[k]), fit_cell(d.fits[k], a.defaults.smallest_limit),
-                 fit_cell(r.fits[k], a.recommendation.smallest_limit),
-                 c ? label(a.policies[*c].conf)
-                   : fmt::format("none of {} policies", a.policies.size())});
+      f.add_row(
+          {format_bytes(a.fit_limits[k]), fit_cell(d.fits[k], a.defaults.smallest_limit),
+           fit_cell(r.fits[k], a.recommendation.smallest_limit),
+           c ? label(a.policies[*c].conf) : fmt::format("none of {} policies", a.policies.size())});
       if (a.fit_limits[k] < a.live_peak)
         f.notes.push_back(fmt::format("{} cannot fit: live bytes alone peak at {}.",
                                       format_bytes(a.fit_limits[k]), format_bytes(a.live_peak)));
       else
-        for (const auto& [who, p] : {std::pair{"The defaults", &d}, std::pair{"The recommendation", &r}})
+        for (const auto& [who, p] :
+             {std::pair{"The defaults", &d}, std::pair{"The recommendation", &r}})
           if (!p->fits[k].fits() && (p == &d || &r != &d))
             f.notes.push_back(oom_note(who, p->fits[k]));
     }
@@ -601,11 +614,12 @@ std::vector<presentation::table> advice_tables(const advice& a) {
   for (stranded_cause c : causes) {
     const std::size_t x = sd.bytes_of(c), y = sr.bytes_of(c);
     if (x == 0 && y == 0) continue;
-    s.add_row({std::string(to_string(c)), static_cast<std::int64_t>(x),
-               static_cast<std::int64_t>(y)});
+    s.add_row(
+        {std::string(to_string(c)), static_cast<std::int64_t>(x), static_cast<std::int64_t>(y)});
   }
   s.add_row({std::string("total free (reserved - allocated)"),
-             static_cast<std::int64_t>(sd.free_bytes()), static_cast<std::int64_t>(sr.free_bytes())});
+             static_cast<std::int64_t>(sd.free_bytes()),
+             static_cast<std::int64_t>(sr.free_bytes())});
   s.add_row({std::string("rounding inside allocated blocks"),
              static_cast<std::int64_t>(sd.rounding_bytes()),
              static_cast<std::int64_t>(sr.rounding_bytes())});
@@ -642,8 +656,8 @@ std::vector<presentation::table> advice_tables(const advice& a) {
     const std::size_t i = order[rank];
     if (rank >= 12 && i != 0 && i < searched) continue;
     const auto& x = a.policies[i];
-    std::vector<value> row = {label(x.conf), static_cast<std::int64_t>(x.knobs), peak(x),
-                              value{}, value{}};
+    std::vector<value> row = {label(x.conf), static_cast<std::int64_t>(x.knobs), peak(x), value{},
+                              value{}};
     if (x.result) {
       if (d.result && d.result->peak_reserved > 0)
         row[3] = static_cast<double>(x.result->peak_reserved) /
@@ -669,9 +683,12 @@ nlohmann::json to_json(const advice& a) {
   const auto oom_json = [](const fit_outcome& f) -> json {
     if (f.fits()) return nullptr;
     const oom_point& o = *f.oom;
-    return {{"event", o.event},         {"request_bytes", o.request_bytes},
-            {"stream", o.stream},       {"allocated_bytes", o.allocated},
-            {"reserved_bytes", o.reserved}, {"largest_free_block_bytes", o.largest_free},
+    return {{"event", o.event},
+            {"request_bytes", o.request_bytes},
+            {"stream", o.stream},
+            {"allocated_bytes", o.allocated},
+            {"reserved_bytes", o.reserved},
+            {"largest_free_block_bytes", o.largest_free},
             {"frames", o.frames}};
   };
   const auto fit_json = [&](const fit_outcome& f) {
@@ -743,7 +760,8 @@ nlohmann::json to_json(const advice& a) {
   j["recommended"] = {{"conf", a.policies[a.recommended].conf},
                       {"torch_env", torch_env_line(a.policies[a.recommended].conf)}};
   json choice = json::array();
-  for (const auto& c : a.fit_choice) choice.push_back(c ? json(a.policies[*c].conf) : json(nullptr));
+  for (const auto& c : a.fit_choice)
+    choice.push_back(c ? json(a.policies[*c].conf) : json(nullptr));
   j["fit_choice"] = std::move(choice);
   j["defaults"] = detail_json(a.defaults);
   j["recommendation"] = detail_json(a.recommendation);
@@ -874,8 +892,8 @@ advice advice_from_json(const nlohmann::json& j, const std::string& source) {
   } catch (const format_error& e) {
     throw format_error(source + ": " + e.what());
   } catch (const nlohmann::json::exception& e) {
-    throw format_error(source + ": not an advice file that can be read: " +
-                       message_line(e.what(), 160));
+    throw format_error(source +
+                       ": not an advice file that can be read: " + message_line(e.what(), 160));
   }
 }
 
