@@ -29,7 +29,9 @@ using ev = gb::replay_event;
 ev alloc(std::uint64_t id, std::size_t bytes, gb::stream_handle s = 0) {
   return {ev::op::alloc, id, bytes, s};
 }
-ev release(std::uint64_t id) { return {ev::op::free, id, 0, 0}; }
+ev release(std::uint64_t id) {
+  return {ev::op::free, id, 0, 0};
+}
 
 /// A snapshot of one device whose trace is `events` (ids as addresses).
 gb::torch_snapshot snapshot_of(const std::vector<ev>& events) {
@@ -80,8 +82,8 @@ std::size_t sum_of_parts(const gb::stranded_split& s) {
 
 TEST(Advise, GrowingBufferRecommendsExpandableSegments) {
   const auto trace = growing_buffer();
-  const auto a = gb::advise_snapshot(snapshot_of(trace), "growing", 0, gb::advise_policies({}),
-                                     {}, 2);
+  const auto a =
+      gb::advise_snapshot(snapshot_of(trace), "growing", 0, gb::advise_policies({}), {}, 2);
   std::size_t defaults_peak = 0;
   for (std::size_t mib = 22; mib <= 62; mib += 2) defaults_peak += mib * MiB;
   ASSERT_TRUE(a.policies[0].result);
@@ -96,7 +98,8 @@ TEST(Advise, GrowingBufferRecommendsExpandableSegments) {
   ASSERT_FALSE(tables.empty());
   bool says_line = false;
   for (const auto& n : tables[0].notes)
-    says_line = says_line || n == "Use with PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
+    says_line =
+        says_line || n == "Use with PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
   EXPECT_TRUE(says_line);
 }
 
@@ -144,8 +147,8 @@ TEST(Advise, BisectedLimitFitsAndOnePageLessDoesNot) {
 
 TEST(Advise, StrandedPartsSumToReservedLessAllocated) {
   const auto s = gb::read_torch_snapshot(kData + "/h200_torch_snapshot.pickle");
-  const auto a = gb::advise_snapshot(s, "h200", s.busiest_device(), gb::advise_policies({}),
-                                     {240 * MiB}, 2);
+  const auto a =
+      gb::advise_snapshot(s, "h200", s.busiest_device(), gb::advise_policies({}), {240 * MiB}, 2);
   for (const auto* d : {&a.defaults, &a.recommendation}) {
     const auto& st = d->stranded;
     EXPECT_GT(st.free_bytes(), 0u);
@@ -155,8 +158,8 @@ TEST(Advise, StrandedPartsSumToReservedLessAllocated) {
   }
   // Mixed traces of many sizes, under policies of every kind.
   const auto mixed = gb::mixed_trace(6000, 3);
-  for (const char* conf : {"", "expandable_segments:True", "max_split_size_mb:64",
-                           "roundup_power2_divisions:4"}) {
+  for (const char* conf :
+       {"", "expandable_segments:True", "max_split_size_mb:64", "roundup_power2_divisions:4"}) {
     const auto st = gb::stranded_at_peak(mixed, gb::parse_allocator_conf(conf));
     EXPECT_EQ(sum_of_parts(st), st.free_bytes()) << conf;
     EXPECT_EQ(st.bytes_of(gb::stranded_cause::unexplained), 0u) << conf;
@@ -168,8 +171,8 @@ TEST(Advise, StrandedPartsSumToReservedLessAllocated) {
 TEST(Advise, StrandedCausesByConstruction) {
   const gb::allocator_options defaults;
   {  // a block cached on stream 1 cannot serve stream 2
-    const auto st = gb::stranded_at_peak({alloc(1, 30 * MiB, 1), release(1), alloc(2, 30 * MiB, 2)},
-                                         defaults);
+    const auto st =
+        gb::stranded_at_peak({alloc(1, 30 * MiB, 1), release(1), alloc(2, 30 * MiB, 2)}, defaults);
     ASSERT_EQ(st.parts.size(), 1u);
     EXPECT_EQ(st.parts[0].cause, gb::stranded_cause::other_stream);
     EXPECT_EQ(st.parts[0].stream, 1u);
@@ -209,9 +212,9 @@ TEST(Advise, StrandedCausesByConstruction) {
 }
 
 TEST(Advise, JsonReadsBackToTheSameTables) {
-  const auto a = gb::advise_snapshot(snapshot_of(growing_buffer()), "growing", 0,
-                                     gb::advise_policies({"max_split_size_mb:300"}),
-                                     {100 * MiB, 40 * MiB}, 2);
+  const auto a =
+      gb::advise_snapshot(snapshot_of(growing_buffer()), "growing", 0,
+                          gb::advise_policies({"max_split_size_mb:300"}), {100 * MiB, 40 * MiB}, 2);
   const nlohmann::json j = gb::to_json(a);
   const auto b = gb::advice_from_json(nlohmann::json::parse(j.dump()), "advice.json");
   const auto ta = gb::advice_tables(a);
@@ -307,3 +310,61 @@ TEST(Advise, CommandLineRefusesBadInputWithExit2) {
   EXPECT_EQ(j["fit_limits_bytes"][0], 1ull << 30);
   std::filesystem::remove_all(dir);
 }
+
+#if GPU_BASICS_TEST_HAVE_ZLIB
+#include <zlib.h>
+
+#include <random>
+
+#include "gpu_basics/core/gzip.hpp"
+
+namespace {
+/// `data` as one gzip member.
+std::string gzip_of(const std::string& data) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&z, data.size()) + 64, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  z.avail_in = static_cast<uInt>(data.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+std::string gunzip_error(const std::string& bytes, std::uint64_t max) {
+  try {
+    (void)gb::gunzip(bytes, max, "s.pickle.gz");
+  } catch (const gb::format_error& e) {
+    return e.what();
+  }
+  return "(read)";
+}
+}  // namespace
+
+TEST(Gzip, RoundTripsMembersAndRefusesBadData) {
+  std::mt19937_64 rng(11);
+  std::string data(1 << 20, '\0');
+  for (auto& c : data) c = static_cast<char>(rng() % 7);  // compressible, not constant
+  const std::string gz = gzip_of(data);
+  ASSERT_TRUE(gb::is_gzip(gz));
+  EXPECT_FALSE(gb::is_gzip(data));
+  EXPECT_EQ(gb::gunzip(gz, 1ull << 30, "s"), data);
+  EXPECT_EQ(gb::gunzip(gz + gzip_of("tail"), 1ull << 30, "s"), data + "tail");  // two members
+  EXPECT_EQ(gunzip_error(gz.substr(0, gz.size() / 2), 1ull << 30),
+            "s.pickle.gz: gzip: truncated (the compressed stream ends early)");
+  std::string bad = gz;
+  bad[bad.size() / 2] = static_cast<char>(bad[bad.size() / 2] ^ 0x5a);
+  EXPECT_EQ(gunzip_error(bad, 1ull << 30).rfind("s.pickle.gz: gzip: ", 0), 0u);
+  EXPECT_EQ(gunzip_error(gz + "junk", 1ull << 30),
+            "s.pickle.gz: gzip: data after the end of the compressed stream");
+  // 16 MiB of zeros is 16 KiB compressed: refused at the cap, not after filling memory.
+  const std::string bomb = gzip_of(std::string(16u << 20, '\0'));
+  EXPECT_LT(bomb.size(), 1u << 20);
+  EXPECT_EQ(gunzip_error(bomb, 4u << 20),
+            "s.pickle.gz: decompresses to more than 4 MiB, the limit for this input (set "
+            "GPU_BASICS_MAX_INPUT_MIB to raise it)");
+}
+#endif
