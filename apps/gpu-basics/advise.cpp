@@ -1,6 +1,5 @@
 // `gpu-basics advise SNAPSHOT`: the policy search, fit table and stranded split of a memory
 // snapshot (gpu_basics/memory/advise.hpp), printed, written as JSON and drawn as HTML.
-#include <csignal>
 #include <ostream>
 
 #include "exit_codes.hpp"
@@ -16,7 +15,7 @@
 namespace gpu_basics::cli {
 
 int run_advise(const options& o, std::ostream& out, std::ostream& err) {
-  try {
+  return guarded(o.input_path, err, [&] {
     // Outputs that are an input or each other were refused by run(); unwritable ones are now.
     for (const auto* p : {&o.json_path, &o.html_path})
       if (*p && **p != "-") check_writable(**p);
@@ -43,25 +42,7 @@ int run_advise(const options& o, std::ostream& out, std::ostream& err) {
     }
     write_files_atomically(files);
     return exit_ok;
-  } catch (const logic_error& e) {  // a --policy string
-    err << "gpu-basics: --policy: " << e.what() << "\n";
-    return exit_usage;
-  } catch (const format_error& e) {
-    err << "gpu-basics: " << e.what() << "\n";
-    return exit_usage;
-  } catch (const io_error& e) {
-    err << "gpu-basics: " << e.what() << "\n";
-    return exit_io;
-  } catch (const interrupted& e) {
-    err << "gpu-basics: " << e.what() << "\n";
-    return e.signal_number() == SIGTERM ? exit_terminated : exit_interrupted;
-  } catch (const std::bad_alloc&) {
-    err << "gpu-basics: out of host memory reading " << printable(o.input_path) << "\n";
-    return exit_out_of_memory;
-  } catch (const std::exception& e) {
-    err << "gpu-basics: internal error: " << e.what() << "\n";
-    return exit_internal;
-  }
+  });
 }
 
 bool is_advice_file(const std::string& path) {
@@ -75,7 +56,7 @@ bool is_advice_file(const std::string& path) {
 }
 
 int run_advice_report(const options& o, std::ostream& out, std::ostream& err) {
-  try {
+  return guarded(o.input_paths.front(), err, [&] {
     const std::string& path = o.input_paths.front();
     const std::string text =
         read_input_file(path, input_size_cap(kMaxResultsFileBytes), "advice file");
@@ -86,13 +67,7 @@ int run_advice_report(const options& o, std::ostream& out, std::ostream& err) {
     out << "wrote " << message_line(*o.html_path) << " (" << (html.size() + 1023) / 1024
         << " KiB, the advice on " << message_line(a.file) << ")\n";
     return exit_ok;
-  } catch (const format_error& e) {
-    err << "gpu-basics: " << e.what() << "\n";
-    return exit_usage;
-  } catch (const io_error& e) {
-    err << "gpu-basics: " << e.what() << "\n";
-    return exit_io;
-  }
+  });
 }
 
 }  // namespace gpu_basics::cli

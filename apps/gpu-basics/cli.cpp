@@ -163,7 +163,8 @@ std::string usage_message(const CLI::App& app, const CLI::ParseError& e) {
     if (const auto p = m.find(": 1 required"); p != std::string::npos)
       return printable(m.substr(0, p)) + ": needs a value";
   }
-  if (dynamic_cast<const CLI::ExtrasError*>(&e) == nullptr) return printable(e.what());
+  // A validator quoted the value already: the line is escaped without escaping quotes again.
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) == nullptr) return message_line(e.what());
   std::vector<std::string> extras = app.remaining();
   for (const auto* sub : app.get_subcommands())
     for (const auto& a : sub->remaining()) extras.push_back(a);

@@ -1,6 +1,7 @@
 #include "replay.hpp"
 
 #include <csignal>
+#include <functional>
 #include <ostream>
 
 #include "exit_codes.hpp"
@@ -10,8 +11,32 @@
 
 namespace gpu_basics::cli {
 
-int run_replay(const options& o, std::ostream& out, std::ostream& err) {
+int guarded(const std::string& input, std::ostream& err, const std::function<int()>& body) {
   try {
+    return body();
+  } catch (const logic_error& e) {  // a --policy string
+    err << "gpu-basics: --policy: " << e.what() << "\n";
+    return exit_usage;
+  } catch (const format_error& e) {
+    err << "gpu-basics: " << e.what() << "\n";
+    return exit_usage;
+  } catch (const io_error& e) {
+    err << "gpu-basics: " << e.what() << "\n";
+    return exit_io;
+  } catch (const interrupted& e) {
+    err << "gpu-basics: " << e.what() << "\n";
+    return e.signal_number() == SIGTERM ? exit_terminated : exit_interrupted;
+  } catch (const std::bad_alloc&) {
+    err << "gpu-basics: out of host memory reading " << printable(input) << "\n";
+    return exit_out_of_memory;
+  } catch (const std::exception& e) {
+    err << "gpu-basics: internal error: " << e.what() << "\n";
+    return exit_internal;
+  }
+}
+
+int run_replay(const options& o, std::ostream& out, std::ostream& err) {
+  return guarded(o.input_path, err, [&] {
     if (o.json_path && *o.json_path != "-") check_writable(*o.json_path);
     const auto confs = replay_policies(o.policies);
     for (const auto& c : o.policies) (void)parse_allocator_conf(c);  // a bad one: exit 2 first
@@ -30,25 +55,7 @@ int run_replay(const options& o, std::ostream& out, std::ostream& err) {
       if (o.json_path) write_file_atomically(*o.json_path, json_text());
     }
     return exit_ok;
-  } catch (const logic_error& e) {  // a --policy string
-    err << "gpu-basics: --policy: " << e.what() << "\n";
-    return exit_usage;
-  } catch (const format_error& e) {
-    err << "gpu-basics: " << e.what() << "\n";
-    return exit_usage;
-  } catch (const io_error& e) {
-    err << "gpu-basics: " << e.what() << "\n";
-    return exit_io;
-  } catch (const interrupted& e) {
-    err << "gpu-basics: " << e.what() << "\n";
-    return e.signal_number() == SIGTERM ? exit_terminated : exit_interrupted;
-  } catch (const std::bad_alloc&) {
-    err << "gpu-basics: out of host memory reading " << printable(o.input_path) << "\n";
-    return exit_out_of_memory;
-  } catch (const std::exception& e) {
-    err << "gpu-basics: internal error: " << e.what() << "\n";
-    return exit_internal;
-  }
+  });
 }
 
 }  // namespace gpu_basics::cli

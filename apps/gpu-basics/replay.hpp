@@ -3,13 +3,19 @@
 // snapshot into advice (gpu_basics/memory/advise.hpp). No GPU.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
+#include <string>
 
 #include "cli.hpp"
 #include "gpu_basics/memory/policy_sweep.hpp"
 
 namespace gpu_basics::cli {
 
+/// Runs `body` and turns what it throws into one line on `err` and an exit code: a bad --policy
+/// or input 2, an unwritable output 7, Ctrl-C 130 (SIGTERM 143), no host memory left 6 (naming
+/// `input`), anything else 1.
+int guarded(const std::string& input, std::ostream& err, const std::function<int()>& body);
 /// `replay`: reads, replays, prints, writes --json. Returns the exit code; never throws.
 int run_replay(const options& o, std::ostream& out, std::ostream& err);
 /// `advise`: reads, searches, prints, writes --json and --html. Returns the exit code; never

@@ -45,10 +45,10 @@ std::string gunzip(std::string_view bytes, std::uint64_t max_bytes, std::string_
     const int rc = inflate(&z, Z_NO_FLUSH);
     out.resize(before + kChunk - z.avail_out);
     if (out.size() > max_bytes)
-      throw format_error(fmt::format(
-          "{}: decompresses to more than {} MiB, the limit for this input (set "
-          "GPU_BASICS_MAX_INPUT_MIB to raise it)",
-          printable(name), max_bytes >> 20));
+      throw format_error(
+          fmt::format("{}: decompresses to more than {} MiB, the limit for this input (set "
+                      "GPU_BASICS_MAX_INPUT_MIB to raise it)",
+                      printable(name), max_bytes >> 20));
     if (rc == Z_STREAM_END) {
       // Another member may follow, as `cat a.gz b.gz` makes; trailing zeros are padding.
       const std::size_t left = z.avail_in + (bytes.size() - consumed);
@@ -61,8 +61,8 @@ std::string gunzip(std::string_view bytes, std::uint64_t max_bytes, std::string_
       continue;
     }
     if (rc == Z_BUF_ERROR && z.avail_in == 0 && consumed == bytes.size())
-      throw format_error(fmt::format("{}: gzip: truncated (the compressed stream ends early)",
-                                     printable(name)));
+      throw format_error(
+          fmt::format("{}: gzip: truncated (the compressed stream ends early)", printable(name)));
     if (rc != Z_OK && rc != Z_BUF_ERROR)
       throw format_error(fmt::format("{}: gzip: corrupt data ({})", printable(name),
                                      z.msg ? z.msg : "zlib error"));
@@ -71,8 +71,8 @@ std::string gunzip(std::string_view bytes, std::uint64_t max_bytes, std::string_
 #else
   (void)bytes;
   (void)max_bytes;
-  throw format_error(fmt::format(
-      "{}: gzip-compressed, and this build has no zlib: gunzip it first", printable(name)));
+  throw format_error(fmt::format("{}: gzip-compressed, and this build has no zlib: gunzip it first",
+                                 printable(name)));
 #endif
 }
 

@@ -187,11 +187,7 @@ std::vector<std::string> advise_policies(const std::vector<std::string>& user) {
   parsed.reserve(v.size());
   for (const auto& c : v) parsed.push_back(parse_allocator_conf(c));
   for (const auto& c : user) {
-    if (c.find_first_not_of(" \t\r\n\f\v") == std::string::npos)
-      throw logic_error(fmt::format(
-          "a blank policy {}; give a PYTORCH_CUDA_ALLOC_CONF string, e.g. expandable_segments:True",
-          quote_for_message(c)));
-    const allocator_options o = parse_allocator_conf(c);
+    const allocator_options o = parse_user_policy(c);
     if (std::find(parsed.begin(), parsed.end(), o) != parsed.end()) continue;  // searched already
     v.push_back(c);
     parsed.push_back(o);

@@ -38,6 +38,14 @@ std::optional<std::string> replay_report::best() const {
   return b->conf;
 }
 
+allocator_options parse_user_policy(const std::string& conf) {
+  if (conf.find_first_not_of(" \t\r\n\f\v") == std::string::npos)
+    throw logic_error(fmt::format(
+        "a blank policy {}; give a PYTORCH_CUDA_ALLOC_CONF string, e.g. expandable_segments:True",
+        quote_for_message(conf)));
+  return parse_allocator_conf(conf);
+}
+
 std::vector<std::string> replay_policies(const std::vector<std::string>& user) {
   std::vector<std::string> v = {"",
                                 "max_split_size_mb:64",
@@ -52,11 +60,7 @@ std::vector<std::string> replay_policies(const std::vector<std::string>& user) {
   parsed.reserve(v.size() + user.size());
   for (const auto& c : v) parsed.push_back(parse_allocator_conf(c));
   for (const auto& c : user) {
-    if (c.find_first_not_of(" \t\r\n\f\v") == std::string::npos)
-      throw logic_error(fmt::format(
-          "a blank policy {}; give a PYTORCH_CUDA_ALLOC_CONF string, e.g. expandable_segments:True",
-          quote_for_message(c)));
-    const allocator_options o = parse_allocator_conf(c);
+    const allocator_options o = parse_user_policy(c);
     for (std::size_t i = 0; i < parsed.size(); ++i)
       if (parsed[i] == o)
         throw logic_error(

@@ -112,8 +112,7 @@ std::string page_html(const std::string& title, const std::string& header, const
   html += "<meta name=\"color-scheme\" content=\"light dark\">\n";
   html += "<meta name=\"generator\" content=\"gpu-basics\">\n";
   html += "<title>" + escape(title) + "</title>\n<style>\n" + assets::report_css + "</style>\n";
-  html += "</head>\n<body>\n" + header + "<nav>" + nav + "</nav>\n<main>\n" + body +
-          "</main>\n";
+  html += "</head>\n<body>\n" + header + "<nav>" + nav + "</nav>\n<main>\n" + body + "</main>\n";
   html +=
       "<script type=\"application/json\" id=\"gb-charts\">" + script_json(specs) + "</script>\n";
   html += std::string("<script>") + assets::chart_js + "</script>\n";

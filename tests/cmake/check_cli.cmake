@@ -230,7 +230,7 @@ elseif(MODE STREQUAL "hostile")
   # advise: the same reader; a size that is not one, a bad policy, each one line, exit 2.
   expect_run(2 "^gpu-basics: /dev/zero: is not a regular file" ${EXE} advise /dev/zero)
   expect_run(2 "^gpu-basics: [^\n]*h200_all.json: not a pickle" ${EXE} advise ${DATA}/h200_all.json)
-  expect_run(2 "--fit: expected a size such as 24GiB, 40GB or 1073741824, got \"lots\""
+  expect_run(2 "--fit: expected a size such as 24GiB, 40GB or 1073741824, got \"lots\" \\(see"
              ${EXE} advise ${DATA}/snapshot_small.pickle --fit lots)
   expect_run(2 "^gpu-basics: --policy: allocator conf: " ${EXE} advise
              ${DATA}/snapshot_small.pickle --policy bogus_key:1)

@@ -57,8 +57,8 @@ struct stranded_split {
   stream_handle stream = 0;
   bool small_pool = false;
   std::size_t reserved = 0;
-  std::size_t allocated = 0;  // rounded block sizes
-  std::size_t requested = 0;  // live bytes as asked
+  std::size_t allocated = 0;         // rounded block sizes
+  std::size_t requested = 0;         // live bytes as asked
   std::vector<stranded_part> parts;  // by cause, then stream; parts with 0 bytes left out
   [[nodiscard]] std::size_t free_bytes() const noexcept { return reserved - allocated; }
   [[nodiscard]] std::size_t rounding_bytes() const noexcept { return allocated - requested; }
@@ -98,8 +98,8 @@ struct usage_curve {
 
 /// One searched policy.
 struct policy_outcome {
-  std::string conf;   // "" = the defaults
-  int knobs = 0;      // keys set (simpler = fewer)
+  std::string conf;                     // "" = the defaults
+  int knobs = 0;                        // keys set (simpler = fewer)
   std::optional<replay_result> result;  // without a limit (see advice::gc_reserved_limit)
   std::string failure;                  // when result is empty
   std::vector<fit_outcome> fits;        // one per advice::fit_limits entry
@@ -122,8 +122,8 @@ struct advice {
   std::size_t live_peak = 0;  // the trace's peak of live requested bytes: no limit below fits
   recorded_figures recorded;
   std::optional<std::string> recorded_conf;
-  std::uint64_t gc_reserved_limit = 0;  // garbage_collection_threshold's limit without --fit
-  std::vector<std::size_t> fit_limits;  // as asked, in order
+  std::uint64_t gc_reserved_limit = 0;   // garbage_collection_threshold's limit without --fit
+  std::vector<std::size_t> fit_limits;   // as asked, in order
   std::vector<policy_outcome> policies;  // [0] is the defaults
   std::size_t recommended = 0;           // index into policies
   /// Per fit limit: the simplest policy that fits it (fewest knobs, then lowest peak), if any.

@@ -40,6 +40,10 @@ struct replay_report {
   [[nodiscard]] std::optional<std::string> best() const;
 };
 
+/// A --policy string's options.
+/// @throws logic_error for a blank string or one parse_allocator_conf rejects.
+[[nodiscard]] allocator_options parse_user_policy(const std::string& conf);
+
 /// The built-in policies (defaults, max_split_size_mb 64-512, roundup_power2_divisions,
 /// expandable_segments, garbage_collection_threshold), then `user`'s.
 /// @throws logic_error for a user conf that is blank, that parse_allocator_conf rejects, or that
