@@ -227,6 +227,11 @@ elseif(MODE STREQUAL "hostile")
              ${EXE} replay ${DATA}/snapshot_small.pickle --policy "  ")
   expect_run(2 "^gpu-basics: --policy: \"expandable_segments:True\" is the same policy as"
              ${EXE} replay ${DATA}/snapshot_small.pickle --policy expandable_segments:True)
+  # A --policy's control characters are shown escaped.
+  string(ASCII 27 esc)
+  string(ASCII 7 bel)
+  expect_run(2 "^gpu-basics: --policy: allocator conf: '\\\\x1b\\]0;t\\\\x07': expected key:value\n$"
+             ${EXE} replay ${DATA}/snapshot_small.pickle --policy "${esc}]0;t${bel}")
   # A 2 GiB sparse file that starts as a pickle and goes wrong at its third byte: refused from
   # its first bytes, at once, without reading the rest.
   execute_process(COMMAND bash -c "printf '\\x80\\x02' > \"$0\" && truncate -s 2G \"$0\""
