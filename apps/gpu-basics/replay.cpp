@@ -8,29 +8,30 @@
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
+#include "run.hpp"
 
 namespace gpu_basics::cli {
 
 int guarded(const std::string& input, std::ostream& err, const std::function<int()>& body) {
   try {
     return body();
-  } catch (const logic_error& e) {  // a --policy string
-    err << "gpu-basics: --policy: " << e.what() << "\n";
+  } catch (const logic_error& e) {  // a --policy string, which may hold control characters
+    say(err, std::string("--policy: ") + e.what());
     return exit_usage;
   } catch (const format_error& e) {
-    err << "gpu-basics: " << e.what() << "\n";
+    say(err, e.what());
     return exit_usage;
   } catch (const io_error& e) {
-    err << "gpu-basics: " << e.what() << "\n";
+    say(err, e.what());
     return exit_io;
   } catch (const interrupted& e) {
-    err << "gpu-basics: " << e.what() << "\n";
+    say(err, e.what());
     return e.signal_number() == SIGTERM ? exit_terminated : exit_interrupted;
   } catch (const std::bad_alloc&) {
-    err << "gpu-basics: out of host memory reading " << printable(input) << "\n";
+    say(err, "out of host memory reading " + printable(input));
     return exit_out_of_memory;
   } catch (const std::exception& e) {
-    err << "gpu-basics: internal error: " << e.what() << "\n";
+    say(err, std::string("internal error: ") + e.what());
     return exit_internal;
   }
 }

@@ -236,6 +236,13 @@ elseif(MODE STREQUAL "hostile")
              ${DATA}/snapshot_small.pickle --policy bogus_key:1)
   expect_run(2 "--json and --html name the same file" ${EXE} advise
              ${DATA}/snapshot_small.pickle --json ${dir}/advice.out --html ${dir}/./advice.out)
+  # A --policy's control characters are shown escaped.
+  string(ASCII 27 esc)
+  string(ASCII 7 bel)
+  expect_run(2 "^gpu-basics: --policy: allocator conf: '\\\\x1b\\]0;t\\\\x07': expected key:value\n$"
+             ${EXE} replay ${DATA}/snapshot_small.pickle --policy "${esc}]0;t${bel}")
+  expect_run(2 "^gpu-basics: --policy: allocator conf: '\\\\x1b\\]0;t\\\\x07': expected key:value\n$"
+             ${EXE} advise ${DATA}/snapshot_small.pickle --policy "${esc}]0;t${bel}")
   # A 2 GiB sparse file that starts as a pickle and goes wrong at its third byte: refused from
   # its first bytes, at once, without reading the rest.
   execute_process(COMMAND bash -c "printf '\\x80\\x02' > \"$0\" && truncate -s 2G \"$0\""
