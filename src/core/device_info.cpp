@@ -5,9 +5,8 @@
 #include <cstdio>
 #include <tuple>
 
-#include <nlohmann/json.hpp>
-
 #include "gpu_basics/core/hardware.hpp"
+#include "gpu_basics/core/json.hpp"
 
 namespace gpu_basics {
 
@@ -78,7 +77,10 @@ struct held<std::optional<T>> {
 template <class T>
 void read(const nlohmann::json& j, const char* key, T& out) {
   const auto it = j.find(key);
-  if (it != j.end() && !it->is_null()) out = it->get<typename held<T>::type>();
+  if (it == j.end() || it->is_null()) return;
+  typename held<T>::type v{};
+  read_member(j, key, v);
+  out = std::move(v);
 }
 }  // namespace
 
@@ -98,6 +100,7 @@ void to_json(nlohmann::json& j, const device_info& d) {
 }
 
 void from_json(const nlohmann::json& j, device_info& d) {
+  require_json_object(j);
   d = device_info{};
   plain_members(d, [&](const char* key, auto& v) { read(j, key, v); });
   if (const auto it = j.find("compute_capability"); it != j.end() && it->is_string())

@@ -105,6 +105,38 @@ std::string printable(std::string_view text) {
   return out;
 }
 
+json_path_error::json_path_error(std::string detail)
+    : format_error(detail), detail_(std::move(detail)), what_(detail_) {}
+
+std::string json_path_error::key_text(std::string_view key) {
+  constexpr std::size_t kMaxKeyChars = 64;
+  if (key.empty()) return "\"\"";
+  std::string k;
+  if (append_escaped(k, key, kMaxKeyChars) > kMaxKeyChars) k += "...";
+  return k;
+}
+
+void json_path_error::prepend_key(std::string_view key) {
+  prepend_path(key_text(key));
+}
+
+void json_path_error::prepend_index(std::size_t index) {
+  prepend_path(fmt::format("[{}]", index));
+}
+
+void json_path_error::prepend_path(std::string_view path) {
+  if (path.empty()) return;
+  if (path_.empty() || path_.front() == '[')
+    path_.insert(0, path);
+  else
+    path_.insert(0, std::string(path) + ".");
+  update();
+}
+
+void json_path_error::update() {
+  what_ = path_.empty() ? detail_ : path_ + ": " + detail_;
+}
+
 std::string message_line(std::string_view text, std::size_t max_chars) {
   std::string out;
   const std::size_t chars = append_escaped(out, text, max_chars, {.quotes = false});

@@ -4,9 +4,8 @@
 #include <cmath>
 #include <numeric>
 
-#include <nlohmann/json.hpp>
-
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/json.hpp"
 
 namespace gpu_basics {
 
@@ -74,17 +73,18 @@ void to_json(nlohmann::json& j, const summary& s) {
 }
 
 void from_json(const nlohmann::json& j, summary& s) {
+  require_json_object(j);
   s = summary{};
-  s.count = j.value("count", std::size_t{0});
-  s.median = j.value("median", 0.0);
-  s.mean = j.value("mean", 0.0);
-  s.min = j.value("min", 0.0);
-  s.max = j.value("max", 0.0);
-  s.stdev = j.value("stdev", 0.0);
-  s.p25 = j.value("p25", 0.0);
-  s.p75 = j.value("p75", 0.0);
-  s.iqr = j.value("iqr", 0.0);
-  s.rel_spread = j.value("rel_spread", 0.0);
+  read_member(j, "count", s.count);
+  read_member(j, "median", s.median);
+  read_member(j, "mean", s.mean);
+  read_member(j, "min", s.min);
+  read_member(j, "max", s.max);
+  read_member(j, "stdev", s.stdev);
+  read_member(j, "p25", s.p25);
+  read_member(j, "p75", s.p75);
+  read_member(j, "iqr", s.iqr);
+  read_member(j, "rel_spread", s.rel_spread);
 }
 
 }  // namespace gpu_basics

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -74,6 +75,33 @@ const lesson& lesson_named(const std::string& name, const std::string& source) {
   return *l;
 }
 
+/// The key path in a schema-1 file of `path` in a lesson's block (upgrade_v1): "tables.<id>..."
+/// is the file's "tables[i]..." (`tables`: id -> i), "extra..." the lesson's own key under `all`
+/// (`extra_key`), or the top level's for one lesson (`extra_key` empty).
+std::string path_in_file(const std::string& path, const std::map<std::string, std::size_t>& tables,
+                         const std::string& extra_key) {
+  const auto follows = [&](const std::string& prefix) {
+    return path.starts_with(prefix) && (path.size() == prefix.size() ||
+                                        path[prefix.size()] == '.' || path[prefix.size()] == '[');
+  };
+  std::size_t best = 0;
+  std::string file;
+  for (const auto& [id, i] : tables) {
+    const std::string prefix = "tables." + json_path_error::key_text(id);
+    if (prefix.size() > best && follows(prefix)) {
+      best = prefix.size();
+      file = "tables[" + std::to_string(i) + "]";
+    }
+  }
+  if (best > 0) return file + path.substr(best);
+  if (follows("extra")) {
+    std::string rest = path.substr(5);
+    if (!extra_key.empty()) return json_path_error::key_text(extra_key) + rest;
+    return rest.empty() ? rest : rest.substr(rest.front() == '.' ? 1 : 0);
+  }
+  return path;
+}
+
 /// Schema 1 kept, per lesson, tables (ids prefixed "<lesson>." under `all`) and the lesson's
 /// extra keys (top level for one lesson, under "<lesson>" for `all`). Gathers them per lesson
 /// and lets each lesson rebuild its result.
@@ -83,6 +111,7 @@ std::vector<std::pair<std::string, nlohmann::json>> upgrade_v1(const nlohmann::j
   static const std::vector<std::string> kTopLevel = {"schema_version", "command", "environment",
                                                      "tables", "errors"};
   std::vector<std::pair<std::string, nlohmann::json>> blocks;
+  std::map<std::string, std::map<std::string, std::size_t>> table_index;  // lesson, id -> tables[i]
   const auto block_for = [&](const std::string& name) -> nlohmann::json& {
     for (auto& [n, b] : blocks)
       if (n == name) return b;
@@ -98,9 +127,10 @@ std::vector<std::pair<std::string, nlohmann::json>> upgrade_v1(const nlohmann::j
   }
   const auto& tables = j.at("tables");
   if (!tables.is_array()) throw format_error(source + ": \"tables\" is not a list");
-  for (const auto& t : tables) {
+  for (std::size_t i = 0; i < tables.size(); ++i) {
+    const auto& t = tables[i];
     if (!t.is_object() || !t.contains("id") || !t["id"].is_string())
-      throw format_error(source + ": a table without an \"id\"");
+      throw format_error(source + ": tables[" + std::to_string(i) + "]: a table without an \"id\"");
     std::string id = t["id"].get<std::string>();
     std::string owner = command;
     if (command == "all") {
@@ -112,6 +142,7 @@ std::vector<std::pair<std::string, nlohmann::json>> upgrade_v1(const nlohmann::j
     }
     (void)lesson_named(owner, source);
     block_for(owner)["tables"][id] = t;
+    table_index[owner][id] = i;
   }
   for (auto& [name, block] : blocks) {
     if (command == "all") {
@@ -129,7 +160,11 @@ std::vector<std::pair<std::string, nlohmann::json>> upgrade_v1(const nlohmann::j
     const lesson& l = lesson_named(name, source);
     try {
       out.emplace_back(name, l.upgrade_v1(block));
-    } catch (const nlohmann::json::exception& e) {
+    } catch (const json_path_error& e) {
+      const std::string at =
+          path_in_file(e.path(), table_index[name], command == "all" ? name : "");
+      throw format_error(source + ": " + (at.empty() ? "" : at + ": ") + e.detail());
+    } catch (const format_error& e) {
       throw format_error(source + ": the " + name +
                          " tables of schema 1 cannot be read: " + e.what());
     }
@@ -147,9 +182,9 @@ std::vector<presentation::report> render(const run_record& r) {
     const lesson& l = lesson_named(name, source);
     try {
       out.push_back(l.render(result, facts));
+    } catch (const json_path_error& e) {  // the path from the results on: the file is added
+      throw format_error(source + ": " + e.what());
     } catch (const format_error& e) {  // the lesson's reader knows the result, not the file
-      throw format_error(source + ": results." + name + ": " + e.what());
-    } catch (const nlohmann::json::exception& e) {
       throw format_error(source + ": results." + name + ": " + e.what());
     }
   }
@@ -174,14 +209,18 @@ device_facts facts_of(const run_record& r) {
   if (env.contains("nvml") && env["nvml"].is_string()) nvml_status = env["nvml"].get<std::string>();
   if (!env.contains("gpus") || !env["gpus"].is_array())
     throw format_error(source + ": names no GPU (environment.gpus is missing)");
+  std::size_t i = 0;
   for (const auto& g : env["gpus"]) {
     device_info d;
     try {
-      d = g.get<device_info>();
-    } catch (const nlohmann::json::exception& e) {
-      throw format_error(source + ": environment.gpus holds an unreadable GPU: " + e.what());
+      read_json(g, d);
+    } catch (json_path_error& e) {
+      e.prepend_index(i);
+      e.prepend_path("environment.gpus");
+      throw format_error(source + ": " + e.what());
     }
     if (d.index == device) return device_facts::of(d, nvml_status);
+    ++i;
   }
   throw format_error(source + ": names no GPU " + std::to_string(device) + " in environment.gpus");
 }

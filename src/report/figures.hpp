@@ -62,10 +62,10 @@ std::vector<run_result<Result>> results_of(const std::vector<run_input>& runs,
       const std::string& source =
           runs[i].record.source.empty() ? runs[i].label : runs[i].record.source;
       try {
-        out.push_back({i, runs.size() > 1 ? runs[i].label : "", j.template get<Result>(), source});
-      } catch (const nlohmann::json::exception& e) {
-        throw format_error(source + ": results." + lesson + ": the " + lesson +
-                           " result cannot be read: " + e.what());
+        out.push_back({i, runs.size() > 1 ? runs[i].label : "",
+                       lessons::result_from_json<Result>(j, lesson), source});
+      } catch (const json_path_error& e) {
+        throw format_error(source + ": " + e.what());
       }
     }
   return out;

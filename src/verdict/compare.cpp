@@ -43,7 +43,7 @@ bool skipped(const std::string& key) {
 
 bool is_summary(const json& j) {
   return j.is_object() && j.contains("median") && j.contains("rel_spread") &&
-         j["median"].is_number();
+         j["median"].is_number() && j["rel_spread"].is_number();
 }
 
 bool ends_with(const std::string& s, std::string_view suffix) {
@@ -108,8 +108,8 @@ void walk(const json& j, const std::string& path, std::vector<figure>& out) {
     const auto k = kind_of(key);
     if (is_summary(v)) {
       if (!k || (std::string(k->unit) == "s" && has_bandwidth)) continue;
-      out.push_back(
-          {id, k->unit, v["median"].get<double>(), v.value("rel_spread", 0.0), k->higher_better});
+      out.push_back({id, k->unit, v["median"].get<double>(), v["rel_spread"].get<double>(),
+                     k->higher_better});
     } else if (v.is_number() && k) {
       out.push_back({id, k->unit, v.get<double>(), 0.0, k->higher_better});
     } else if (v.is_object() || v.is_array()) {

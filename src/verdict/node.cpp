@@ -11,6 +11,11 @@ using lessons::copy_figure;
 
 namespace {
 
+/// The record's file, for messages.
+std::string source_of(const lessons::run_record& r) {
+  return r.source.empty() ? "results" : r.source;
+}
+
 const nlohmann::json* result_named(const lessons::run_record& r, const std::string& name) {
   for (const auto& [n, j] : r.results)
     if (n == name) return &j;
@@ -48,9 +53,7 @@ void read_profile(const lessons::profile_result& p, check_result& c) {
   if (c.gemm && c.gemm->peak_flops_per_s) c.bf16_peak_flops_per_s = c.gemm->peak_flops_per_s;
 }
 
-}  // namespace
-
-check_result check_of(const lessons::run_record& r, const lessons::check_thresholds& t) {
+check_result check_of_record(const lessons::run_record& r, const lessons::check_thresholds& t) {
   check_result c;
   if (const auto* j = result_named(r, "check")) {
     c = lessons::result_from_json<check_result>(*j, "check");
@@ -58,7 +61,7 @@ check_result check_of(const lessons::run_record& r, const lessons::check_thresho
     const auto* tj = result_named(r, "transfer");
     const auto* pj = result_named(r, "profile");
     if (!tj && !pj)
-      throw format_error("a '" + r.command +
+      throw format_error(source_of(r) + ": a '" + r.command +
                          "' run holds no figure a check reads (it needs a check, all, transfer or "
                          "profile run)");
     c = lessons::check_result_of(lessons::facts_of(r));
@@ -71,6 +74,16 @@ check_result check_of(const lessons::run_record& r, const lessons::check_thresho
   c.thresholds = t;
   c.items = lessons::evaluate_check(c);
   return c;
+}
+
+}  // namespace
+
+check_result check_of(const lessons::run_record& r, const lessons::check_thresholds& t) {
+  try {
+    return check_of_record(r, t);
+  } catch (const json_path_error& e) {  // the path from the results on: the file is added
+    throw format_error(source_of(r) + ": " + e.what());
+  }
 }
 
 }  // namespace gpu_basics::verdict

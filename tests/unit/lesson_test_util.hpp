@@ -2,7 +2,11 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
+#include <gtest/gtest.h>
+
+#include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/stats.hpp"
 
 namespace gpu_basics::testing {
@@ -22,6 +26,18 @@ inline summary spread_around(double median, std::size_t count = 20) {
   s.iqr = s.p75 - s.p25;
   s.rel_spread = s.iqr / median;
   return s;
+}
+
+/// Runs `read`, which must throw a json_path_error at `path` whose detail contains `detail`.
+template <class Read>
+void expect_path_error(Read&& read, const std::string& path, const std::string& detail) {
+  try {
+    read();
+    ADD_FAILURE() << "no error; expected one at '" << path << "'";
+  } catch (const json_path_error& e) {
+    EXPECT_EQ(e.path(), path) << e.what();
+    EXPECT_NE(e.detail().find(detail), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace gpu_basics::testing

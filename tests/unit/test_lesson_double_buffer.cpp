@@ -8,6 +8,7 @@
 
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/lessons/double_buffer.hpp"
+#include "lesson_test_util.hpp"
 
 using namespace gpu_basics;
 using namespace gpu_basics::lessons;
@@ -288,14 +289,23 @@ TEST(LessonDoubleBuffer, FromV1ThrowsOnMalformedBlocks) {
   EXPECT_ANY_THROW((void)double_buffer_from_v1(bad_rows));
   auto bad_cell = v1_block(r, false);
   bad_cell["tables"]["double_buffer"]["rows"][0]["compute_to_copy"] = "fast";
-  EXPECT_THROW((void)double_buffer_from_v1(bad_cell), nlohmann::json::exception);
+  gpu_basics::testing::expect_path_error([&] { (void)double_buffer_from_v1(bad_cell); },
+                                         "tables.double_buffer.rows[0].compute_to_copy",
+                                         "expected a number, got \"fast\"");
   auto bad_mode = v1_block(r, true);
   bad_mode["extra"]["double_buffer"]["timelines"][0]["quadruple"] = {
       {"total_s", 1.0}, {"batches", nlohmann::json::array()}};
-  EXPECT_THROW((void)double_buffer_from_v1(bad_mode), format_error);
+  gpu_basics::testing::expect_path_error([&] { (void)double_buffer_from_v1(bad_mode); },
+                                         "extra.double_buffer.timelines[0].quadruple",
+                                         "not a pipeline mode");
   auto bad_timeline = v1_block(r, true);
   bad_timeline["extra"]["double_buffer"]["timelines"][1]["double"]["batches"][0]["copy_end_s"] =
       "late";
-  EXPECT_THROW((void)double_buffer_from_v1(bad_timeline), nlohmann::json::exception);
-  EXPECT_THROW((void)double_buffer_from_v1(nlohmann::json::array()), nlohmann::json::exception);
+  gpu_basics::testing::expect_path_error(
+      [&] { (void)double_buffer_from_v1(bad_timeline); },
+      "extra.double_buffer.timelines[1].double.batches[0].copy_end_s",
+      "expected a number, got \"late\"");
+  gpu_basics::testing::expect_path_error(
+      [] { (void)double_buffer_from_v1(nlohmann::json::array()); }, "",
+      "expected an object, got a list");
 }

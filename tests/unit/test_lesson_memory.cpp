@@ -9,6 +9,7 @@
 
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/lessons/memory.hpp"
+#include "lesson_test_util.hpp"
 
 using namespace gpu_basics;
 using namespace gpu_basics::lessons;
@@ -586,17 +587,20 @@ TEST(MemoryLesson, FromV1RejectsMalformedBlocks) {
     edit(b);
     return b;
   };
-  EXPECT_THROW((void)memory_from_v1(nlohmann::json::object()), nlohmann::json::exception);
+  gpu_basics::testing::expect_path_error([] { (void)memory_from_v1(nlohmann::json::object()); },
+                                         "tables", "missing");
   EXPECT_THROW((void)memory_from_v1(with(
                    [](auto& b) { b["tables"]["allocation_cost"]["rows"][1]["bytes"] = "lots"; })),
                format_error);
   EXPECT_THROW((void)memory_from_v1(with(
                    [](auto& b) { b["tables"]["allocation_cost"]["rows"][1]["bytes"] = "1 MB"; })),
                format_error);
-  EXPECT_THROW((void)memory_from_v1(with([](auto& b) {
-                 b["tables"]["allocation_cost"]["rows"][0].erase("cached_pair_s");
-               })),
-               nlohmann::json::exception);
+  gpu_basics::testing::expect_path_error(
+      [&] {
+        (void)memory_from_v1(with(
+            [](auto& b) { b["tables"]["allocation_cost"]["rows"][0].erase("cached_pair_s"); }));
+      },
+      "tables.allocation_cost.rows[0].cached_pair_s", "missing");
   EXPECT_THROW((void)memory_from_v1(with([](auto& b) { b["tables"]["caching"]["rows"] = "none"; })),
                format_error);
   EXPECT_THROW(
@@ -613,13 +617,23 @@ TEST(MemoryLesson, FromV1RejectsMalformedBlocks) {
   EXPECT_THROW(
       (void)memory_from_v1(with([](auto& b) { b["tables"]["peak"]["rows"][0]["quantity"] = "?"; })),
       format_error);
-  EXPECT_THROW((void)memory_from_v1(with(
-                   [](auto& b) { b["tables"]["fragmentation"]["rows"][0]["second_64mib"] = 3; })),
-               nlohmann::json::exception);
-  EXPECT_THROW((void)memory_from_v1(with([](auto& b) {
-                 b["extra"]["pinned_pool"] = {{"cache_hits", "x"}};
-               })),
-               nlohmann::json::exception);
+  gpu_basics::testing::expect_path_error(
+      [&] {
+        (void)memory_from_v1(
+            with([](auto& b) { b["tables"]["fragmentation"]["rows"][0]["second_64mib"] = 3; }));
+      },
+      "tables.fragmentation.rows[0].second_64mib", "expected a string, got 3");
+  gpu_basics::testing::expect_path_error(
+      [&] {
+        (void)memory_from_v1(with([](auto& b) {
+          b["extra"]["pinned_pool"] = {{"backend_allocations", 1},
+                                       {"backend_frees", 1},
+                                       {"cache_hits", "x"},
+                                       {"pin_seconds", 0.1},
+                                       {"unpin_seconds", 0.1}};
+        }));
+      },
+      "extra.pinned_pool.cache_hits", "expected an integer, got \"x\"");
 }
 
 // ---- the registry entry -------------------------------------------------------------------

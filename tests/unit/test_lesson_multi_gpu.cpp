@@ -354,7 +354,9 @@ TEST(LessonMultiGpu, FromV1ThrowsOnMalformedBlocks) {
   EXPECT_THROW((void)multi_gpu_from_v1(bad_access), format_error);
   auto bad_cell = v1_block(r, false);
   bad_cell["tables"]["p2p_latency"]["rows"][1]["to_gpu_0"] = "fast";
-  EXPECT_THROW((void)multi_gpu_from_v1(bad_cell), nlohmann::json::exception);
+  gpu_basics::testing::expect_path_error([&] { (void)multi_gpu_from_v1(bad_cell); },
+                                         "tables.p2p_latency.rows[1].to_gpu_0",
+                                         "expected a number, got \"fast\"");
   auto bad_title = v1_block(r, false);
   bad_title["tables"]["nccl"]["title"] = "NCCL";
   EXPECT_THROW((void)multi_gpu_from_v1(bad_title), format_error);
@@ -364,5 +366,6 @@ TEST(LessonMultiGpu, FromV1ThrowsOnMalformedBlocks) {
   auto wrong_devices = v1_block(r, true);
   wrong_devices["extra"]["peer"]["devices"] = {0, 1, 2};
   EXPECT_THROW((void)multi_gpu_from_v1(wrong_devices), format_error);
-  EXPECT_THROW((void)multi_gpu_from_v1(nlohmann::json("tables")), nlohmann::json::exception);
+  gpu_basics::testing::expect_path_error([] { (void)multi_gpu_from_v1(nlohmann::json("tables")); },
+                                         "", "expected an object, got \"tables\"");
 }

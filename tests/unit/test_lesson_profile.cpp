@@ -545,7 +545,8 @@ TEST(LessonProfile, FromV1WithoutNvmlKeepsWhy) {
 }
 
 TEST(LessonProfile, FromV1MalformedThrows) {
-  EXPECT_THROW((void)profile_from_v1(nlohmann::json::object()), nlohmann::json::exception);
+  gpu_basics::testing::expect_path_error([] { (void)profile_from_v1(nlohmann::json::object()); },
+                                         "tables", "missing");
   EXPECT_THROW((void)profile_from_v1(nlohmann::json{{"tables", 3}}), format_error);
   auto bad_shape = v1_block(true);
   bad_shape["tables"]["matmul"]["rows"][0]["shape"] = "8192 x 8192";
@@ -555,7 +556,9 @@ TEST(LessonProfile, FromV1MalformedThrows) {
   EXPECT_THROW((void)profile_from_v1(bad_rows), format_error);
   auto bad_value = v1_block(true);
   bad_value["tables"]["timing_methods"]["rows"][0]["median_s"] = "fast";
-  EXPECT_THROW((void)profile_from_v1(bad_value), nlohmann::json::exception);
+  gpu_basics::testing::expect_path_error([&] { (void)profile_from_v1(bad_value); },
+                                         "tables.timing_methods.rows[0].median_s",
+                                         "expected a number, got \"fast\"");
   auto bad_method = v1_block(true);
   bad_method["tables"]["timing_methods"]["rows"][0]["method"] = "sundial";
   EXPECT_THROW((void)profile_from_v1(bad_method), format_error);

@@ -628,14 +628,17 @@ TEST(LessonTransfer, FromV1ThrowsOnAMalformedBlock) {
   const auto block_with = [](const char* id, nlohmann::json t) {
     return nlohmann::json{{"tables", {{id, std::move(t)}}}, {"extra", nlohmann::json::object()}};
   };
-  EXPECT_THROW((void)transfer_from_v1(nlohmann::json::object()), nlohmann::json::exception);
+  gpu_basics::testing::expect_path_error([] { (void)transfer_from_v1(nlohmann::json::object()); },
+                                         "tables", "missing");
   EXPECT_THROW((void)transfer_from_v1(block_with("bandwidth", {{"rows", "none"}})), format_error);
-  EXPECT_THROW(
-      (void)transfer_from_v1(block_with(
-          "bandwidth",
-          {{"rows",
-            {{{"shape", "x"}, {"bytes", "many"}, {"direction", "H2D"}, {"memory", "pinned"}}}}})),
-      nlohmann::json::exception);
+  gpu_basics::testing::expect_path_error(
+      [&] {
+        (void)transfer_from_v1(block_with(
+            "bandwidth",
+            {{"rows",
+              {{{"shape", "x"}, {"bytes", "many"}, {"direction", "H2D"}, {"memory", "pinned"}}}}}));
+      },
+      "tables.bandwidth.rows[0].bytes", "expected an integer, got \"many\"");
   EXPECT_THROW((void)transfer_from_v1(block_with(
                    "streams", {{"title", "Streams"}, {"rows", nlohmann::json::array()}})),
                format_error);
@@ -647,7 +650,9 @@ TEST(LessonTransfer, FromV1ThrowsOnAMalformedBlock) {
       format_error);
   nlohmann::json bad_extra = v1_block(sample());
   bad_extra["extra"]["measurements"][0]["bytes"] = "four";
-  EXPECT_THROW((void)transfer_from_v1(bad_extra), nlohmann::json::exception);
+  gpu_basics::testing::expect_path_error([&] { (void)transfer_from_v1(bad_extra); },
+                                         "extra.measurements[0].bytes",
+                                         "expected an integer, got \"four\"");
 }
 
 // ---- the registry's entry

@@ -70,7 +70,7 @@ struct device_info {
 /// link rate and datasheet figures).
 void to_json(nlohmann::json& j, const device_info& d);
 /// Reads what to_json wrote (derived fields are ignored); missing keys keep their defaults.
-/// @throws nlohmann::json::exception on a value of the wrong type.
+/// @throws json_path_error (core/json.hpp) on a value of the wrong type.
 void from_json(const nlohmann::json& j, device_info& d);
 
 }  // namespace gpu_basics

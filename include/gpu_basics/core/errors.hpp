@@ -135,6 +135,39 @@ class format_error : public error {
   using error::error;
 };
 
+/// A value of a JSON document that is not what its reader expects (a wrong kind, out of range,
+/// missing), at a key path of the document: what() reads "shapes[0].copies[3].seconds: expected a
+/// number, got null". Each level of a reader puts its key or index in front as the error leaves it,
+/// so the outermost one, which knows where its document sits in a file, completes the path.
+class json_path_error : public format_error {
+ public:
+  /// An error at the top of the document read (an empty path): `detail` says what is wrong.
+  explicit json_path_error(std::string detail);
+
+  /// "path: detail", or the detail alone while the path is empty.
+  [[nodiscard]] const char* what() const noexcept override { return what_.c_str(); }
+  /// The key path: "shapes[0].copies[3].seconds", "" for the top.
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  /// What is wrong there: "expected a number, got null".
+  [[nodiscard]] const std::string& detail() const noexcept { return detail_; }
+
+  /// Puts the member `key` in front of the path (at most 64 characters of it, escaped).
+  void prepend_key(std::string_view key);
+  /// Puts "[index]" in front of the path.
+  void prepend_index(std::size_t index);
+  /// Puts `path` (a key path of this error's form, "" for none) in front of the path.
+  void prepend_path(std::string_view path);
+
+  /// `key` as a path shows it: escaped, at most 64 characters of it, "\"\"" when empty.
+  [[nodiscard]] static std::string key_text(std::string_view key);
+
+ private:
+  void update();
+  std::string path_;
+  std::string detail_;
+  std::string what_;
+};
+
 /// `text` as it may appear in a one-line message: in double quotes, cut to `max_chars` characters
 /// (the rest is counted, not shown), with quotes, backslashes, control characters and bytes that
 /// are not UTF-8 escaped (\n, \t, \x1b, \"), so no input can break the line or drive a terminal.

@@ -61,7 +61,7 @@ template <class F>
 /// {"count", "median", "mean", "min", "max", "stdev", "p25", "p75", "iqr", "rel_spread"}.
 void to_json(nlohmann::json& j, const summary& s);
 /// Reads what to_json wrote; a missing key keeps its default.
-/// @throws nlohmann::json::exception on a value of the wrong type.
+/// @throws json_path_error (core/json.hpp) on a value of the wrong type.
 void from_json(const nlohmann::json& j, summary& s);
 
 }  // namespace gpu_basics

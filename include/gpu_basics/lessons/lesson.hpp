@@ -20,6 +20,7 @@
 #include "gpu_basics/core/device_info.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/hardware.hpp"
+#include "gpu_basics/core/json.hpp"
 #include "gpu_basics/core/results.hpp"
 
 namespace gpu_basics {
@@ -96,15 +97,20 @@ struct lesson {
 /// Attaches each note to the table it names, in order; notes naming no table go under the last.
 void attach_notes(std::vector<presentation::table>& tables, const std::vector<note>& notes);
 
-/// Reads a lesson's typed result from JSON.
-/// @throws format_error naming the lesson and what nlohmann_json found wrong.
+/// Reads a lesson's typed result from JSON, the lesson's entry of a results file's "results".
+/// @throws json_path_error (core/json.hpp) naming the key path of the first value that cannot be
+/// read, from the results on: "results.transfer.shapes[0].copies[3].seconds".
 template <class Result>
 [[nodiscard]] Result result_from_json(const nlohmann::json& j, std::string_view lesson_name) {
+  Result r;
   try {
-    return j.get<Result>();
-  } catch (const nlohmann::json::exception& e) {
-    throw format_error("the " + std::string(lesson_name) + " result cannot be read: " + e.what());
+    read_json(j, r);
+  } catch (json_path_error& e) {
+    e.prepend_key(lesson_name);
+    e.prepend_key("results");
+    throw;
   }
+  return r;
 }
 
 /// The registry's render step for a lesson with typed explain/present: JSON -> result -> tables

@@ -7,7 +7,8 @@
 
 namespace gpu_basics::lessons {
 
-info_result info_from_v1(const nlohmann::json& block) {
+info_result info_from_v1(const nlohmann::json& json_block) {
+  const v1::node block(json_block);
   info_result r;
   r.gpus = block.at("extra").at("gpus").get<std::vector<device_info>>();
   // Schema 1 kept NVML's status in the environment only; a missing link row says the same.

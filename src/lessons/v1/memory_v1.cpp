@@ -16,11 +16,13 @@ using labels::kPeakAllocated;
 using labels::kPeakReserved;
 using labels::kPeakSum;
 using labels::kPeakWeights;
+using v1::bytes_in;
 using v1::bytes_of;
 using v1::extra_entry;
-using v1::json;
+using v1::node;
 using v1::number_if_any;
-using v1::number_of;
+using v1::number_in;
+using v1::rows_of;
 using v1::table_of;
 
 constexpr std::array<const char*, 5> kCachingSteps = {"allocate_cold", "free", "allocate_again",
@@ -28,25 +30,17 @@ constexpr std::array<const char*, 5> kCachingSteps = {"allocate_cold", "free", "
 
 /// The sub-matches of `re` in a table's title ([0] the whole match).
 /// @throws format_error when it does not match.
-std::vector<std::string> title_match(const json& t, const std::regex& re) {
+std::vector<std::string> title_match(const node& t, const std::regex& re) {
   const auto title = t.at("title").get<std::string>();
   std::smatch m;
   if (!std::regex_search(title, m, re))
-    throw format_error("table '" + t.value("id", std::string()) + "': unexpected title '" + title +
-                       "'");
+    throw t.at("title").error("not the lesson's title: " + quote_for_message(title, 120));
   return {m.begin(), m.end()};
 }
 
-const json& v1_rows(const json& t) {
-  const auto& rows = t.at("rows");
-  if (!rows.is_array())
-    throw format_error("table '" + t.value("id", std::string()) + "': rows is not a list");
-  return rows;
-}
-
-allocation_cost_result allocation_cost_from_v1(const json& t) {
+allocation_cost_result allocation_cost_from_v1(const node& t) {
   allocation_cost_result a;
-  for (const auto& row : v1_rows(t))
+  for (const auto& row : rows_of(t))
     a.rows.push_back({bytes_of(row.at("bytes")), row.at("cuda_malloc_s").get<double>(),
                       row.at("cuda_free_s").get<double>(),
                       row.at("malloc_async_pair_s").get<double>(),
@@ -54,17 +48,17 @@ allocation_cost_result allocation_cost_from_v1(const json& t) {
   return a;
 }
 
-caching_result caching_from_v1(const json& t, const json* ec) {
+caching_result caching_from_v1(const node& t, const std::optional<node>& ec) {
   static const std::regex re(R"(\((\d+) x ([^)]+)\)\s*$)");
   const auto m = title_match(t, re);
   caching_result c;
-  c.blocks = number_of<int>(m[1]);
-  c.block_bytes = bytes_of(json(m[2]));
-  const auto& rows = v1_rows(t);
+  c.blocks = number_in<int>(t.at("title"), m[1]);
+  c.block_bytes = bytes_in(t.at("title"), m[2]);
+  const node rows = rows_of(t);
   if (rows.size() > kCachingSteps.size())
-    throw format_error("table 'caching': " + std::to_string(rows.size()) + " steps, expected 5");
+    throw rows.error(std::to_string(rows.size()) + " steps, expected 5");
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    const auto& row = rows[i];
+    const node row = rows.at(i);
     c.steps.push_back({kCachingSteps[i], row.at("step").get<std::string>(),
                        row.at("allocated_bytes").get<std::int64_t>(),
                        row.at("reserved_bytes").get<std::int64_t>(),
@@ -80,11 +74,11 @@ caching_result caching_from_v1(const json& t, const json* ec) {
   return c;
 }
 
-peak_result peak_from_v1(const json& t, const json* stats) {
+peak_result peak_from_v1(const node& t, const std::optional<node>& stats) {
   peak_result p;
-  for (const auto& row : v1_rows(t)) {
+  for (const auto& row : rows_of(t)) {
     const auto q = row.at("quantity").get<std::string>();
-    const auto& b = row.at("bytes");
+    const node b = row.at("bytes");
     const auto peak = [&b] {
       return b.is_null() ? std::nullopt : std::optional(b.get<std::int64_t>());
     };
@@ -97,7 +91,7 @@ peak_result peak_from_v1(const json& t, const json* stats) {
     else if (q == kPeakSum)
       p.requested_bytes = b.get<std::uint64_t>();
     else
-      throw format_error("table 'peak': unknown quantity '" + q + "'");
+      throw row.at("quantity").error("not a quantity of the lesson: " + quote_for_message(q));
   }
   // The allocator's stats after the pass hold the same peaks.
   if (stats && !p.peak_allocated_bytes)
@@ -107,12 +101,12 @@ peak_result peak_from_v1(const json& t, const json* stats) {
   return p;
 }
 
-pinned_result pinned_from_v1(const json& t, const json* pool) {
+pinned_result pinned_from_v1(const node& t, const std::optional<node>& pool) {
   static const std::regex re(R"(for a (.+) tensor)");
   pinned_result p;
-  p.bytes = bytes_of(json(title_match(t, re)[1]));
+  p.bytes = bytes_in(t.at("title"), title_match(t, re)[1]);
   p.use_pinned_memory = false;
-  for (const auto& row : v1_rows(t)) {
+  for (const auto& row : rows_of(t)) {
     const auto what = row.at("memory").get<std::string>();
     if (what.starts_with("pageable")) {
       p.pageable_allocate_s = row.at("allocate_s").get<double>();
@@ -123,7 +117,7 @@ pinned_result pinned_from_v1(const json& t, const json* pool) {
       p.pinned_reuse_s = number_if_any(row, "reuse_s");
       p.pinned_h2d_bytes_per_s = number_if_any(row, "h2d_bytes_per_s");
     } else {
-      throw format_error("table 'pinned_vs_pageable': unknown host memory '" + what + "'");
+      throw row.at("memory").error("not a kind of host memory: " + quote_for_message(what));
     }
   }
   if (pool)
@@ -134,15 +128,15 @@ pinned_result pinned_from_v1(const json& t, const json* pool) {
   return p;
 }
 
-fragmentation_result fragmentation_from_v1(const json& t) {
+fragmentation_result fragmentation_from_v1(const node& t) {
   static const std::regex re(R"(a cached (.+) block, (.+) requests)");
   const auto m = title_match(t, re);
   fragmentation_result f;
-  f.large_bytes = bytes_of(json(m[1]));
-  f.small_bytes = bytes_of(json(m[2]));
-  for (const auto& row : v1_rows(t)) {
+  f.large_bytes = bytes_in(t.at("title"), m[1]);
+  f.small_bytes = bytes_in(t.at("title"), m[2]);
+  for (const auto& row : rows_of(t)) {
     fragmentation_row r;
-    const auto& limit = row.at("max_split_size");
+    const node limit = row.at("max_split_size");
     if (!(limit.is_string() && limit.get<std::string>() == "unlimited"))
       r.max_split_size = bytes_of(limit);
     r.fragmentation = row.at("fragmentation").get<double>();
@@ -150,7 +144,8 @@ fragmentation_result fragmentation_from_v1(const json& t) {
     r.reserved_bytes = row.at("reserved_bytes").get<std::int64_t>();
     const auto from = row.at("second_64mib").get<std::string>();
     if (from != kNewSegment && from != kFromCache)
-      throw format_error("table 'fragmentation': unknown source '" + from + "'");
+      throw row.at("second_64mib")
+          .error("not where a block comes from: " + quote_for_message(from));
     r.new_segment = from == kNewSegment;
     f.rows.push_back(r);
   }
@@ -159,21 +154,22 @@ fragmentation_result fragmentation_from_v1(const json& t) {
 
 }  // namespace
 
-memory_result memory_from_v1(const nlohmann::json& block) {
+memory_result memory_from_v1(const nlohmann::json& json_block) {
+  const node block(json_block);
   memory_result r;
-  if (const auto* t = table_of(block, "allocation_cost"))
+  if (const auto t = table_of(block, "allocation_cost"))
     r.allocation_cost = allocation_cost_from_v1(*t);
-  if (const auto* t = table_of(block, "caching"))
+  if (const auto t = table_of(block, "caching"))
     r.caching = caching_from_v1(*t, extra_entry(block, "empty_cache"));
-  if (const auto* t = table_of(block, "peak"))
+  if (const auto t = table_of(block, "peak"))
     r.peak = peak_from_v1(*t, extra_entry(block, "peak_stats"));
-  if (const auto* t = table_of(block, "trace")) {
-    r.trace = schema_v1::trace_from_v1(*t, extra_entry(block, "trace"));
+  if (const auto t = table_of(block, "trace")) {
+    r.trace = v1::trace_from_v1(*t, extra_entry(block, "trace"));
     r.trace->schedule_wait = r.trace->schedule_warmup = 0;  // the pass is traced whole
   }
-  if (const auto* t = table_of(block, "pinned_vs_pageable"))
+  if (const auto t = table_of(block, "pinned_vs_pageable"))
     r.pinned = pinned_from_v1(*t, extra_entry(block, "pinned_pool"));
-  if (const auto* t = table_of(block, "fragmentation")) r.fragmentation = fragmentation_from_v1(*t);
+  if (const auto t = table_of(block, "fragmentation")) r.fragmentation = fragmentation_from_v1(*t);
   return r;
 }
 

@@ -15,6 +15,7 @@ namespace {
 
 using labels::to_gpu_key;
 using v1::extra_of;
+using v1::node;
 using v1::title_of;
 
 using cell_of = std::optional<summary> peer_pair::*;
@@ -40,7 +41,7 @@ std::optional<std::uint64_t> parse_bytes(const std::string& s) {
   }
 }
 
-std::optional<std::uint64_t> bytes_in_title(const nlohmann::json& t, const std::regex& re) {
+std::optional<std::uint64_t> bytes_in_title(const node& t, const std::regex& re) {
   const std::string title = title_of(t);
   std::smatch m;
   if (!std::regex_search(title, m, re)) return std::nullopt;
@@ -48,37 +49,36 @@ std::optional<std::uint64_t> bytes_in_title(const nlohmann::json& t, const std::
 }
 
 /// The rows of a matrix table: rows[i]["to_gpu_j"], checked square over n GPUs.
-const nlohmann::json& matrix_rows(const nlohmann::json& t, std::size_t n) {
-  const auto& rows = t.at("rows");
+node matrix_rows(const node& t, std::size_t n) {
+  node rows = t.at("rows");
   if (!rows.is_array() || rows.size() != n)
-    throw format_error(
-        fmt::format("table '{}' is not a {} x {} GPU matrix", t.value("id", std::string()), n, n));
+    throw rows.error(fmt::format("not the rows of a {} x {} GPU matrix", n, n));
   return rows;
 }
 
 /// Access and the five figure matrices from their tables (medians only).
-peer_result peer_from_tables(const nlohmann::json& tables) {
-  const auto& access = tables.at("p2p_access");
-  const std::size_t n = access.at("rows").size();
+peer_result peer_from_tables(const node& tables) {
+  const node access = tables.at("p2p_access");
+  const std::size_t n = v1::rows_of(access).size();
   peer_result p;
   p.can_access.assign(n, std::vector<int>(n, 0));
   p.cells.assign(n, std::vector<peer_pair>(n));
   for (std::size_t i = 0; i < n; ++i) {
     p.devices.push_back(static_cast<int>(i));
-    const auto& row = matrix_rows(access, n).at(i);
+    const node row = matrix_rows(access, n).at(i);
     for (std::size_t j = 0; j < n; ++j) {
       const std::string v = row.at(to_gpu_key(j)).get<std::string>();
       if (v != "self" && v != "yes" && v != "no")
-        throw format_error("p2p_access: unknown cell '" + v + "'");
+        throw row.at(to_gpu_key(j)).error("expected self, yes or no, got " + quote_for_message(v));
       p.can_access[i][j] = v == "no" ? 0 : 1;
     }
   }
   for (const auto& [id, member] : kRates) {
     if (!tables.contains(id)) continue;
-    const auto& rows = matrix_rows(tables.at(id), n);
+    const node rows = matrix_rows(tables.at(id), n);
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t j = 0; j < n; ++j) {
-        const auto& v = rows.at(i).at(to_gpu_key(j));
+        const node v = rows.at(i).at(to_gpu_key(j));
         if (v.is_null()) continue;
         summary s;
         s.median = v.get<double>();
@@ -97,23 +97,24 @@ peer_result peer_from_tables(const nlohmann::json& tables) {
 }
 
 /// extra.peer of schema 1: the full summaries, devices, sizes and verified bytes.
-void peer_from_extra(const nlohmann::json& e, peer_result& p) {
+void peer_from_extra(const node& e, peer_result& p) {
   const std::size_t n = p.cells.size();
   p.devices = e.at("devices").get<std::vector<int>>();
   if (p.devices.size() != n)
-    throw format_error("extra.peer names a different number of GPUs than its tables");
+    throw e.at("devices").error(
+        fmt::format("{} GPU(s), but the p2p_access table has {}", p.devices.size(), n));
   p.bytes = e.value("bytes", p.bytes);
   p.latency_bytes = e.value("latency_bytes", p.latency_bytes);
   if (e.contains("verified_bytes")) p.verified_bytes = e.at("verified_bytes").get<std::uint64_t>();
   if (!e.contains("cells")) return;
-  const auto& cells = e.at("cells");
+  const node cells = e.at("cells");
   if (!cells.is_array() || cells.size() != n * n)
-    throw format_error("extra.peer.cells is not a GPU x GPU list");
-  const auto opt = [](const nlohmann::json& c, const char* key) {
+    throw cells.error(fmt::format("expected a list of {} x {} cells", n, n));
+  const auto opt = [](const node& c, const char* key) {
     return c.contains(key) ? c.at(key).get<std::optional<summary>>() : std::nullopt;
   };
   for (std::size_t k = 0; k < cells.size(); ++k) {
-    const auto& c = cells.at(k);
+    const node c = cells.at(k);
     auto& cell = p.cells[k / n][k % n];
     cell.uni_peer_on_bytes_per_s = opt(c, "uni_peer_on_bytes_per_s");
     cell.uni_peer_off_bytes_per_s = opt(c, "uni_peer_off_bytes_per_s");
@@ -124,11 +125,13 @@ void peer_from_extra(const nlohmann::json& e, peer_result& p) {
 }
 
 /// The "nccl" table: version, ranks and iterations from its title, a row per size.
-nccl_result nccl_from_table(const nlohmann::json& t) {
+nccl_result nccl_from_table(const node& t) {
   nccl_result r;
-  const auto& rows = t.at("rows");
-  const auto& columns = t.at("columns");
-  if (std::find(columns.begin(), columns.end(), "status") != columns.end()) {
+  const node rows = v1::rows_of(t);
+  const node columns = t.at("columns");
+  if (!columns.is_array()) throw columns.error("expected a list, got " + json_kind(columns.raw()));
+  const auto& cols = columns.raw();
+  if (std::find(cols.begin(), cols.end(), "status") != cols.end()) {
     r.unavailable = rows.at(0).at("status").get<std::string>();
     return r;
   }
@@ -137,10 +140,10 @@ nccl_result nccl_from_table(const nlohmann::json& t) {
   const std::string title = t.at("title").get<std::string>();
   std::smatch m;
   if (!std::regex_search(title, m, title_re))
-    throw format_error("nccl: unreadable title '" + title + "'");
+    throw t.at("title").error("not the lesson's title: " + quote_for_message(title, 120));
   r.version = m[1];
-  r.ranks = std::stoi(m[2]);
-  r.iterations = std::stoi(m[3]);
+  r.ranks = v1::number_in<int>(t.at("title"), m[2]);
+  r.iterations = v1::number_in<int>(t.at("title"), m[3]);
   for (const auto& c : columns) {
     const std::string key = c.get<std::string>();
     const std::string suffix = "_time_s";
@@ -168,15 +171,15 @@ nccl_result nccl_from_table(const nlohmann::json& t) {
 }
 
 /// extra.nccl.results of schema 1: one entry per op and size, in table order.
-void nccl_from_extra(const nlohmann::json& e, nccl_result& r) {
+void nccl_from_extra(const node& e, nccl_result& r) {
   if (r.unavailable || !e.contains("results")) return;
-  const auto& results = e.at("results");
+  const node results = e.at("results");
   std::size_t k = 0;
   for (auto& s : r.sizes)
     for (auto& f : s.ops) {
-      const auto& x = results.at(k++);
+      const node x = results.at(k++);
       if (x.at("op").get<std::string>() != f.op)
-        throw format_error("extra.nccl.results is not in the table's order");
+        throw x.at("op").error("not in the nccl table's order (expected " + f.op + ")");
       f.bytes = x.at("bytes").get<std::uint64_t>();
       f.ranks = x.at("ranks").get<int>();
       f.time_s = x.at("time_s").get<summary>();
@@ -184,15 +187,20 @@ void nccl_from_extra(const nlohmann::json& e, nccl_result& r) {
       f.bus_bytes_per_s = x.at("bus_bytes_per_s").get<double>();
       f.verified_elements = x.at("verified_elements").get<std::uint64_t>();
     }
-  if (k != results.size()) throw format_error("extra.nccl.results does not match the nccl table");
+  if (k != results.size())
+    throw results.error(fmt::format("{} entries, but the nccl table has {}", results.size(), k));
 }
 
 }  // namespace
 
 std::optional<multi_gpu_result> multi_gpu_from_v1(const nlohmann::json& block) {
-  const auto& tables = block.at("tables");
+  return multi_gpu_from_v1(node(block));
+}
+
+std::optional<multi_gpu_result> multi_gpu_from_v1(const node& block) {
+  const node tables = block.at("tables");
   if (!tables.contains("p2p_access")) return std::nullopt;
-  const nlohmann::json extra = extra_of(block);
+  const node extra = extra_of(block);
   multi_gpu_result r;
   r.peer = peer_from_tables(tables);
   if (extra.contains("peer")) peer_from_extra(extra.at("peer"), r.peer);

@@ -16,25 +16,20 @@ namespace {
 
 using labels::kTimingRows;
 using v1::extra_of;
-using v1::member_of;
+using v1::node;
 using v1::notes_of;
 using v1::nullable_number;
+using v1::number_in;
+using v1::rows_of;
 using v1::title_of;
 
-const nlohmann::json& rows_of(const nlohmann::json& t, const char* id) {
-  const auto& rows = t.at("rows");
-  if (!rows.is_array())
-    throw format_error(std::string("profile: the rows of \"") + id + "\" are not a list");
-  return rows;
-}
-
-timing_methods_result timing_from_v1(const nlohmann::json& t) {
+timing_methods_result timing_from_v1(const node& t) {
   timing_methods_result r;
   static const std::regex re(R"(an integer kernel over (.+), median\))");
   std::smatch m;
   const std::string title = title_of(t);
   if (std::regex_search(title, m, re)) r.bytes = parse_byte_size(std::string(m[1]));
-  for (const auto& row : rows_of(t, "timing_methods")) {
+  for (const auto& row : rows_of(t)) {
     const auto method = row.at("method").get<std::string>();
     bool known = false;
     for (const auto& tr : kTimingRows)
@@ -42,14 +37,16 @@ timing_methods_result timing_from_v1(const nlohmann::json& t) {
         (r.*tr.field).median = row.at("median_s").get<double>();
         known = true;
       }
-    if (!known) throw format_error("profile: unknown timing method '" + method + "'");
+    if (!known)
+      throw row.at("method").error("not a timing method of the lesson: " +
+                                   quote_for_message(method));
   }
   return r;
 }
 
-key_averages_result key_averages_from_v1(const nlohmann::json& t) {
+key_averages_result key_averages_from_v1(const node& t) {
   key_averages_result r;
-  for (const auto& row : rows_of(t, "key_averages")) {
+  for (const auto& row : rows_of(t)) {
     region_timing g;
     g.name = row.at("name").get<std::string>();
     g.calls = row.at("calls").get<std::uint64_t>();
@@ -63,31 +60,33 @@ key_averages_result key_averages_from_v1(const nlohmann::json& t) {
   return r;
 }
 
-void shape_from_text(const std::string& s, matmul_run& x) {
+void shape_from_text(const node& cell, matmul_run& x) {
   static const std::regex re(R"(^\s*([0-9]+) x ([0-9]+) x ([0-9]+)\s*$)");
+  const auto s = cell.get<std::string>();
   std::smatch m;
   if (!std::regex_match(s, m, re))
-    throw format_error("profile: matmul shape '" + s + "' is not m x n x k");
-  x.m = std::stoull(m[1]);
-  x.n = std::stoull(m[2]);
-  x.k = std::stoull(m[3]);
+    throw cell.error("expected a shape m x n x k, got " + quote_for_message(s));
+  x.m = number_in<std::uint64_t>(cell, m[1]);
+  x.n = number_in<std::uint64_t>(cell, m[2]);
+  x.k = number_in<std::uint64_t>(cell, m[3]);
 }
 
 /// extra.matmul's entry for the run, where schema 1 kept one.
-const nlohmann::json* matmul_extra(const nlohmann::json& extra, const matmul_run& x) {
-  if (!extra.contains("matmul") || !extra.at("matmul").is_array()) return nullptr;
-  for (const auto& e : extra.at("matmul"))
+std::optional<node> matmul_extra(const node& extra, const matmul_run& x) {
+  const auto all = extra.find("matmul");
+  if (!all || !all->is_array()) return std::nullopt;
+  for (const auto& e : *all)
     if (e.value("precision", std::string()) == x.precision &&
         e.value("m", std::uint64_t{0}) == x.m && e.value("n", std::uint64_t{0}) == x.n &&
         e.value("k", std::uint64_t{0}) == x.k)
-      return &e;
-  return nullptr;
+      return e;
+  return std::nullopt;
 }
 
-matmul_run matmul_run_from_v1(const nlohmann::json& row, const nlohmann::json& extra) {
+matmul_run matmul_run_from_v1(const node& row, const node& extra) {
   matmul_run x;
   x.precision = row.at("precision").get<std::string>();
-  shape_from_text(row.at("shape").get<std::string>(), x);
+  shape_from_text(row.at("shape"), x);
   x.candidates = row.at("candidates").get<int>();
   x.chosen = row.at("chosen").get<int>();
   x.flops_per_s.median = row.at("median_flops_per_s").get<double>();
@@ -95,7 +94,7 @@ matmul_run matmul_run_from_v1(const nlohmann::json& row, const nlohmann::json& e
   x.flops_per_s.max = row.at("max_flops_per_s").get<double>();
   x.peak_flops_per_s = nullable_number(row, "peak_flops_per_s");
   x.check_error = row.at("check_error").get<double>();
-  if (const auto* e = matmul_extra(extra, x)) {
+  if (const auto e = matmul_extra(extra, x)) {
     x.candidate_median_s = e->value("candidate_median_s", std::vector<double>{});
     x.seconds = e->value("seconds", std::vector<double>{});
     if (e->contains("flops_per_s")) x.flops_per_s = e->at("flops_per_s").get<summary>();
@@ -104,18 +103,18 @@ matmul_run matmul_run_from_v1(const nlohmann::json& row, const nlohmann::json& e
   return x;
 }
 
-matmul_result matmul_from_v1(const nlohmann::json& t, const nlohmann::json& extra) {
+matmul_result matmul_from_v1(const node& t, const node& extra) {
   matmul_result r;
-  for (const auto& row : rows_of(t, "matmul")) r.runs.push_back(matmul_run_from_v1(row, extra));
+  for (const auto& row : rows_of(t)) r.runs.push_back(matmul_run_from_v1(row, extra));
   static const std::regex re(R"(The heuristic proposes up to ([0-9]+) algorithms)");
   for (const auto& text : notes_of(t)) {
     std::smatch m;
-    if (std::regex_search(text, m, re)) r.max_candidates = std::stoi(m[1]);
+    if (std::regex_search(text, m, re)) r.max_candidates = number_in<int>(t.at("notes"), m[1]);
   }
   return r;
 }
 
-nvml_metric_row metric_from_v1(const nlohmann::json& row) {
+nvml_metric_row metric_from_v1(const node& row) {
   nvml_metric_row m;
   m.metric = row.at("metric").get<std::string>();
   m.status = row.at("status").get<std::string>();
@@ -140,26 +139,29 @@ nvml_metric_row metric_from_v1(const nlohmann::json& row) {
 }
 
 /// The sampler's cost from its schema-1 note (rounded figures; extra.sampler_cpu_percent exact).
-void cost_from_v1(const std::string& text, const nlohmann::json& extra, nvml_sampling& s) {
+void cost_from_v1(const std::string& text, const node& notes, const node& extra, nvml_sampling& s) {
   static const std::regex re(
       R"(The sampler thread used ([0-9.]+)% of one CPU core over ([0-9.]+) s: ([0-9.]+)% in ([0-9]+) reads)"
       R"(.* and ([0-9.]+)% in ([0-9]+) plain samples .* So at ([0-9]+) ms with the counter read every ([0-9.]+) s)");
   std::smatch m;
   if (!std::regex_search(text, m, re)) return;
+  const auto number = [&](std::size_t i) { return number_in<double>(notes, m[i]); };
   sampler_cost c;
-  c.wall_s = std::stod(m[2]);
+  c.wall_s = number(2);
   const double cpu_pct = extra.contains("sampler_cpu_percent")
                              ? extra.at("sampler_cpu_percent").get<double>()
-                             : std::stod(m[1]);
+                             : number(1);
   c.cpu_s = cpu_pct / 100.0 * c.wall_s;
-  c.slow_cpu_s = std::stod(m[3]) / 100.0 * c.wall_s;
-  c.slow_samples = std::stoull(m[4]);
-  c.samples_taken = c.slow_samples + std::stoull(m[6]);
+  c.slow_cpu_s = number(3) / 100.0 * c.wall_s;
+  c.slow_samples = number_in<std::uint64_t>(notes, m[4]);
+  c.samples_taken = c.slow_samples + number_in<std::uint64_t>(notes, m[6]);
   s.cost = c;
-  s.slow_interval_ms = static_cast<int>(std::lround(std::stod(m[8]) * 1e3));
+  const double slow_ms = number(8) * 1e3;
+  if (!(slow_ms >= 0 && slow_ms < 1e9)) throw notes.error("a sampling interval out of range");
+  s.slow_interval_ms = static_cast<int>(std::lround(slow_ms));
 }
 
-void nvml_notes_from_v1(const nlohmann::json& t, const nlohmann::json& extra, nvml_sampling& s) {
+void nvml_notes_from_v1(const node& t, const node& extra, nvml_sampling& s) {
   static const std::regex energy_ok(R"(Energy counter: ([0-9.]+) J over ([0-9.]+) s)");
   static const std::regex energy_status(R"(^- Energy counter: ([a-z_]+)\.$)");
   const std::string csv = "- All samples: ";
@@ -167,23 +169,23 @@ void nvml_notes_from_v1(const nlohmann::json& t, const nlohmann::json& extra, nv
     std::smatch m;
     if (std::regex_search(text, m, energy_ok)) {
       s.energy_status = "ok";
-      s.energy_j = std::stod(m[1]);
-      s.energy_s = std::stod(m[2]);
+      s.energy_j = number_in<double>(t.at("notes"), m[1]);
+      s.energy_s = number_in<double>(t.at("notes"), m[2]);
     } else if (std::regex_search(text, m, energy_status)) {
       s.energy_status = m[1];
     } else if (text.rfind(csv, 0) == 0) {
       s.samples_csv_path = text.substr(csv.size());
     } else {
-      cost_from_v1(text, extra, s);
+      cost_from_v1(text, t.at("notes"), extra, s);
     }
   }
 }
 
 /// extra.nvml_samples ({"metrics", "samples": [{"time_s", name: value|null}]}) as series.
-std::vector<sample_series> series_from_v1(const nlohmann::json& extra) {
+std::vector<sample_series> series_from_v1(const node& extra) {
   std::vector<sample_series> out;
   if (!extra.contains("nvml_samples")) return out;
-  const auto& samples = extra.at("nvml_samples").at("samples");
+  const node samples = extra.at("nvml_samples").at("samples");
   for (const char* metric : kSeriesMetrics) {
     sample_series s;
     s.metric = metric;
@@ -197,8 +199,8 @@ std::vector<sample_series> series_from_v1(const nlohmann::json& extra) {
   return out;
 }
 
-void nvml_from_v1(const nlohmann::json& t, const nlohmann::json& extra, profile_result& r) {
-  const auto& rows = rows_of(t, "nvml");
+void nvml_from_v1(const node& t, const node& extra, profile_result& r) {
+  const node rows = rows_of(t);
   const auto columns = t.at("columns").get<std::vector<std::string>>();
   if (std::find(columns.begin(), columns.end(), "metric") == columns.end()) {
     r.nvml_status =
@@ -210,8 +212,8 @@ void nvml_from_v1(const nlohmann::json& t, const nlohmann::json& extra, profile_
   std::smatch m;
   const std::string title = title_of(t);
   if (std::regex_search(title, m, re)) {
-    s.samples = std::stoull(m[1]);
-    s.interval_ms = std::stoi(m[2]);
+    s.samples = number_in<std::uint64_t>(t.at("title"), m[1]);
+    s.interval_ms = number_in<int>(t.at("title"), m[2]);
   }
   for (const auto& row : rows) s.metrics.push_back(metric_from_v1(row));
   nvml_notes_from_v1(t, extra, s);
@@ -219,11 +221,14 @@ void nvml_from_v1(const nlohmann::json& t, const nlohmann::json& extra, profile_
   r.nvml = std::move(s);
 }
 
-profile_result profile_from_v1_tables(const nlohmann::json& block) {
-  const auto& tables = block.at("tables");
-  if (!tables.is_object()) throw format_error("profile: \"tables\" is not an object");
-  const nlohmann::json extra = extra_of(block);
-  if (!extra.is_object()) throw format_error("profile: \"extra\" is not an object");
+}  // namespace
+
+profile_result profile_from_v1(const nlohmann::json& json_block) {
+  const node block(json_block);
+  const node tables = block.at("tables");
+  if (!tables.is_object()) throw tables.error("expected an object, got " + json_kind(tables.raw()));
+  const node extra = extra_of(block);
+  if (!extra.is_object()) throw extra.error("expected an object, got " + json_kind(extra.raw()));
   profile_result r;
   if (tables.contains("timing_methods")) r.timing = timing_from_v1(tables.at("timing_methods"));
   if (tables.contains("key_averages"))
@@ -231,22 +236,8 @@ profile_result profile_from_v1_tables(const nlohmann::json& block) {
   if (tables.contains("matmul")) r.matmul = matmul_from_v1(tables.at("matmul"), extra);
   if (tables.contains("nvml")) nvml_from_v1(tables.at("nvml"), extra, r);
   if (tables.contains("trace"))
-    r.trace = schema_v1::trace_from_v1(tables.at("trace"), member_of(extra, "trace"));
+    r.trace = v1::trace_from_v1(tables.at("trace"), extra.find("trace"));
   return r;
-}
-
-}  // namespace
-
-profile_result profile_from_v1(const nlohmann::json& block) {
-  try {
-    return profile_from_v1_tables(block);
-  } catch (const std::invalid_argument& e) {  // std::stoi and friends on a malformed number
-    throw format_error(std::string("profile: a number in the schema-1 tables cannot be read: ") +
-                       e.what());
-  } catch (const std::out_of_range& e) {
-    throw format_error(std::string("profile: a number in the schema-1 tables is out of range: ") +
-                       e.what());
-  }
 }
 
 }  // namespace gpu_basics::lessons

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common.hpp"
 #include "gpu_basics/lessons/double_buffer.hpp"
 #include "gpu_basics/lessons/info.hpp"
 #include "gpu_basics/lessons/memory.hpp"
@@ -24,5 +25,11 @@ namespace gpu_basics::lessons {
     const nlohmann::json& block);
 [[nodiscard]] std::optional<multi_gpu_result> multi_gpu_from_v1(const nlohmann::json& block);
 [[nodiscard]] profile_result profile_from_v1(const nlohmann::json& block);
+
+// The same over a block whose values know their key paths: what the readers call one another
+// with. Each throws json_path_error naming the path of what cannot be read.
+[[nodiscard]] transfer_result transfer_from_v1(const v1::node& block);
+[[nodiscard]] std::optional<double_buffer_result> double_buffer_from_v1(const v1::node& block);
+[[nodiscard]] std::optional<multi_gpu_result> multi_gpu_from_v1(const v1::node& block);
 
 }  // namespace gpu_basics::lessons

@@ -12,17 +12,20 @@ namespace gpu_basics::lessons {
 
 namespace {
 
+using v1::bytes_in;
 using v1::extra_of;
+using v1::node;
 using v1::notes_of;
 using v1::nullable_number;
+using v1::rows_of;
 using v1::table_of;
 
 /// extra.measurements of schema 1, each taken once, in the order the lesson measured them.
 class measurement_pool {
  public:
-  explicit measurement_pool(const nlohmann::json& extra) {
-    if (const auto it = extra.find("measurements"); it != extra.end() && !it->is_null())
-      all_ = it->get<std::vector<copy_figure>>();
+  explicit measurement_pool(const node& extra) {
+    if (const auto m = extra.find("measurements"); m && !m->is_null())
+      all_ = m->get<std::vector<copy_figure>>();
     used_.assign(all_.size(), false);
   }
   /// The first measurement not yet taken with this direction and memory, size text (as
@@ -51,32 +54,25 @@ class measurement_pool {
   std::vector<bool> used_;
 };
 
-const nlohmann::json& rows_of(const nlohmann::json& t) {
-  const auto& rows = t.at("rows");
-  if (!rows.is_array()) throw format_error("a table's \"rows\" is not a list");
-  return rows;
-}
-
-double number_or_zero(const nlohmann::json& row, const char* key) {
+double number_or_zero(const node& row, const char* key) {
   return nullable_number(row, key).value_or(0.0);
 }
 
-std::string text(const nlohmann::json& row, const char* key) {
+std::string text(const node& row, const char* key) {
   return row.at(key).get<std::string>();
 }
 
 /// The part of a table's title that `re` captures.
-std::smatch title_match(const nlohmann::json& t, const std::regex& re, const std::string& title) {
+std::smatch title_match(const node& t, const std::regex& re, const std::string& title) {
   std::smatch m;
   if (!std::regex_match(title, m, re))
-    throw format_error("the \"" + t.value("id", std::string()) +
-                       "\" table's title is not the lesson's: " + title);
+    throw t.at("title").error("not the lesson's title: " + quote_for_message(title, 120));
   return m;
 }
 
 /// A figure from one table row: the columns the table had (bytes/s and time in base units).
 copy_figure figure_from_row(const std::string& dir, const std::string& mem, std::uint64_t bytes,
-                            const nlohmann::json& row, unsigned streams = 1) {
+                            const node& row, unsigned streams = 1) {
   copy_figure f;
   f.direction = dir;
   f.memory = mem;
@@ -92,7 +88,7 @@ copy_figure figure_from_row(const std::string& dir, const std::string& mem, std:
 }
 
 /// ceiling = value / (percent / 100), from the first row that has both.
-std::optional<double> ceiling_from(const nlohmann::json& rows, const char* value_key, double factor,
+std::optional<double> ceiling_from(const node& rows, const char* value_key, double factor,
                                    const char* percent_key) {
   for (const auto& row : rows) {
     const auto v = nullable_number(row, value_key);
@@ -102,8 +98,8 @@ std::optional<double> ceiling_from(const nlohmann::json& rows, const char* value
   return std::nullopt;
 }
 
-void bandwidth_from_v1(const nlohmann::json& t, measurement_pool& pool, transfer_result& r) {
-  const auto& rows = rows_of(t);
+void bandwidth_from_v1(const node& t, measurement_pool& pool, transfer_result& r) {
+  const node rows = rows_of(t);
   r.use_pinned_memory = false;
   for (const auto& row : rows) {
     const std::string shape = text(row, "shape");
@@ -118,8 +114,8 @@ void bandwidth_from_v1(const nlohmann::json& t, measurement_pool& pool, transfer
   r.link_bytes_per_s = ceiling_from(rows, "median_bytes_per_s", 1.0, "link_percent");
 }
 
-void d2d_from_v1(const nlohmann::json& t, measurement_pool& pool, transfer_result& r) {
-  const auto& rows = rows_of(t);
+void d2d_from_v1(const node& t, measurement_pool& pool, transfer_result& r) {
+  const node rows = rows_of(t);
   for (const auto& row : rows) {
     const auto bytes = row.at("bytes").get<std::uint64_t>();
     auto f = pool.take("D2D", "pinned", format_bytes(bytes), 1u);
@@ -128,14 +124,14 @@ void d2d_from_v1(const nlohmann::json& t, measurement_pool& pool, transfer_resul
   r.hbm_bytes_per_s = ceiling_from(rows, "median_bytes_per_s", 2.0, "hbm_percent");
 }
 
-void sync_async_from_v1(const nlohmann::json& t, const nlohmann::json& extra, transfer_result& r) {
-  if (const auto it = extra.find("sync_async"); it != extra.end() && !it->is_null()) {
-    r.sync_async = it->get<std::vector<sync_async_figure>>();
+void sync_async_from_v1(const node& t, const node& extra, transfer_result& r) {
+  if (const auto sa = extra.find("sync_async"); sa && !sa->is_null()) {
+    r.sync_async = sa->get<std::vector<sync_async_figure>>();
     return;
   }
   static const std::regex re(R"(^Synchronous vs asynchronous H2D copies of (.+): who waits\?$)");
   const std::string title = t.at("title").get<std::string>();
-  const std::uint64_t bytes = schema_v1::bytes_from_text(title_match(t, re, title)[1].str());
+  const std::uint64_t bytes = bytes_in(t.at("title"), title_match(t, re, title)[1].str());
   for (const auto& row : rows_of(t)) {
     const std::string mem = text(row, "memory");
     if (r.sync_async.empty() || r.sync_async.back().memory != mem)
@@ -152,28 +148,28 @@ void sync_async_from_v1(const nlohmann::json& t, const nlohmann::json& extra, tr
 }
 
 /// The streams asked for: the note schema 1 wrote when fewer were used, else the most used.
-int requested_streams_from_v1(const nlohmann::json& t, const streams_figures& s) {
+int requested_streams_from_v1(const node& t, const streams_figures& s) {
   static const std::regex re(R"(^- transfer\.num_streams is (\d+), but .*)");
   for (const auto& line : notes_of(t)) {
     std::smatch m;
-    if (std::regex_match(line, m, re)) return std::stoi(m[1].str());
+    if (std::regex_match(line, m, re)) return v1::number_in<int>(t, m[1].str());
   }
   int most = 0;
   for (const auto& d : s.directions) most = std::max(most, static_cast<int>(d.many.streams));
   return most;
 }
 
-void streams_from_v1(const nlohmann::json& t, measurement_pool& pool, transfer_result& r) {
+void streams_from_v1(const node& t, measurement_pool& pool, transfer_result& r) {
   static const std::regex re(
       R"(^Streams and copy engines \((.+) pinned, (\d+|n/a) copy engines\)$)");
   const std::string title = t.at("title").get<std::string>();
   const auto m = title_match(t, re, title);
   const std::string size = m[1].str();
-  if (m[2] != "n/a") r.copy_engines = std::stoi(m[2].str());
+  if (m[2] != "n/a") r.copy_engines = v1::number_in<int>(t.at("title"), m[2].str());
   streams_figures s;
   s.bytes = (!r.shapes.empty() && format_bytes(r.shapes.back().bytes) == size)
                 ? r.shapes.back().bytes
-                : schema_v1::bytes_from_text(size);
+                : bytes_in(t.at("title"), size);
   bool have_one = false;
   for (const auto& row : rows_of(t)) {
     const std::string dir = text(row, "copy");
@@ -201,9 +197,9 @@ void streams_from_v1(const nlohmann::json& t, measurement_pool& pool, transfer_r
 }
 
 /// Rows of the "pageable_upload" table by what their method text starts with.
-copy_figure staging_row(const nlohmann::json& rows, const std::string& dir,
-                        const std::string& method_prefix, const std::string& mem, unsigned streams,
-                        std::uint64_t bytes, measurement_pool& pool, bool* found = nullptr) {
+copy_figure staging_row(const node& rows, const std::string& dir, const std::string& method_prefix,
+                        const std::string& mem, unsigned streams, std::uint64_t bytes,
+                        measurement_pool& pool, bool* found = nullptr) {
   for (const auto& row : rows) {
     if (text(row, "direction") != dir || text(row, "method").rfind(method_prefix, 0) != 0) continue;
     if (found) *found = true;
@@ -216,30 +212,29 @@ copy_figure staging_row(const nlohmann::json& rows, const std::string& dir,
 
 /// Exact bytes for `size` from the extras that kept them (sync_async, host_register), else the
 /// text.
-std::uint64_t large_bytes(const std::string& size, const nlohmann::json& extra) {
+std::uint64_t large_bytes(const node& title, const std::string& size, const node& extra) {
   std::vector<std::uint64_t> known;
-  if (const auto it = extra.find("host_register");
-      it != extra.end() && it->is_object() && it->contains("bytes"))
-    known.push_back(it->at("bytes").get<std::uint64_t>());
-  if (const auto it = extra.find("sync_async"); it != extra.end() && it->is_array())
-    for (const auto& sa : *it) known.push_back(sa.at("bytes").get<std::uint64_t>());
+  if (const auto h = extra.find("host_register"); h && h->contains("bytes"))
+    known.push_back(h->at("bytes").get<std::uint64_t>());
+  if (const auto sa = extra.find("sync_async"); sa && sa->is_array())
+    for (const auto& e : *sa) known.push_back(e.at("bytes").get<std::uint64_t>());
   for (const auto b : known)
     if (format_bytes(b) == size) return b;
-  return schema_v1::bytes_from_text(size);
+  return bytes_in(title, size);
 }
 
-void pageable_upload_from_v1(const nlohmann::json& t, const nlohmann::json& extra,
-                             measurement_pool& pool, transfer_result& r) {
+void pageable_upload_from_v1(const node& t, const node& extra, measurement_pool& pool,
+                             transfer_result& r) {
   static const std::regex re(
       R"(^Moving (.+) of pageable memory: cudaMemcpy vs a staged copy \((\d+) threads, (\d+) x (.+) pinned staging buffers\)$)");
   const std::string title = t.at("title").get<std::string>();
   const auto m = title_match(t, re, title);
   staging_figures s;
-  s.bytes = large_bytes(m[1].str(), extra);
-  s.threads = std::stoi(m[2].str());
-  s.buffers = std::stoi(m[3].str());
-  s.chunk_bytes = schema_v1::bytes_from_text(m[4].str());
-  const auto& rows = rows_of(t);
+  s.bytes = large_bytes(t.at("title"), m[1].str(), extra);
+  s.threads = v1::number_in<int>(t.at("title"), m[2].str());
+  s.buffers = v1::number_in<int>(t.at("title"), m[3].str());
+  s.chunk_bytes = bytes_in(t.at("title"), m[4].str());
+  const node rows = rows_of(t);
   // The order the lesson measured them in, so that each takes its own measurement.
   s.plain_up = staging_row(rows, "H2D", "cudaMemcpy from pageable", "pageable", 1, s.bytes, pool);
   s.staged_up = staging_row(rows, "H2D", "staged upload", "pageable", 1, s.bytes, pool);
@@ -255,18 +250,17 @@ void pageable_upload_from_v1(const nlohmann::json& t, const nlohmann::json& extr
   r.pageable_upload = std::move(s);
 }
 
-void host_register_from_v1(const nlohmann::json& t, const nlohmann::json& extra,
-                           transfer_result& r) {
+void host_register_from_v1(const node& t, const node& extra, transfer_result& r) {
   std::map<std::string, double> ms;
   for (const auto& row : rows_of(t)) ms[text(row, "what")] = number_or_zero(row, "seconds");
   host_register_figures h;
-  if (const auto it = extra.find("host_register"); it != extra.end() && !it->is_null()) {
-    h = it->get<host_register_figures>();
+  if (const auto hr = extra.find("host_register"); hr && !hr->is_null()) {
+    h = hr->get<host_register_figures>();
   } else {
     static const std::regex re(
         R"(^Pinning (.+) in place with cudaHostRegister: when does it pay\?$)");
     const std::string title = t.at("title").get<std::string>();
-    h.bytes = large_bytes(title_match(t, re, title)[1].str(), extra);
+    h.bytes = large_bytes(t.at("title"), title_match(t, re, title)[1].str(), extra);
     h.register_s.median = ms["cudaHostRegister"];
     h.unregister_s.median = ms["cudaHostUnregister"];
     h.registered_copy.direction = "H2D";
@@ -296,10 +290,10 @@ copy_figure figure_with(const std::string& dir, const std::string& mem, std::uin
   return f;
 }
 
-sweep_point sweep_point_from_v1(const nlohmann::json& row, measurement_pool& pool) {
+sweep_point sweep_point_from_v1(const node& row, measurement_pool& pool) {
   const std::string size = text(row, "bytes");
   sweep_point p;
-  p.bytes = schema_v1::bytes_from_text(size);
+  p.bytes = bytes_in(row.at("bytes"), size);
   if (nullable_number(row, "h2d_pinned_bytes_per_s")) {
     p.h2d_pinned = pool.take("H2D", "pinned", size, 1u);
     if (!p.h2d_pinned)
@@ -319,7 +313,7 @@ sweep_point sweep_point_from_v1(const nlohmann::json& row, measurement_pool& poo
   return p;
 }
 
-void sweep_from_v1(const nlohmann::json& t, measurement_pool& pool, transfer_result& r) {
+void sweep_from_v1(const node& t, measurement_pool& pool, transfer_result& r) {
   std::vector<sweep_point> points;
   for (const auto& row : rows_of(t)) points.push_back(sweep_point_from_v1(row, pool));
   r.sweep = std::move(points);
@@ -328,20 +322,24 @@ void sweep_from_v1(const nlohmann::json& t, measurement_pool& pool, transfer_res
 }  // namespace
 
 transfer_result transfer_from_v1(const nlohmann::json& block) {
-  const nlohmann::json extra = extra_of(block);
-  if (!extra.is_object()) throw format_error("the transfer block's \"extra\" is not an object");
+  return transfer_from_v1(node(block));
+}
+
+transfer_result transfer_from_v1(const node& block) {
+  const node extra = extra_of(block);
+  if (!extra.is_object()) throw extra.error("expected an object, got " + json_kind(extra.raw()));
   measurement_pool pool(extra);
   transfer_result r;
   r.iterations = pool.iterations();
   // In the order the lesson measured: each table takes the first unused matching measurement.
-  if (const auto* t = table_of(block, "bandwidth")) bandwidth_from_v1(*t, pool, r);
-  if (const auto* t = table_of(block, "d2d")) d2d_from_v1(*t, pool, r);
-  if (const auto* t = table_of(block, "sync_async")) sync_async_from_v1(*t, extra, r);
-  if (const auto* t = table_of(block, "streams")) streams_from_v1(*t, pool, r);
-  if (const auto* t = table_of(block, "pageable_upload"))
+  if (const auto t = table_of(block, "bandwidth")) bandwidth_from_v1(*t, pool, r);
+  if (const auto t = table_of(block, "d2d")) d2d_from_v1(*t, pool, r);
+  if (const auto t = table_of(block, "sync_async")) sync_async_from_v1(*t, extra, r);
+  if (const auto t = table_of(block, "streams")) streams_from_v1(*t, pool, r);
+  if (const auto t = table_of(block, "pageable_upload"))
     pageable_upload_from_v1(*t, extra, pool, r);
-  if (const auto* t = table_of(block, "host_register")) host_register_from_v1(*t, extra, r);
-  if (const auto* t = table_of(block, "sweep")) sweep_from_v1(*t, pool, r);
+  if (const auto t = table_of(block, "host_register")) host_register_from_v1(*t, extra, r);
+  if (const auto t = table_of(block, "sweep")) sweep_from_v1(*t, pool, r);
   r.double_buffer = double_buffer_from_v1(block);
   r.multi_gpu = multi_gpu_from_v1(block);
   return r;
