@@ -13,6 +13,7 @@
 
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/interrupt.hpp"
+#include "gpu_basics/core/json.hpp"
 #include "gpu_basics/core/thread_pool.hpp"
 #include "gpu_basics/core/units.hpp"
 #include "gpu_basics/memory/fake_backend.hpp"
@@ -888,8 +889,8 @@ advice advice_from_json(const nlohmann::json& j, const std::string& source) {
   } catch (const format_error& e) {
     throw format_error(source + ": " + e.what());
   } catch (const nlohmann::json::exception& e) {
-    throw format_error(source +
-                       ": not an advice file that can be read: " + message_line(e.what(), 160));
+    throw format_error(source + ": not an advice file that can be read: " +
+                       message_line(json_path_error_of(e).what(), 160));
   }
 }
 

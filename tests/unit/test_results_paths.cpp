@@ -86,7 +86,9 @@ const std::vector<schema2_case>& schema2_cases() {
        [](nlohmann::json& j) { j["results"]["profile"]["nvml"]["series"][2]["values"][7] = true; },
        "results.profile.nvml.series[2].values[7]", "expected a number, got true"},
       {"profile_list",
-       [](nlohmann::json& j) { j["results"]["profile"]["matmul"]["runs"] = {{"m", 1}}; },
+       [](nlohmann::json& j) {
+         j["results"]["profile"]["matmul"]["runs"] = {{"m", 1}};
+       },
        "results.profile.matmul.runs", "expected a list, got an object"},
       {"double_buffer",
        [](nlohmann::json& j) {
@@ -100,8 +102,7 @@ const std::vector<schema2_case>& schema2_cases() {
          j["results"]["transfer"]["multi_gpu"]["nccl"]["sizes"][5]["ops"][1]["ranks"] = 2.5;
        },
        "results.transfer.multi_gpu.nccl.sizes[5].ops[1].ranks", "expected an integer, got 2.5"},
-      {"info",
-       [](nlohmann::json& j) { j["results"]["info"]["gpus"][0]["sm_count"] = "many"; },
+      {"info", [](nlohmann::json& j) { j["results"]["info"]["gpus"][0]["sm_count"] = "many"; },
        "results.info.gpus[0].sm_count", "expected an integer, got \"many\""},
   };
   return cases;
@@ -122,8 +123,8 @@ TEST(ResultsPaths, ReportNamesTheKeyPath) {
   for (const auto& c : schema2_cases()) {
     SCOPED_TRACE(c.name);
     const std::string path = edited("h200_all.json", c.name, c.edit);
-    expect_message(message_of([&] { (void)report::render_html(report::load_runs({path})); }),
-                   path, c.where, c.detail);
+    expect_message(message_of([&] { (void)report::render_html(report::load_runs({path})); }), path,
+                   c.where, c.detail);
   }
 }
 
@@ -157,8 +158,7 @@ TEST(ResultsPaths, SchemaOneNamesTheKeyPathInTheFile) {
   ASSERT_EQ(j["tables"][14]["id"], "transfer.p2p_bandwidth");
   ASSERT_EQ(j["tables"][20]["id"], "profile.timing_methods");
   const schema2_case cases[] = {
-      {"v1_memory",
-       [](nlohmann::json& f) { f["tables"][1]["rows"][0]["cuda_malloc_s"] = nullptr; },
+      {"v1_memory", [](nlohmann::json& f) { f["tables"][1]["rows"][0]["cuda_malloc_s"] = nullptr; },
        "tables[1].rows[0].cuda_malloc_s", "expected a number, got null"},
       {"v1_transfer", [](nlohmann::json& f) { f["tables"][6]["rows"][1]["bytes"] = "many"; },
        "tables[6].rows[1].bytes", "expected an integer, got \"many\""},
@@ -202,8 +202,8 @@ TEST(ResultsPaths, OneLessonSchemaOneFileNamesTopLevelKeys) {
   one["sync_async"][1]["async_copy_s"]["p25"] = "low";
   const std::string path = ::testing::TempDir() + "gb_paths_v1_one.json";
   std::ofstream(path, std::ios::binary) << one.dump();
-  expect_message(message_of([&] { (void)load_record(path); }), path, "sync_async[1].async_copy_s.p25",
-                 "expected a number, got \"low\"");
+  expect_message(message_of([&] { (void)load_record(path); }), path,
+                 "sync_async[1].async_copy_s.p25", "expected a number, got \"low\"");
 }
 
 TEST(ResultsPaths, ReadJsonChecksKindsAndRanges) {
