@@ -570,8 +570,7 @@ std::vector<replay_event> to_replay_trace(const torch_snapshot& s, int device,
     if (seg.device == device)
       for (const auto& b : seg.blocks) final_blocks.emplace(b.address, &b);
   enum class st : std::uint8_t { live, requested, done };
-  std::unordered_map<std::uint64_t, st> state;
-  state.reserve(trace.size());
+  std::unordered_map<std::uint64_t, st> state;  // per address: few, reused again and again
   body.reserve(trace.size());
   const auto alive_at_start = [&](const torch_trace_event& e) {
     std::uint64_t size = e.size;
@@ -624,8 +623,8 @@ std::vector<replay_event> to_replay_trace(const torch_snapshot& s, int device,
     }
   }
   if (rebuilt) *rebuilt = head.size();
-  head.insert(head.end(), body.begin(), body.end());
-  return head;
+  body.insert(body.begin(), head.begin(), head.end());  // in place: the body is the large part
+  return body;
 }
 
 recorded_figures recorded(const torch_snapshot& s, int device) {
@@ -647,10 +646,15 @@ std::int64_t signed_size(std::uint64_t size) {
 }
 }  // namespace
 
-recorded_figures recorded(const torch_snapshot& s, int device,
-                          const std::vector<replay_event>& replayed) {
+namespace {
+bool has_device(const torch_snapshot& s, int device) {
+  return device >= 0 && static_cast<std::size_t>(device) < s.device_traces.size();
+}
+
+/// recorded() but for peak_requested.
+recorded_figures recorded_segments(const torch_snapshot& s, int device) {
   recorded_figures r;
-  if (device < 0 || static_cast<std::size_t>(device) >= s.device_traces.size()) return r;
+  if (!has_device(s, device)) return r;
   const auto& trace = s.device_traces[static_cast<std::size_t>(device)];
   r.events = trace.size();
   std::int64_t net = 0;
@@ -688,7 +692,20 @@ recorded_figures recorded(const torch_snapshot& s, int device,
     if (reserved > 0)
       r.peak_reserved = std::max(r.peak_reserved, static_cast<std::uint64_t>(reserved));
   }
-  r.peak_requested = peak_requested(replayed);  // live requested bytes as replayed
+  return r;
+}
+}  // namespace
+
+recorded_figures recorded(const torch_snapshot& s, int device,
+                          const std::vector<replay_event>& replayed) {
+  recorded_figures r = recorded_segments(s, device);
+  if (has_device(s, device)) r.peak_requested = peak_requested(replayed);  // as replayed
+  return r;
+}
+
+recorded_figures recorded(const torch_snapshot& s, int device, const prepared_trace& replayed) {
+  recorded_figures r = recorded_segments(s, device);
+  if (has_device(s, device)) r.peak_requested = replayed.peak_requested;
   return r;
 }
 

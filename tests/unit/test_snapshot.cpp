@@ -1034,3 +1034,32 @@ TEST(SnapshotStream, ReadingInChunksIsReadingWhole) {
     }
   }
 }
+
+TEST(SnapshotStream, PreparedAndParallelReplaysGiveTheSameResults) {
+  for (const auto& trace : {gb::mixed_trace(20000), gb::transformer_trace(8)}) {
+    const auto prepared = gb::prepare_trace(trace);
+    EXPECT_EQ(prepared.peak_requested, gb::peak_requested(trace));
+    for (const char* conf : {"", "expandable_segments:True", "max_split_size_mb:64"}) {
+      const auto o = gb::parse_allocator_conf(conf);
+      const auto a = gb::replay_trace(trace, o), b = gb::replay_trace(prepared, o);
+      EXPECT_EQ(a.peak_reserved, b.peak_reserved) << conf;
+      EXPECT_EQ(a.peak_allocated, b.peak_allocated) << conf;
+      EXPECT_EQ(a.peak_requested, b.peak_requested) << conf;
+      EXPECT_EQ(a.backend_allocations, b.backend_allocations) << conf;
+      EXPECT_EQ(a.fragmentation_at_peak, b.fragmentation_at_peak) << conf;
+    }
+  }
+  const auto s = gb::read_torch_snapshot(kData + "/h200_torch_snapshot.pickle");
+  const auto confs = gb::replay_policies({"max_split_size_mb:32,garbage_collection_threshold:0.8"});
+  const auto strip = [](nlohmann::json j) {
+    j.erase("seconds");
+    j.erase("events_per_s");
+    j.erase("table");
+    for (auto& p : j["policies"]) p.erase("seconds");
+    return j;
+  };
+  const auto one = strip(gb::to_json(gb::replay_snapshot(s, "s", 0, confs, 1)));
+  for (const unsigned threads : {2u, 3u, 16u})
+    EXPECT_EQ(strip(gb::to_json(gb::replay_snapshot(s, "s", 0, confs, threads))), one) << threads;
+  EXPECT_EQ(strip(gb::to_json(gb::replay_snapshot(s, "s", 0, confs))), one);
+}
