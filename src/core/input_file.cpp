@@ -84,47 +84,60 @@ std::uint64_t input_size_cap(std::uint64_t default_bytes) {
 
 std::string read_input_head(const std::string& path, std::size_t n, std::uint64_t max_bytes,
                             std::string_view what) {
-  std::uint64_t size = 0;
-  fd_owner f{open_input(path, max_bytes, what, size)};
+  input_reader in(path, max_bytes, what);
   std::string out(n, '\0');
   std::size_t got = 0;
   while (got < n) {
-    throw_if_interrupted();
-    const ssize_t r = ::read(f.fd, out.data() + got, n - got);
-    if (r < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      throw io_error(printable(path) + ": cannot be read: " + std::strerror(errno));
-    }
+    const std::size_t r = in.read(out.data() + got, n - got);
     if (r == 0) break;
-    got += static_cast<std::size_t>(r);
+    got += r;
   }
   out.resize(got);
   return out;
 }
 
+input_reader::input_reader(const std::string& path, std::uint64_t max_bytes, std::string_view what)
+    : path_(path), what_(what), max_bytes_(max_bytes) {
+  fd_ = open_input(path, max_bytes, what, size_);
+  (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);  // a hint: read ahead further
+}
+
+input_reader::~input_reader() {
+  ::close(fd_);
+}
+
+std::size_t input_reader::read(char* out, std::size_t n) {
+  for (;;) {
+    throw_if_interrupted();
+    const ssize_t got = ::read(fd_, out, n);
+    if (got < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      throw io_error(printable(path_) + ": cannot be read: " + std::strerror(errno));
+    }
+    if (read_ + static_cast<std::uint64_t>(got) > max_bytes_) too_large(path_, what_, max_bytes_);
+    read_ += static_cast<std::uint64_t>(got);
+    return static_cast<std::size_t>(got);
+  }
+}
+
+void input_reader::rewind() {
+  if (::lseek(fd_, 0, SEEK_SET) != 0)
+    throw io_error(printable(path_) + ": cannot be read again: " + std::strerror(errno));
+  read_ = 0;
+}
+
 std::string read_input_file(const std::string& path, std::uint64_t max_bytes,
                             std::string_view what) {
-  std::uint64_t size = 0;
-  fd_owner f{open_input(path, max_bytes, what, size)};
+  input_reader in(path, max_bytes, what);
   std::string out;
-  out.reserve(static_cast<std::size_t>(size));
+  out.reserve(static_cast<std::size_t>(in.size()));
   constexpr std::size_t kChunk = 8u << 20;
   // One byte past the size the file says it has, so the end is seen in one read (at least 64 KiB:
   // files in /proc say 0).
   std::string chunk(static_cast<std::size_t>(
-                        std::clamp<std::uint64_t>(size + 1, std::uint64_t{64} << 10, kChunk)),
+                        std::clamp<std::uint64_t>(in.size() + 1, std::uint64_t{64} << 10, kChunk)),
                     '\0');
-  for (;;) {
-    throw_if_interrupted();
-    const ssize_t n = ::read(f.fd, chunk.data(), chunk.size());
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      throw io_error(printable(path) + ": cannot be read: " + std::strerror(errno));
-    }
-    if (n == 0) break;
-    if (out.size() + static_cast<std::size_t>(n) > max_bytes) too_large(path, what, max_bytes);
-    out.append(chunk.data(), static_cast<std::size_t>(n));
-  }
+  while (const std::size_t n = in.read(chunk.data(), chunk.size())) out.append(chunk.data(), n);
   throw_if_interrupted();
   return out;
 }

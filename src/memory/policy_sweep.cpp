@@ -1,11 +1,14 @@
 #include "gpu_basics/memory/policy_sweep.hpp"
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 
 #include <fmt/format.h>
 
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/interrupt.hpp"
+#include "gpu_basics/core/thread_pool.hpp"
 #include "gpu_basics/core/units.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
 
@@ -74,6 +77,11 @@ std::vector<std::string> replay_policies(const std::vector<std::string>& user) {
 
 replay_report replay_snapshot(const torch_snapshot& s, const std::string& file, int device,
                               const std::vector<std::string>& confs) {
+  return replay_snapshot(s, file, device, confs, 0);
+}
+
+replay_report replay_snapshot(const torch_snapshot& s, const std::string& file, int device,
+                              const std::vector<std::string>& confs, unsigned threads) {
   std::vector<allocator_options> opts;
   opts.reserve(confs.size());
   for (const auto& c : confs) opts.push_back(parse_allocator_conf(c));  // all checked first
@@ -81,9 +89,17 @@ replay_report replay_snapshot(const torch_snapshot& s, const std::string& file, 
   r.file = file;
   r.device = device;
   const auto trace = to_replay_trace(s, device, &r.rebuilt);
-  try {
-    r.recorded = recorded(s, device, trace);
-  } catch (const format_error& e) {  // sizes beyond 64 bits: name the file
+  prepared_trace prepared;
+  try {                                      // sizes beyond 64 bits: name the file
+    std::optional<format_error> live_bytes;  // reported after the segments' sizes, as recorded()
+    try {
+      prepared = prepare_trace(trace);
+    } catch (const format_error& e) {
+      live_bytes = e;
+    }
+    r.recorded = recorded(s, device, prepared);
+    if (live_bytes) throw *live_bytes;
+  } catch (const format_error& e) {
     throw format_error(fmt::format("{}: {}", file, e.what()));
   }
   r.recorded_conf = s.alloc_conf;
@@ -92,34 +108,74 @@ replay_report replay_snapshot(const torch_snapshot& s, const std::string& file, 
   // garbage_collection_threshold acts only under a reserved limit, and a snapshot does not hold
   // the device's memory size: the limit is the larger of what PyTorch reserved at its peak and
   // what the default policy reserves in the replay (so the collector has the room the policy
-  // without it needed, and shows what it saves within that). Policies without it run first.
+  // without it needed, and shows what it saves within that). The policies run on a pool of
+  // threads, each on its own allocator, in this order: the defaults, the others without a
+  // collector, then those with one, which wait for the defaults' peak.
+  std::vector<std::size_t> order;
+  const auto add = [&](auto pick) {
+    for (std::size_t i = 0; i < confs.size(); ++i)
+      if (pick(opts[i])) order.push_back(i);
+  };
+  const auto collects = [](const allocator_options& o) {
+    return o.garbage_collection_threshold > 0;
+  };
+  add([](const allocator_options& o) { return o == allocator_options{}; });
+  add([&](const allocator_options& o) { return !collects(o) && o != allocator_options{}; });
+  add(collects);
+  const std::size_t defaults =
+      static_cast<std::size_t>(std::count(opts.begin(), opts.end(), allocator_options{}));
   r.policies.resize(confs.size());
-  const auto run = [&](std::size_t i, const allocator_options& o) {
-    throw_if_interrupted();
+  std::mutex m;
+  std::condition_variable defaults_done;
+  std::size_t defaults_left = defaults;
+  bool failed = false;
+  const auto limit = [&] {  // the defaults' peak (the last of them, as they ran in order)
+    std::uint64_t default_peak = 0;
+    for (std::size_t k = 0; k < defaults; ++k)
+      if (const auto& p = r.policies[order[k]]; p.result) default_peak = p.result->peak_reserved;
+    r.gc_reserved_limit = std::max<std::uint64_t>(r.recorded.peak_reserved, default_peak);
+  };
+  if (defaults == 0) limit();
+  const auto replay = [&](std::size_t k) {
+    const std::size_t i = order[k];
     policy_replay& p = r.policies[i];
     p.conf = confs[i];
-    try {
-      p.result = replay_trace(trace, o);
-      r.seconds += p.result->seconds;
-    } catch (const out_of_memory& e) {
-      p.failure = e.what();
-    }
-  };
-  std::uint64_t default_peak = 0;
-  for (std::size_t i = 0; i < confs.size(); ++i) {
-    if (opts[i].garbage_collection_threshold > 0) continue;
-    run(i, opts[i]);
-    if (opts[i] == allocator_options{} && r.policies[i].result)
-      default_peak = r.policies[i].result->peak_reserved;
-  }
-  r.gc_reserved_limit = std::max<std::uint64_t>(r.recorded.peak_reserved, default_peak);
-  for (std::size_t i = 0; i < confs.size(); ++i) {
-    if (opts[i].garbage_collection_threshold <= 0) continue;
     allocator_options o = opts[i];
-    if (o.reserved_limit == SIZE_MAX && r.gc_reserved_limit > 0)
-      o.reserved_limit = r.gc_reserved_limit;
-    run(i, o);
-  }
+    if (collects(o)) {
+      std::unique_lock lock(m);
+      defaults_done.wait(lock, [&] { return defaults_left == 0; });
+      if (failed) return;
+      if (o.reserved_limit == SIZE_MAX && r.gc_reserved_limit > 0)
+        o.reserved_limit = r.gc_reserved_limit;
+    }
+    bool ok = false;
+    const auto finish = [&] {  // a default policy done (or failed): the collectors may start
+      if (k >= defaults) return;
+      std::lock_guard lock(m);
+      failed = failed || !ok;
+      if (--defaults_left == 0) limit();
+      defaults_done.notify_all();
+    };
+    try {
+      throw_if_interrupted();
+      try {
+        p.result = replay_trace(prepared, o);
+      } catch (const out_of_memory& e) {
+        p.failure = e.what();
+      }
+      ok = true;
+    } catch (...) {
+      finish();
+      throw;
+    }
+    finish();
+  };
+  const std::size_t work = trace.size() * confs.size();
+  if (threads == 0) threads = work < (std::size_t{1} << 20) ? 1 : default_thread_count();
+  thread_pool pool(static_cast<unsigned>(std::min<std::size_t>(threads, confs.size())));
+  pool.parallel_for(order.size(), replay);
+  for (const auto& p : r.policies)
+    if (p.result) r.seconds += p.result->seconds;
   return r;
 }
 

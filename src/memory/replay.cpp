@@ -12,29 +12,55 @@
 
 namespace gpu_basics {
 
-std::size_t peak_requested(const std::vector<replay_event>& trace) {
-  std::unordered_map<std::uint64_t, std::size_t> live;
-  std::size_t now = 0, peak = 0, i = 0;
+namespace {
+
+/// Each event's block: its id's index, in the order ids first appear.
+std::vector<std::uint32_t> block_indices(const std::vector<replay_event>& trace,
+                                         std::size_t& blocks) {
+  std::unordered_map<std::uint64_t, std::uint32_t> index;
+  std::vector<std::uint32_t> block;
+  block.reserve(trace.size());
+  std::size_t i = 0;
   for (const replay_event& e : trace) {
     if ((i++ & 0xffff) == 0) throw_if_interrupted();
+    const auto [it, fresh] = index.try_emplace(e.id, static_cast<std::uint32_t>(index.size()));
+    if (fresh && index.size() > UINT32_MAX)
+      throw logic_error("replay: more than 2^32 - 1 distinct block ids in one trace");
+    block.push_back(it->second);
+  }
+  blocks = index.size();
+  return block;
+}
+
+/// peak_requested() over block indices.
+std::size_t peak_of(const std::vector<replay_event>& trace, const std::vector<std::uint32_t>& block,
+                    std::size_t blocks) {
+  std::vector<std::size_t> bytes(blocks, 0);
+  std::vector<bool> live(blocks, false);
+  std::size_t now = 0, peak = 0;
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    if ((i & 0xffff) == 0) throw_if_interrupted();
+    const replay_event& e = trace[i];
+    const std::uint32_t b = block[i];
     if (e.kind == replay_event::op::alloc) {
-      auto [it, fresh] = live.try_emplace(e.id, e.bytes);
-      if (!fresh) {  // an id allocated twice without a free: the first one leaks, as recorded
-        now -= it->second;
-        it->second = e.bytes;
-      }
+      if (live[b]) now -= bytes[b];  // an id allocated twice without a free: the first leaks
+      live[b] = true;
+      bytes[b] = e.bytes;
       if (__builtin_add_overflow(now, e.bytes, &now))
         throw format_error("the trace's live requested bytes add up beyond 64 bits");
       peak = std::max(peak, now);
-    } else if (const auto it = live.find(e.id); it != live.end()) {
-      now -= it->second;
-      live.erase(it);
+    } else if (live[b]) {
+      now -= bytes[b];
+      live[b] = false;
     }
   }
   return peak;
 }
 
-replay_result replay_trace(const std::vector<replay_event>& trace, const allocator_options& o) {
+/// replay_trace() without its peak_requested.
+replay_result replay_blocks(const std::vector<replay_event>& trace,
+                            const std::vector<std::uint32_t>& block, std::size_t blocks,
+                            const allocator_options& o) {
   auto backend = std::make_shared<fake_backend>(std::size_t{1} << 46, true);
   allocator_options opts = o;
   opts.history_capacity = 0;
@@ -42,34 +68,61 @@ replay_result replay_trace(const std::vector<replay_event>& trace, const allocat
   // caught up, which is what deferred comes to once its events are done.
   if (opts.release_pages == page_release::deferred) opts.release_pages = page_release::eager;
   caching_allocator a(backend, opts);
-  std::unordered_map<std::uint64_t, void*> live;
-  live.reserve(1024);
+  std::vector<void*> live(blocks, nullptr);  // deallocate(nullptr) does nothing
   replay_result r;
   const auto t0 = std::chrono::steady_clock::now();
-  std::size_t i = 0;
-  for (const replay_event& e : trace) {
-    if ((i++ & 0xffff) == 0) throw_if_interrupted();
+  for (std::size_t i = 0; i < trace.size(); ++i) {
+    if ((i & 0xffff) == 0) throw_if_interrupted();
+    const replay_event& e = trace[i];
+    void*& p = live[block[i]];
     if (e.kind == replay_event::op::alloc) {
-      live[e.id] = a.allocate(e.bytes, e.stream);  // an id allocated twice: the first leaks
+      p = a.allocate(e.bytes, e.stream);  // an id allocated twice: the first leaks
       const std::size_t reserved = backend->used();
       if (reserved > r.peak_reserved) {
         r.peak_reserved = reserved;
         r.fragmentation_at_peak = a.stats().fragmentation;
       }
-    } else {
-      const auto it = live.find(e.id);
-      if (it == live.end()) continue;
-      a.deallocate(it->second);
-      live.erase(it);
+    } else if (p) {
+      a.deallocate(p);
+      p = nullptr;
     }
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.events = trace.size();
-  r.peak_requested = peak_requested(trace);
   const allocator_stats s = a.stats();
   r.peak_allocated = static_cast<std::size_t>(s.allocated_bytes.peak);
   r.backend_allocations = s.device_allocations;
-  for (auto& [id, p] : live) a.deallocate(p);
+  for (void* p : live) a.deallocate(p);
+  return r;
+}
+
+}  // namespace
+
+std::size_t peak_requested(const std::vector<replay_event>& trace) {
+  std::size_t blocks = 0;
+  const auto block = block_indices(trace, blocks);
+  return peak_of(trace, block, blocks);
+}
+
+prepared_trace prepare_trace(const std::vector<replay_event>& trace) {
+  prepared_trace p;
+  p.trace = &trace;
+  p.block = block_indices(trace, p.blocks);
+  p.peak_requested = peak_of(trace, p.block, p.blocks);
+  return p;
+}
+
+replay_result replay_trace(const std::vector<replay_event>& trace, const allocator_options& o) {
+  std::size_t blocks = 0;
+  const auto block = block_indices(trace, blocks);
+  replay_result r = replay_blocks(trace, block, blocks, o);
+  r.peak_requested = peak_of(trace, block, blocks);
+  return r;
+}
+
+replay_result replay_trace(const prepared_trace& trace, const allocator_options& o) {
+  replay_result r = replay_blocks(*trace.trace, trace.block, trace.blocks, o);
+  r.peak_requested = trace.peak_requested;
   return r;
 }
 

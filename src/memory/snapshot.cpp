@@ -6,7 +6,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <span>
 #include <sstream>
+#include <type_traits>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -16,6 +18,7 @@
 #include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/core/results.hpp"
 #include "gpu_basics/memory/pickle.hpp"
+#include "huge_pages.hpp"
 
 namespace gpu_basics {
 
@@ -170,25 +173,37 @@ namespace {
 /// often the pickle reuses it, is refused rather than copied.
 constexpr std::size_t kMaxText = 4096;
 
-/// Reads fields of one dict, naming where it is in messages.
-class fields {
+/// A dict the pickle reader offered as flat entries (a trace entry), found as a value's.
+struct flat_dict {
+  std::span<const pickle::flat_entry> entries;
+  [[nodiscard]] const pickle::flat_entry* find(std::string_view key) const {
+    for (const auto& e : entries)
+      if (e.key == key) return &e;
+    return nullptr;
+  }
+};
+
+/// Reads fields of one dict (a value, or a flat_dict), naming where it is in messages.
+template <typename Dict>
+class basic_fields {
  public:
   /// `where` names the dict, followed by "[index]" when `index` is given (the message is made
   /// only on failure: a trace has millions of dicts).
-  fields(const value& v, std::string_view file, std::string_view where,
-         std::size_t index = std::string::npos)
+  basic_fields(const Dict& v, std::string_view file, std::string_view where,
+               std::size_t index = std::string::npos)
       : v_(v), file_(file), where_(where), index_(index) {
     throw_if_interrupted();  // once per dict read: Ctrl-C stops a long parse
-    if (!v.is(value::type::dict)) fail(fmt::format("is a {}, expected a dict", v.type_name()));
+    if constexpr (std::is_same_v<Dict, value>)
+      if (!v.is(value::type::dict)) fail(fmt::format("is a {}, expected a dict", v.type_name()));
   }
   [[noreturn]] void fail(const std::string& what) const {
     if (index_ == std::string::npos)
       throw format_error(fmt::format("{}: {} {}", file_, where_, what));
     throw format_error(fmt::format("{}: {}[{}] {}", file_, where_, index_, what));
   }
-  [[nodiscard]] const value* find(std::string_view key) const { return v_.find(key); }
+  [[nodiscard]] auto find(std::string_view key) const { return v_.find(key); }
   [[nodiscard]] std::int64_t integer(std::string_view key, std::optional<std::int64_t> dflt) const {
-    const value* x = v_.find(key);
+    const auto* x = v_.find(key);
     if (!x || x->is(value::type::none)) {
       if (dflt) return *dflt;
       fail(fmt::format("has no '{}'", key));
@@ -204,7 +219,7 @@ class fields {
     return static_cast<std::uint64_t>(i);
   }
   [[nodiscard]] std::string text(std::string_view key, std::optional<std::string> dflt) const {
-    const value* x = v_.find(key);
+    const auto* x = v_.find(key);
     if (!x) {
       if (dflt) return *dflt;
       fail(fmt::format("has no '{}'", key));
@@ -214,10 +229,10 @@ class fields {
     if (x->as_str().size() > kMaxText)
       fail(fmt::format("'{}' is a str of {} bytes; at most {} are read", key, x->as_str().size(),
                        kMaxText));
-    return x->as_str();
+    return std::string(x->as_str());
   }
   [[nodiscard]] bool flag(std::string_view key) const {
-    const value* x = v_.find(key);
+    const auto* x = v_.find(key);
     if (!x || x->is(value::type::none)) return false;
     if (x->is(value::type::boolean)) return x->as_bool();
     if (x->is(value::type::integer)) return x->as_int() != 0;
@@ -225,11 +240,12 @@ class fields {
   }
 
  private:
-  const value& v_;
+  const Dict& v_;
   std::string_view file_;
   std::string_view where_;
   std::size_t index_;
 };
+using fields = basic_fields<value>;
 
 torch_action action_of(std::string_view a) {
   if (a == "alloc") return torch_action::alloc;
@@ -244,6 +260,10 @@ torch_action action_of(std::string_view a) {
   return torch_action::other;
 }
 
+/// Thrown where an item_sink took items from a list that is not a device trace (a dict with an
+/// "action" where a segment or block is expected): the snapshot is read again without the sink.
+struct needs_plain_read {};
+
 const pickle::items& list_at(const value& parent, std::string_view key, std::string_view file,
                              const std::string& where) {
   const value* x = parent.find(key);
@@ -251,8 +271,124 @@ const pickle::items& list_at(const value& parent, std::string_view key, std::str
   if (!x->is(value::type::list) && !x->is(value::type::tuple))
     throw format_error(
         fmt::format("{}: {}'{}' is a {}, expected a list", file, where, key, x->type_name()));
+  if (x->taken() != 0) throw needs_plain_read{};
   return x->as_items();
 }
+
+/// One trace entry; `f` (fields of a value or of a flat_dict) names it in messages.
+template <typename Fields>
+torch_trace_event trace_event_of(const Fields& f) {
+  torch_trace_event e;
+  e.action = action_of(f.text("action", std::nullopt));
+  e.addr = e.action == torch_action::oom ? f.size("device_free", 0) : f.size("addr", 0);
+  e.size = f.size("size", 0);
+  e.stream = f.integer("stream", 0);
+  e.time_us = f.integer("time_us", 0);
+  return e;
+}
+
+/// Takes trace entries as the pickle reader appends them to a list, as torch_trace_events: a
+/// trace of millions of entries is never held as Python values. An entry it cannot read is left
+/// in the list (and so is the rest of that list), where the snapshot's reading reads it again and
+/// names the problem. The first list it takes from (the device trace, in a real snapshot) goes
+/// into one vector with room for every dict of the pickle; any other, or any beyond that room,
+/// goes in chunks joined at the end.
+class trace_sink final : public pickle::item_sink {
+ public:
+  explicit trace_sink(std::string_view file) : file_(file) {}
+
+  bool take(std::uint64_t list, const value& item) override {
+    const value* action = item.find("action");  // a trace entry, not a segment or a block
+    if (!action || !action->is(value::type::str)) return false;
+    return add(list, [&] { return trace_event_of(fields(item, file_, "")); });
+  }
+  bool take(std::uint64_t list, std::span<const pickle::flat_entry> item) override {
+    const flat_dict d{item};
+    const auto* action = d.find("action");
+    if (!action || !action->is(value::type::str)) return false;
+    return add(list, [&] { return trace_event_of(basic_fields<flat_dict>(d, file_, "")); });
+  }
+  void untake(std::uint64_t list, std::size_t n) override {
+    auto& chunks = lists_[list];  // the last taken: in chunks, then the first vector
+    while (n != 0 && !chunks.empty()) {
+      auto& c = chunks.back();
+      const std::size_t k = std::min(n, c.size());
+      c.resize(c.size() - k);
+      n -= k;
+      if (c.empty()) chunks.pop_back();
+    }
+    if (list == first_id_) first_.resize(first_.size() - n);
+  }
+  void clear() override {
+    lists_.clear();
+    std::vector<torch_trace_event>().swap(first_);
+    first_id_ = 0;
+    first_full_ = false;
+  }
+  void expect(std::uint64_t dicts) override { expected_ = dicts; }
+
+  /// The entries taken from `list`, moved out (never twice in memory).
+  std::vector<torch_trace_event> events(std::uint64_t list) {
+    std::vector<torch_trace_event> out;
+    if (list == first_id_) out.swap(first_);
+    const auto it = lists_.find(list);
+    if (it == lists_.end()) return out;
+    std::size_t n = out.size();
+    for (const auto& c : it->second) n += c.size();
+    out.reserve(n);
+    for (auto& c : it->second) {
+      out.insert(out.end(), c.begin(), c.end());
+      std::vector<torch_trace_event>().swap(c);
+    }
+    lists_.erase(it);
+    return out;
+  }
+
+ private:
+  static constexpr std::size_t kChunk = std::size_t{1} << 16;
+  static constexpr std::uint64_t kMostReserved = std::uint64_t{1} << 26;  // 2.5 GB of events
+
+  /// Adds the event `convert` makes; false when it throws format_error (not taken).
+  template <typename Convert>
+  bool add(std::uint64_t list, const Convert& convert) {
+    torch_trace_event e;
+    try {
+      e = convert();
+    } catch (const format_error&) {
+      return false;
+    }
+    if (first_id_ == 0) {
+      first_id_ = list;
+      try {
+        first_.reserve(static_cast<std::size_t>(std::min(expected_, kMostReserved)));
+        detail::advise_huge_pages(first_.data(), first_.capacity() * sizeof(torch_trace_event));
+      } catch (const std::bad_alloc&) {
+        // The chunks below then.
+      }
+    }
+    if (list == first_id_ && !first_full_) {
+      if (first_.size() < first_.capacity()) {
+        first_.push_back(e);
+        return true;
+      }
+      first_full_ = true;  // the rest in chunks
+    }
+    auto& chunks = lists_[list];
+    if (chunks.empty() || chunks.back().size() == kChunk) {
+      chunks.emplace_back();
+      chunks.back().reserve(kChunk);
+    }
+    chunks.back().push_back(e);
+    return true;
+  }
+
+  std::string_view file_;
+  std::uint64_t expected_ = 0;
+  std::uint64_t first_id_ = 0;
+  std::vector<torch_trace_event> first_;
+  bool first_full_ = false;
+  std::unordered_map<std::uint64_t, std::vector<std::vector<torch_trace_event>>> lists_;
+};
 
 constexpr std::string_view kHowToRecord =
     "record one with torch.cuda.memory._record_memory_history(max_entries=100000) before the "
@@ -278,14 +414,10 @@ void check_snapshot_start(std::string_view head, std::string_view name) {
 }
 }  // namespace
 
-torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view name) {
-  check_snapshot_start(bytes.substr(0, 64), name);
-  value root;
-  try {
-    root = pickle::read(bytes);
-  } catch (const format_error& e) {
-    throw format_error(fmt::format("{}: {}", name, e.what()));
-  }
+namespace {
+/// The snapshot in `root`; the entries that `sink` took are its (nullptr: none taken).
+/// @throws format_error as parse_torch_snapshot(); needs_plain_read.
+torch_snapshot snapshot_of(const value& root, std::string_view name, trace_sink* sink) {
   if (!root.is(value::type::dict))
     throw format_error(
         fmt::format("{}: a pickle of a {}, not a PyTorch memory snapshot (a dict with segments and "
@@ -333,24 +465,28 @@ torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view nam
   }
   const auto& traces = list_at(root, "device_traces", name, "");
   std::size_t events = 0;
+  std::unordered_map<std::uint64_t, std::size_t> seen;  // a list's id -> its first device
   for (std::size_t d = 0; d < traces.size(); ++d) {
     const std::string where = fmt::format("device_traces[{}]", d);
     if (!traces[d].is(value::type::list))
       throw format_error(
           fmt::format("{}: {} is a {}, expected a list", name, where, traces[d].type_name()));
     const auto& entries = traces[d].as_items();
-    std::vector<torch_trace_event> out;
-    out.reserve(entries.size());
-    for (std::size_t k = 0; k < entries.size(); ++k) {
-      const fields f(entries[k], name, where, k);
-      torch_trace_event e;
-      e.action = action_of(f.text("action", std::nullopt));
-      e.addr = e.action == torch_action::oom ? f.size("device_free", 0) : f.size("addr", 0);
-      e.size = f.size("size", 0);
-      e.stream = f.integer("stream", 0);
-      e.time_us = f.integer("time_us", 0);
-      out.push_back(e);
+    const std::size_t taken = traces[d].taken();  // the first entries, which `sink` holds
+    if (taken != 0) {
+      if (const auto it = seen.find(traces[d].list_id()); it != seen.end()) {  // the same list
+        auto again = s.device_traces[it->second];
+        events += again.size();
+        s.device_traces.push_back(std::move(again));
+        continue;
+      }
+      seen.emplace(traces[d].list_id(), d);
     }
+    std::vector<torch_trace_event> out;
+    if (taken != 0 && sink) out = sink->events(traces[d].list_id());
+    out.reserve(taken + entries.size());
+    for (std::size_t k = 0; k < entries.size(); ++k)
+      out.push_back(trace_event_of(fields(entries[k], name, where, taken + k)));
     events += out.size();
     s.device_traces.push_back(std::move(out));
   }
@@ -367,12 +503,58 @@ torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view nam
   return s;
 }
 
+/// The root value that `read` (pickle::read() of the snapshot's bytes with the options it is
+/// given) returns, messages naming `name`.
+template <typename Read>
+value root_of(const Read& read, const pickle::read_options& options, std::string_view name) {
+  try {
+    return read(options);
+  } catch (const format_error& e) {
+    throw format_error(fmt::format("{}: {}", name, e.what()));
+  }
+}
+
+/// The snapshot that `read` reads: its trace entries taken as they are read, frames left out;
+/// read again without either should they not apply (see pickle::read_options).
+template <typename Read>
+torch_snapshot parse_snapshot(const Read& read, std::string_view name) {
+  trace_sink sink(name);
+  try {
+    return snapshot_of(root_of(read, pickle::read_options{{}, {"frames"}, &sink}, name), name,
+                       &sink);
+  } catch (const needs_plain_read&) {
+    // A dict with an "action" where no trace is: below.
+  }
+  sink.clear();
+  return snapshot_of(root_of(read, pickle::read_options{}, name), name, nullptr);
+}
+
+/// A snapshot file as the pickle reader's byte source.
+class file_source final : public pickle::byte_source {
+ public:
+  file_source(const std::string& path, std::uint64_t cap) : in_(path, cap, "snapshot pickle") {}
+  std::size_t read(char* out, std::size_t n) override { return in_.read(out, n); }
+  void rewind() override { in_.rewind(); }
+  [[nodiscard]] std::optional<std::uint64_t> size() const override { return in_.size(); }
+
+ private:
+  input_reader in_;
+};
+}  // namespace
+
+torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view name) {
+  check_snapshot_start(bytes.substr(0, 64), name);
+  return parse_snapshot([bytes](const pickle::read_options& o) { return pickle::read(bytes, o); },
+                        name);
+}
+
 torch_snapshot read_torch_snapshot(const std::string& path) {
   const std::uint64_t cap = input_size_cap(kMaxSnapshotFileBytes);
   // The first bytes first: a file that is not a pickle is refused before the rest is read.
   check_snapshot_start(read_input_head(path, 64, cap, "snapshot pickle"), printable(path));
-  const std::string bytes = read_input_file(path, cap, "snapshot pickle");
-  return parse_torch_snapshot(bytes, printable(path));
+  file_source in(path, cap);
+  return parse_snapshot([&in](const pickle::read_options& o) { return pickle::read(in, o); },
+                        printable(path));
 }
 
 std::vector<replay_event> to_replay_trace(const torch_snapshot& s, int device,
@@ -388,8 +570,7 @@ std::vector<replay_event> to_replay_trace(const torch_snapshot& s, int device,
     if (seg.device == device)
       for (const auto& b : seg.blocks) final_blocks.emplace(b.address, &b);
   enum class st : std::uint8_t { live, requested, done };
-  std::unordered_map<std::uint64_t, st> state;
-  state.reserve(trace.size());
+  std::unordered_map<std::uint64_t, st> state;  // per address: few, reused again and again
   body.reserve(trace.size());
   const auto alive_at_start = [&](const torch_trace_event& e) {
     std::uint64_t size = e.size;
@@ -442,8 +623,8 @@ std::vector<replay_event> to_replay_trace(const torch_snapshot& s, int device,
     }
   }
   if (rebuilt) *rebuilt = head.size();
-  head.insert(head.end(), body.begin(), body.end());
-  return head;
+  body.insert(body.begin(), head.begin(), head.end());  // in place: the body is the large part
+  return body;
 }
 
 recorded_figures recorded(const torch_snapshot& s, int device) {
@@ -465,10 +646,15 @@ std::int64_t signed_size(std::uint64_t size) {
 }
 }  // namespace
 
-recorded_figures recorded(const torch_snapshot& s, int device,
-                          const std::vector<replay_event>& replayed) {
+namespace {
+bool has_device(const torch_snapshot& s, int device) {
+  return device >= 0 && static_cast<std::size_t>(device) < s.device_traces.size();
+}
+
+/// recorded() but for peak_requested.
+recorded_figures recorded_segments(const torch_snapshot& s, int device) {
   recorded_figures r;
-  if (device < 0 || static_cast<std::size_t>(device) >= s.device_traces.size()) return r;
+  if (!has_device(s, device)) return r;
   const auto& trace = s.device_traces[static_cast<std::size_t>(device)];
   r.events = trace.size();
   std::int64_t net = 0;
@@ -506,7 +692,20 @@ recorded_figures recorded(const torch_snapshot& s, int device,
     if (reserved > 0)
       r.peak_reserved = std::max(r.peak_reserved, static_cast<std::uint64_t>(reserved));
   }
-  r.peak_requested = peak_requested(replayed);  // live requested bytes as replayed
+  return r;
+}
+}  // namespace
+
+recorded_figures recorded(const torch_snapshot& s, int device,
+                          const std::vector<replay_event>& replayed) {
+  recorded_figures r = recorded_segments(s, device);
+  if (has_device(s, device)) r.peak_requested = peak_requested(replayed);  // as replayed
+  return r;
+}
+
+recorded_figures recorded(const torch_snapshot& s, int device, const prepared_trace& replayed) {
+  recorded_figures r = recorded_segments(s, device);
+  if (has_device(s, device)) r.peak_requested = replayed.peak_requested;
   return r;
 }
 

@@ -161,6 +161,35 @@ TEST(InputFile, ReadsARegularFileWhole) {
                 "raises it)");
 }
 
+TEST(InputFile, AReaderGoesOverTheFileInChunksAndAgainFromTheStart) {
+  const std::string path = temp_path("chunks.bin");
+  std::mt19937 rng(12);
+  std::string bytes(100000, '\0');
+  for (auto& c : bytes) c = static_cast<char>(rng());
+  std::ofstream(path, std::ios::binary) << bytes;
+  gpu_basics::input_reader in(path, 1u << 20, "snapshot pickle");
+  EXPECT_EQ(in.size(), bytes.size());
+  for (int pass = 0; pass < 2; ++pass) {
+    std::string got;
+    char chunk[4096];
+    while (const std::size_t n = in.read(chunk, 1 + got.size() % sizeof chunk))
+      got.append(chunk, n);
+    EXPECT_EQ(got, bytes) << "pass " << pass;
+    in.rewind();
+  }
+  // A file that grows past the cap while it is read is refused there.
+  gpu_basics::input_reader small(path, bytes.size(), "snapshot pickle");
+  std::ofstream(path, std::ios::binary | std::ios::app) << "more";
+  std::string sink(bytes.size() + 4, '\0');
+  std::size_t got = 0;
+  try {
+    while (const std::size_t n = small.read(sink.data() + got, sink.size() - got)) got += n;
+    ADD_FAILURE() << "read past the cap";
+  } catch (const gpu_basics::format_error& e) {
+    EXPECT_NE(std::string(e.what()).find("larger than"), std::string::npos) << e.what();
+  }
+}
+
 TEST(InputFile, RefusesWhatIsNotARegularFileAtOnce) {
   const std::string fifo = temp_path("fifo");
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);

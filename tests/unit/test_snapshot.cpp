@@ -2,12 +2,15 @@
 // Tests that need python3 (to write pickles as CPython does, or to load ours) skip without it.
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string>
 
@@ -786,4 +789,277 @@ TEST(ReplayCommand, StringsFromTheFileAreEscapedInTheTableAndValidInTheJson) {
   EXPECT_EQ(err, "");
   const auto j = nlohmann::json::parse(out);
   EXPECT_EQ(j["recorded"]["alloc_conf"], "\x1b[31mred\xef\xbf\xbd\xef\xbf\xbd\r");
+}
+
+// ---- large snapshots, read as they stream in ------------------------------------------------
+
+namespace {
+
+/// Hands out the bytes a few at a time, as a file read in chunks would, and again on rewind().
+class trickle_source final : public pk::byte_source {
+ public:
+  trickle_source(std::string bytes, std::size_t step, bool sized)
+      : bytes_(std::move(bytes)), step_(step), sized_(sized) {}
+  std::size_t read(char* out, std::size_t n) override {
+    n = std::min({n, step_, bytes_.size() - at_});
+    std::copy_n(bytes_.data() + at_, n, out);
+    at_ += n;
+    return n;
+  }
+  void rewind() override { at_ = 0; }
+  [[nodiscard]] std::optional<std::uint64_t> size() const override {
+    if (!sized_) return std::nullopt;
+    return bytes_.size();
+  }
+
+ private:
+  std::string bytes_;
+  std::size_t step_;
+  bool sized_;
+  std::size_t at_ = 0;
+};
+
+/// Counts what read() offers it and takes every dict with an "action".
+class counting_sink final : public pk::item_sink {
+ public:
+  bool take(std::uint64_t, const value& item) override {
+    if (!item.find("action")) return false;
+    ++values;
+    return true;
+  }
+  bool take(std::uint64_t, std::span<const pk::flat_entry> item) override {
+    if (std::none_of(item.begin(), item.end(), [](const auto& e) { return e.key == "action"; }))
+      return false;
+    ++flat;
+    return true;
+  }
+  void untake(std::uint64_t, std::size_t n) override { flat -= n; }
+  void clear() override { values = flat = 0; }
+  std::size_t values = 0, flat = 0;
+};
+
+const char* action_name(gb::torch_action a) {
+  static const char* names[] = {"alloc",        "free_requested", "free_completed", "segment_alloc",
+                                "segment_free", "segment_map",    "segment_unmap",  "oom",
+                                "snapshot",     "other"};
+  return names[static_cast<int>(a)];
+}
+
+/// Each device trace as lines "action addr size stream time", from the tree a plain read makes.
+std::vector<std::vector<std::string>> plain_traces(const value& root) {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& t : root.find("device_traces")->as_items()) {
+    auto& lines = out.emplace_back();
+    for (const auto& e : t.as_items()) {
+      const auto num = [&](const char* k) {
+        const value* x = e.find(k);
+        return x && x->is(value::type::integer) ? x->as_int() : 0;
+      };
+      lines.push_back(e.find("action")->as_str() + " " + std::to_string(num("addr")) + " " +
+                      std::to_string(num("size")) + " " + std::to_string(num("stream")) + " " +
+                      std::to_string(num("time_us")));
+    }
+  }
+  return out;
+}
+
+/// The same lines from a parsed snapshot.
+std::vector<std::vector<std::string>> parsed_traces(const gb::torch_snapshot& s) {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& t : s.device_traces) {
+    auto& lines = out.emplace_back();
+    for (const auto& e : t)
+      lines.push_back(std::string(action_name(e.action)) + " " + std::to_string(e.addr) + " " +
+                      std::to_string(e.size) + " " + std::to_string(e.stream) + " " +
+                      std::to_string(e.time_us));
+  }
+  return out;
+}
+
+/// `v` with every value under a "frames" key replaced by None, as read() with that opaque key
+/// leaves them.
+value without_frames(const value& v) {
+  if (v.is(value::type::list) || v.is(value::type::tuple)) {
+    pk::items c;
+    for (const auto& e : v.as_items()) c.push_back(without_frames(e));
+    return v.is(value::type::tuple) ? value::tuple(std::move(c)) : value::list(std::move(c));
+  }
+  if (!v.is(value::type::dict)) return v;
+  value d = value::dict();
+  for (const auto& [k, x] : v.as_entries())
+    d.set(k, k.is(value::type::str) && k.as_str() == "frames" ? value() : without_frames(x));
+  return d;
+}
+
+/// The bytes python3 writes for `expr` (a snapshot-like dict built by `setup`), protocol 4.
+std::string python_pickle(const std::string& name, const std::string& setup,
+                          const std::string& expr) {
+  const auto path = scratch("py_" + name) / "s.pickle";
+  run_command("python3 -c \"import pickle,sys\n" + setup + "\nopen(sys.argv[1],'wb').write(" +
+              "pickle.dumps(" + expr + ",protocol=4))\" " + path.string());
+  return read_bytes(path);
+}
+
+const pk::read_options kStreaming{{}, {"frames"}, nullptr};
+
+}  // namespace
+
+TEST(SnapshotStream, AGeneratedTrainingSnapshotReadsAsItsPlainTree) {
+  if (!have_python()) GTEST_SKIP() << "python3 not found";
+  // The benchmark's generator: CPython's protocol 4 with frames, memoised frames lists used
+  // again by free_completed, several streams, 64 KiB frames, batches of 1000.
+  const auto path = scratch("gen") / "s.pickle";
+  run_command("python3 " + std::string(GPU_BASICS_SOURCE_DIR) +
+              "/bench/replay_snapshot.py --events 12000 --write " + path.string());
+  const std::string bytes = read_bytes(path);
+  const value plain = pk::read(bytes);
+  const auto expected = plain_traces(plain);
+  ASSERT_EQ(expected.size(), 1u);
+  ASSERT_GE(expected[0].size(), 12000u);
+  const auto from_file = gb::read_torch_snapshot(path.string());
+  EXPECT_EQ(parsed_traces(from_file), expected);
+  EXPECT_EQ(from_file.segments.size(), plain.find("segments")->as_items().size());
+  EXPECT_EQ(parsed_traces(gb::parse_torch_snapshot(bytes, "s.pickle")), expected);
+  // Past the first batches (which define the keys and frames), every entry is read straight from
+  // the bytes; none is held in the list.
+  counting_sink sink;
+  const value taken = pk::read(bytes, pk::read_options{{}, {"frames"}, &sink});
+  const auto& trace = taken.find("device_traces")->as_items().at(0);
+  EXPECT_EQ(trace.taken(), expected[0].size());
+  EXPECT_TRUE(trace.as_items().empty());
+  EXPECT_NE(trace.list_id(), 0u);
+  EXPECT_EQ(sink.values + sink.flat, expected[0].size());
+  EXPECT_GT(sink.flat, sink.values * 4);
+  // Without a sink, the frames are left out and the rest is the plain tree.
+  EXPECT_EQ(pk::read(bytes, kStreaming), without_frames(plain));
+}
+
+TEST(SnapshotStream, ABadEntryLateInATraceIsNamedByItsIndex) {
+  // 2500 entries in batches of 1000: the one at 1500 is in the second, after entries taken.
+  pk::items events;
+  for (int i = 0; i < 2500; ++i) events.push_back(trace_event("alloc", 4096 * (i + 1), 512));
+  value bad = value::dict();
+  bad.set("action", value::str("alloc"));
+  bad.set("addr", value::str("0x10"));
+  events[1500] = bad;
+  const std::string bytes = pk::dumps(snapshot_of_trace(events));
+  try {
+    (void)gb::parse_torch_snapshot(bytes, "s.pickle");
+    ADD_FAILURE() << "read";
+  } catch (const gb::format_error& x) {
+    EXPECT_EQ(std::string(x.what()),
+              "s.pickle: device_traces[0][1500] 'addr' is a str, expected an int");
+  }
+}
+
+TEST(SnapshotStream, AValueLeftOutButUsedElsewhereIsReadAsThePlainTree) {
+  if (!have_python()) GTEST_SKIP() << "python3 not found";
+  const std::string setup =
+      "fr=[dict(name='f',filename='x.py',line=1)]\n"
+      "ev=[dict(action='alloc',addr=16*i+16,size=512,stream=0,time_us=i,frames=fr) "
+      "for i in range(3000)]";
+  // The frames list, left out under "frames", is the value of another key too: read plainly.
+  const std::string shared =
+      python_pickle("shared", setup, "dict(segments=[],device_traces=[ev],extra=fr)");
+  const value plain = pk::read(shared);
+  EXPECT_EQ(pk::read(shared, kStreaming), plain);
+  EXPECT_EQ(parsed_traces(gb::parse_torch_snapshot(shared, "s.pickle")), plain_traces(plain));
+  // The same trace twice (one list used again): both devices have it.
+  const std::string twice =
+      python_pickle("twice", setup, "dict(segments=[],device_traces=[ev,ev])");
+  const auto s = gb::parse_torch_snapshot(twice, "s.pickle");
+  ASSERT_EQ(s.device_traces.size(), 2u);
+  EXPECT_EQ(s.device_traces[0].size(), 3000u);
+  EXPECT_EQ(parsed_traces(s), plain_traces(pk::read(twice)));
+  // A segment with an "action" (taken as if it were a trace entry): read plainly, a segment.
+  const std::string odd = python_pickle(
+      "odd", setup,
+      "dict(segments=[dict(action='alloc',address=4096,total_size=2097152)],device_traces=[ev])");
+  const auto o = gb::parse_torch_snapshot(odd, "s.pickle");
+  ASSERT_EQ(o.segments.size(), 1u);
+  EXPECT_EQ(o.segments[0].total_size, 2097152u);
+  EXPECT_EQ(parsed_traces(o), plain_traces(pk::read(odd)));
+}
+
+TEST(SnapshotStream, SharedFramesCountOnceAgainstTheBudgetUnlessUsedElsewhere) {
+  if (!have_python()) GTEST_SKIP() << "python3 not found";
+  // Every entry's frames is one memoised list of 1000 frames: 2000 entries come to 14 million
+  // values as a tree, but the frames are never walked.
+  const std::string setup =
+      "fr=[dict(name='f%d'%i,filename='x.py',line=i) for i in range(1000)]\n"
+      "ev=[dict(action='alloc',addr=16*i+16,size=512,stream=0,time_us=i,frames=fr) "
+      "for i in range(2000)]";
+  const std::string bytes = python_pickle("budget", setup, "dict(segments=[],device_traces=[ev])");
+  const pk::read_limits limits{1000, 1'000'000};
+  EXPECT_NE(read_error(bytes, limits).find("more than 1000000 values"), std::string::npos);
+  EXPECT_NO_THROW((void)pk::read(bytes, pk::read_options{limits, {"frames"}, nullptr}));
+  counting_sink sink;
+  EXPECT_NO_THROW((void)pk::read(bytes, pk::read_options{limits, {"frames"}, &sink}));
+  EXPECT_EQ(sink.values + sink.flat, 2000u);
+  // Used elsewhere too, the list is walked there: the plain budget applies.
+  const std::string walked =
+      python_pickle("walked", setup, "dict(segments=[],device_traces=[ev],extra=[fr]*2000)");
+  try {
+    (void)pk::read(walked, pk::read_options{limits, {"frames"}, nullptr});
+    ADD_FAILURE() << "read";
+  } catch (const gb::format_error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 1000000 values"), std::string::npos);
+  }
+}
+
+TEST(SnapshotStream, ReadingInChunksIsReadingWhole) {
+  const std::string real = read_bytes(kData + "/h200_torch_snapshot.pickle");
+  for (const std::size_t step : {std::size_t{1}, std::size_t{7}, std::size_t{4096}}) {
+    trickle_source in(real, step, step != 7);
+    EXPECT_EQ(pk::read(in, {}), pk::read(real)) << step;
+    counting_sink sink;
+    EXPECT_EQ(pk::read(in, pk::read_options{{}, {"frames"}, &sink}),
+              pk::read(real, pk::read_options{{}, {"frames"}, &sink}));
+  }
+  // The same message for a truncated stream, bytes after STOP, a bad opcode, wherever it is.
+  const std::string small = read_bytes(kData + "/snapshot_small.pickle");
+  for (const std::string& bytes :
+       {small.substr(0, 1), small.substr(0, small.size() / 3), small.substr(0, small.size() - 1),
+        small + "xyz", small.substr(0, 2) + "c" + small.substr(2)}) {
+    const std::string expected = read_error(bytes);
+    ASSERT_NE(expected, "");
+    for (const bool sized : {false, true}) {
+      trickle_source in(bytes, 5, sized);
+      try {
+        (void)pk::read(in, kStreaming);
+        ADD_FAILURE() << expected;
+      } catch (const gb::format_error& e) {
+        EXPECT_EQ(std::string(e.what()), expected);
+      }
+    }
+  }
+}
+
+TEST(SnapshotStream, PreparedAndParallelReplaysGiveTheSameResults) {
+  for (const auto& trace : {gb::mixed_trace(20000), gb::transformer_trace(8)}) {
+    const auto prepared = gb::prepare_trace(trace);
+    EXPECT_EQ(prepared.peak_requested, gb::peak_requested(trace));
+    for (const char* conf : {"", "expandable_segments:True", "max_split_size_mb:64"}) {
+      const auto o = gb::parse_allocator_conf(conf);
+      const auto a = gb::replay_trace(trace, o), b = gb::replay_trace(prepared, o);
+      EXPECT_EQ(a.peak_reserved, b.peak_reserved) << conf;
+      EXPECT_EQ(a.peak_allocated, b.peak_allocated) << conf;
+      EXPECT_EQ(a.peak_requested, b.peak_requested) << conf;
+      EXPECT_EQ(a.backend_allocations, b.backend_allocations) << conf;
+      EXPECT_EQ(a.fragmentation_at_peak, b.fragmentation_at_peak) << conf;
+    }
+  }
+  const auto s = gb::read_torch_snapshot(kData + "/h200_torch_snapshot.pickle");
+  const auto confs = gb::replay_policies({"max_split_size_mb:32,garbage_collection_threshold:0.8"});
+  const auto strip = [](nlohmann::json j) {
+    j.erase("seconds");
+    j.erase("events_per_s");
+    j.erase("table");
+    for (auto& p : j["policies"]) p.erase("seconds");
+    return j;
+  };
+  const auto one = strip(gb::to_json(gb::replay_snapshot(s, "s", 0, confs, 1)));
+  for (const unsigned threads : {2u, 3u, 16u})
+    EXPECT_EQ(strip(gb::to_json(gb::replay_snapshot(s, "s", 0, confs, threads))), one) << threads;
+  EXPECT_EQ(strip(gb::to_json(gb::replay_snapshot(s, "s", 0, confs))), one);
 }

@@ -27,6 +27,36 @@ inline constexpr std::uint64_t kMaxSnapshotFileBytes = 16ull << 30;  // a PyTorc
 [[nodiscard]] std::string read_input_file(const std::string& path, std::uint64_t max_bytes,
                                           std::string_view what);
 
+/// A regular file read a chunk at a time (a snapshot of a GB need not be held whole), with the
+/// checks of read_input_file(): refused on opening when it is not a regular file or is larger
+/// than the cap, and again should it grow past the cap while being read.
+class input_reader {
+ public:
+  /// @throws as read_input_file() for a file that cannot be opened or is too large.
+  input_reader(const std::string& path, std::uint64_t max_bytes, std::string_view what);
+  ~input_reader();
+  input_reader(const input_reader&) = delete;
+  input_reader& operator=(const input_reader&) = delete;
+
+  /// Up to `n` bytes into `out`: how many, 0 at the end.
+  /// @throws format_error past the cap; io_error when reading fails; interrupted on Ctrl-C /
+  /// SIGTERM.
+  std::size_t read(char* out, std::size_t n);
+  /// Back to the first byte.
+  /// @throws io_error when the file cannot be read from its start again.
+  void rewind();
+  /// The file's size when it was opened.
+  [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
+
+ private:
+  std::string path_;
+  std::string what_;
+  std::uint64_t max_bytes_ = 0;
+  std::uint64_t size_ = 0;
+  std::uint64_t read_ = 0;  // bytes read since the start
+  int fd_ = -1;
+};
+
 /// The first `n` bytes of the file at `path` (fewer when it is shorter), after the same checks as
 /// read_input_file(): a reader looks at them to refuse a file that is not of its format before
 /// reading the whole of it.

@@ -34,7 +34,7 @@ struct replay_report {
   std::optional<std::string> recorded_conf;  // the snapshot's PYTORCH_CUDA_ALLOC_CONF
   std::uint64_t gc_reserved_limit = 0;  // reserved limit of garbage_collection_threshold policies
   std::vector<policy_replay> policies;
-  double seconds = 0;  // all replays
+  double seconds = 0;  // all replays, added up (they run in parallel)
   [[nodiscard]] double events_per_second() const noexcept;
   /// The conf string with the lowest peak reserved (the first of equals); nullopt if none ran.
   [[nodiscard]] std::optional<std::string> best() const;
@@ -50,10 +50,17 @@ struct replay_report {
 /// is the same policy as one before it (built-in or given).
 [[nodiscard]] std::vector<std::string> replay_policies(const std::vector<std::string>& user);
 
-/// Replays `device`'s trace of `s` under every conf of `confs`.
-/// @throws logic_error for a conf string parse_allocator_conf rejects.
+/// Replays `device`'s trace of `s` under every conf of `confs`, the policies on a pool of threads
+/// (each replay is independent: the report is the same however many run at once).
+/// @throws logic_error for a conf string parse_allocator_conf rejects; format_error naming `file`
+/// for sizes beyond 64 bits; interrupted on Ctrl-C / SIGTERM.
 [[nodiscard]] replay_report replay_snapshot(const torch_snapshot& s, const std::string& file,
                                             int device, const std::vector<std::string>& confs);
+/// The same on `threads` threads at most (0: one per core, or 1 when the whole sweep is under a
+/// million events, where starting threads is not worth it).
+[[nodiscard]] replay_report replay_snapshot(const torch_snapshot& s, const std::string& file,
+                                            int device, const std::vector<std::string>& confs,
+                                            unsigned threads);
 
 /// The table: one row per policy, then "PyTorch (recorded)".
 [[nodiscard]] presentation::table replay_table(const replay_report& r);

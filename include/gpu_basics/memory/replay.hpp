@@ -44,6 +44,25 @@ struct replay_result {
 [[nodiscard]] replay_result replay_trace(const std::vector<replay_event>& trace,
                                          const allocator_options& o);
 
+/// A trace made ready for many replays (a policy sweep): each event's block as a dense index, and
+/// the trace's peak_requested(), worked out once rather than in every replay.
+struct prepared_trace {
+  const std::vector<replay_event>* trace = nullptr;  // not owned: it must outlive this
+  std::vector<std::uint32_t> block;                  // per event: its id's index, 0 .. blocks - 1
+  std::size_t blocks = 0;
+  std::size_t peak_requested = 0;
+};
+
+/// `trace` prepared for replay_trace(const prepared_trace&, ...).
+/// @throws format_error as peak_requested(); logic_error for more than 2^32 - 1 distinct ids;
+/// interrupted on Ctrl-C / SIGTERM.
+[[nodiscard]] prepared_trace prepare_trace(const std::vector<replay_event>& trace);
+
+/// replay_trace() of a prepared trace: the same result, without the per-replay bookkeeping.
+/// Replays of one prepared trace may run on several threads at once.
+/// @throws interrupted on Ctrl-C / SIGTERM (checked every 64Ki events).
+[[nodiscard]] replay_result replay_trace(const prepared_trace& trace, const allocator_options& o);
+
 /// The trace's own peak of live requested bytes (an id allocated again without a free replaces
 /// its block; frees of unknown ids are skipped), as replay_trace() counts it.
 /// @throws format_error when the live bytes overflow 64 bits.

@@ -126,5 +126,9 @@ struct recorded_figures {
 /// The same, with `device`'s trace as to_replay_trace() made it already.
 [[nodiscard]] recorded_figures recorded(const torch_snapshot& s, int device,
                                         const std::vector<replay_event>& replayed);
+/// The same, that trace prepared already (its peak_requested known).
+/// @throws format_error when segment sizes add up beyond 64 bits.
+[[nodiscard]] recorded_figures recorded(const torch_snapshot& s, int device,
+                                        const prepared_trace& replayed);
 
 }  // namespace gpu_basics
