@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/gzip.hpp"
 #include "gpu_basics/core/input_file.hpp"
 #include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/core/results.hpp"
@@ -550,8 +551,14 @@ torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view nam
 
 torch_snapshot read_torch_snapshot(const std::string& path) {
   const std::uint64_t cap = input_size_cap(kMaxSnapshotFileBytes);
+  const std::string head = read_input_head(path, 64, cap, "snapshot pickle");
+  if (is_gzip(head)) {  // snapshot.pickle.gz: inflated whole (within the cap), then read
+    const std::string bytes =
+        gunzip(read_input_file(path, cap, "snapshot pickle"), cap, printable(path));
+    return parse_torch_snapshot(bytes, printable(path));
+  }
   // The first bytes first: a file that is not a pickle is refused before the rest is read.
-  check_snapshot_start(read_input_head(path, 64, cap, "snapshot pickle"), printable(path));
+  check_snapshot_start(head, printable(path));
   file_source in(path, cap);
   return parse_snapshot([&in](const pickle::read_options& o) { return pickle::read(in, o); },
                         printable(path));

@@ -367,4 +367,23 @@ TEST(Gzip, RoundTripsMembersAndRefusesBadData) {
             "s.pickle.gz: decompresses to more than 4 MiB, the limit for this input (set "
             "GPU_BASICS_MAX_INPUT_MIB to raise it)");
 }
+
+TEST(Gzip, ACompressedSnapshotReadsAsThePlainOne) {
+  std::ifstream in(kData + "/h200_torch_snapshot.pickle", std::ios::binary);
+  const std::string plain((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto dir = std::filesystem::temp_directory_path() / "gpu_basics_gzip_test";
+  std::filesystem::create_directories(dir);
+  const std::string gz = (dir / "s.pickle.gz").string();
+  std::ofstream(gz, std::ios::binary) << gzip_of(plain);
+  const auto a = gb::read_torch_snapshot(kData + "/h200_torch_snapshot.pickle");
+  const auto b = gb::read_torch_snapshot(gz);
+  ASSERT_EQ(a.device_traces.size(), b.device_traces.size());
+  const auto ta = gb::to_replay_trace(a, a.busiest_device());
+  const auto tb = gb::to_replay_trace(b, b.busiest_device());
+  ASSERT_EQ(ta.size(), tb.size());
+  EXPECT_EQ(gb::replay_trace(ta, {}).peak_reserved, gb::replay_trace(tb, {}).peak_reserved);
+  std::ofstream(gz, std::ios::binary) << gzip_of(plain).substr(0, 1000);  // cut short
+  EXPECT_THROW((void)gb::read_torch_snapshot(gz), gb::format_error);
+  std::filesystem::remove_all(dir);
+}
 #endif
