@@ -129,16 +129,22 @@ void input_reader::rewind() {
 std::string read_input_file(const std::string& path, std::uint64_t max_bytes,
                             std::string_view what) {
   input_reader in(path, max_bytes, what);
-  std::string out;
-  out.reserve(static_cast<std::size_t>(in.size()));
-  constexpr std::size_t kChunk = 8u << 20;
-  // One byte past the size the file says it has, so the end is seen in one read (at least 64 KiB:
-  // files in /proc say 0).
-  std::string chunk(static_cast<std::size_t>(
-                        std::clamp<std::uint64_t>(in.size() + 1, std::uint64_t{64} << 10, kChunk)),
-                    '\0');
-  while (const std::size_t n = in.read(chunk.data(), chunk.size())) out.append(chunk.data(), n);
+  // Read straight into the result, one byte past the size the file says it has, so the end is
+  // seen in one read (at least 64 KiB: files in /proc say 0); it grows if the file does, at most
+  // to the cap (input_reader refuses a byte more).
+  std::string out(
+      static_cast<std::size_t>(std::max<std::uint64_t>(in.size() + 1, std::uint64_t{64} << 10)),
+      '\0');
+  std::size_t got = 0;
+  for (;;) {
+    if (got == out.size())
+      out.resize(static_cast<std::size_t>(std::min<std::uint64_t>(2 * got, max_bytes + 1)));
+    const std::size_t n = in.read(out.data() + got, out.size() - got);
+    if (n == 0) break;
+    got += n;
+  }
   throw_if_interrupted();
+  out.resize(got);
   return out;
 }
 
