@@ -23,7 +23,10 @@ using nlohmann::json;
 class parser {
  public:
   parser(std::string_view text, const std::string& source, const json_text_limits& limits)
-      : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), source_(source),
+      : begin_(text.data()),
+        p_(text.data()),
+        end_(text.data() + text.size()),
+        source_(source),
         limits_(limits) {
     stack_.reserve(static_cast<std::size_t>(limits.max_depth) + 1);
   }
@@ -72,8 +75,8 @@ class parser {
         ++line;
         line_start = c + 1;
       }
-    throw format_error(fmt::format("{}: not JSON at line {}, column {} ({}): {}", printable(source_),
-                                   line, p_ - line_start + 1, path(), what));
+    throw format_error(fmt::format("{}: not JSON at line {}, column {} ({}): {}",
+                                   printable(source_), line, p_ - line_start + 1, path(), what));
   }
 
   [[noreturn]] void refuse(const std::string& what) const {
@@ -388,8 +391,8 @@ class parser {
       if (c == '\\')
         escape(out);
       else if (c < 0x20)
-        syntax("a control character in a string (JSON writes it as \\u" +
-               fmt::format("{:04x}", c) + ")");
+        syntax("a control character in a string (JSON writes it as \\u" + fmt::format("{:04x}", c) +
+               ")");
       else
         utf8(out);
     }

@@ -15,8 +15,8 @@ namespace gpu_basics::lessons::detail {
 
 /// What parse_json_text accepts beyond the grammar.
 struct json_text_limits {
-  int max_depth = 64;                   // arrays and objects nested in one another
-  std::size_t max_string = 64 * 1024;   // bytes of a string or key, once unescaped
+  int max_depth = 64;                  // arrays and objects nested in one another
+  std::size_t max_string = 64 * 1024;  // bytes of a string or key, once unescaped
 };
 
 /// `text` (UTF-8, an optional byte order mark first) as a tree: numbers as nlohmann keeps them
