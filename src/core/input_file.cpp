@@ -106,26 +106,26 @@ std::string read_input_file(const std::string& path, std::uint64_t max_bytes,
                             std::string_view what) {
   std::uint64_t size = 0;
   fd_owner f{open_input(path, max_bytes, what, size)};
-  std::string out;
-  out.reserve(static_cast<std::size_t>(size));
-  constexpr std::size_t kChunk = 8u << 20;
-  // One byte past the size the file says it has, so the end is seen in one read (at least 64 KiB:
-  // files in /proc say 0).
-  std::string chunk(static_cast<std::size_t>(
-                        std::clamp<std::uint64_t>(size + 1, std::uint64_t{64} << 10, kChunk)),
-                    '\0');
+  // Read straight into the result, one byte past the size the file says it has, so the end is
+  // seen in one read (at least 64 KiB: files in /proc say 0); it grows if the file does.
+  std::string out(
+      static_cast<std::size_t>(std::max<std::uint64_t>(size + 1, std::uint64_t{64} << 10)), '\0');
+  std::size_t got = 0;
   for (;;) {
     throw_if_interrupted();
-    const ssize_t n = ::read(f.fd, chunk.data(), chunk.size());
+    if (got == out.size())  // a file that grows while it is read: at most to the cap, then refused
+      out.resize(static_cast<std::size_t>(std::min<std::uint64_t>(2 * got, max_bytes + 1)));
+    const ssize_t n = ::read(f.fd, out.data() + got, out.size() - got);
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
       throw io_error(printable(path) + ": cannot be read: " + std::strerror(errno));
     }
     if (n == 0) break;
-    if (out.size() + static_cast<std::size_t>(n) > max_bytes) too_large(path, what, max_bytes);
-    out.append(chunk.data(), static_cast<std::size_t>(n));
+    got += static_cast<std::size_t>(n);
+    if (got > max_bytes) too_large(path, what, max_bytes);
   }
   throw_if_interrupted();
+  out.resize(got);
   return out;
 }
 

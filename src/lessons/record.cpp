@@ -12,62 +12,11 @@
 #include "gpu_basics/core/input_file.hpp"
 #include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/lessons/registry.hpp"
+#include "json_text.hpp"
 
 namespace gpu_basics::lessons {
 
 namespace {
-
-/// Where the parser is, as a key path ("results.transfer.measurements[3]"), kept up to date from
-/// nlohmann's parser callback.
-class json_position {
- public:
-  void enter(bool array) { stack_.push_back({array, 0, {}}); }
-  void leave() {
-    if (!stack_.empty()) stack_.pop_back();
-    next();
-  }
-  void key(const std::string& k) {
-    if (!stack_.empty()) stack_.back().key = k;
-  }
-  /// A value (or a whole container) ended: an array moves on to its next element.
-  void next() {
-    if (!stack_.empty() && stack_.back().array) ++stack_.back().index;
-  }
-  [[nodiscard]] std::string path() const {
-    std::string out;
-    for (const auto& f : stack_) {
-      if (f.array)
-        out += "[" + std::to_string(f.index) + "]";
-      else
-        out += (out.empty() ? "" : ".") + printable(f.key.substr(0, 64)) +
-               (f.key.size() > 64 ? "..." : "");
-    }
-    return out.empty() ? "the top level" : out;
-  }
-
- private:
-  struct frame {
-    bool array;
-    std::size_t index;
-    std::string key;
-  };
-  std::vector<frame> stack_;
-};
-
-/// "line L, column C" of byte offset `byte` (1-based, as nlohmann counts) in `text`.
-std::string line_column(const std::string& text, std::size_t byte) {
-  std::size_t line = 1, column = 1;
-  const std::size_t end = std::min(byte == 0 ? 0 : byte - 1, text.size());
-  for (std::size_t i = 0; i < end; ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      column = 1;
-    } else {
-      ++column;
-    }
-  }
-  return "line " + std::to_string(line) + ", column " + std::to_string(column);
-}
 
 const lesson& lesson_named(const std::string& name, const std::string& source) {
   const lesson* l = find_lesson(name);
@@ -245,7 +194,7 @@ nlohmann::json to_json(const run_record& r, const std::vector<presentation::repo
           {"tables", tables}};
 }
 
-run_record parse_record(const nlohmann::json& j, const std::string& source) {
+run_record parse_record(nlohmann::json j, const std::string& source) {
   if (!j.is_object() || !j.contains("schema_version") || !j.contains("command"))
     throw format_error(source + ": not a gpu-basics results file (no schema_version and command)");
   if (!j["schema_version"].is_number_integer() || !j["command"].is_string())
@@ -260,7 +209,10 @@ run_record parse_record(const nlohmann::json& j, const std::string& source) {
   r.schema_version = version.get<int>();
   r.command = j["command"].get<std::string>();
   if (r.command != "all") (void)lesson_named(r.command, source);
-  r.environment = j.value("environment", nlohmann::json::object());
+  if (const auto it = j.find("environment"); it != j.end())
+    r.environment = std::move(*it);
+  else
+    r.environment = nlohmann::json::object();
   if (const auto it = j.find("errors"); it != j.end() && it->is_object())
     for (const auto& [name, why] : it->items())
       r.errors.emplace_back(name, why.is_string() ? why.get<std::string>() : why.dump());
@@ -273,10 +225,10 @@ run_record parse_record(const nlohmann::json& j, const std::string& source) {
       const auto it = j.find("results");
       if (it == j.end() || !it->is_object())
         throw format_error(source + ": schema 2 without a \"results\" object");
-      for (const auto& l : registry())  // run order, whatever order the file keeps
-        if (it->contains(std::string(l.name)))
-          r.results.emplace_back(std::string(l.name), (*it)[std::string(l.name)]);
       for (const auto& [name, v] : it->items()) (void)lesson_named(name, source);
+      for (const auto& l : registry())  // run order, whatever order the file keeps
+        if (const auto found = it->find(std::string(l.name)); found != it->end())
+          r.results.emplace_back(std::string(l.name), std::move(*found));
       break;
     }
     default:
@@ -288,53 +240,7 @@ run_record parse_record(const nlohmann::json& j, const std::string& source) {
 }
 
 nlohmann::json parse_results_json(const std::string& text, const std::string& source) {
-  using event = nlohmann::json::parse_event_t;
-  json_position at;
-  const auto refuse = [&](const std::string& what) {
-    return format_error(printable(source) + ": " + at.path() + ": " + what);
-  };
-  const auto check_string = [&](const nlohmann::json& s, const char* what) {
-    if (s.is_string() && s.get_ref<const std::string&>().size() > kMaxResultsString)
-      throw refuse(fmt::format("a {} of {} bytes; at most {} KiB", what,
-                               s.get_ref<const std::string&>().size(), kMaxResultsString / 1024));
-  };
-  std::size_t events = 0;
-  const nlohmann::json::parser_callback_t track = [&](int depth, event e, nlohmann::json& v) {
-    if (++events % 65536 == 0) throw_if_interrupted();  // Ctrl-C in a large file
-    switch (e) {
-      case event::object_start:
-      case event::array_start:
-        if (depth + 1 > kMaxResultsDepth)
-          throw refuse(fmt::format("nested more than {} levels deep", kMaxResultsDepth));
-        at.enter(e == event::array_start);
-        break;
-      case event::key:
-        check_string(v, "key");
-        at.key(v.get<std::string>());
-        break;
-      case event::value:
-        check_string(v, "string");
-        at.next();
-        break;
-      case event::object_end:
-      case event::array_end:
-        at.leave();
-        break;
-    }
-    return true;
-  };
-  try {
-    return nlohmann::json::parse(text, track);
-  } catch (const nlohmann::json::parse_error& e) {
-    // nlohmann says where; its message may quote the input, so it is cut.
-    throw format_error(printable(source) + ": not JSON at " + line_column(text, e.byte) + " (" +
-                       at.path() + "): " + message_line(e.what(), 200));
-  } catch (const nlohmann::json::out_of_range& e) {  // 406: a number beyond double range
-    throw refuse(e.id == 406 ? "a number outside the range of a double"
-                             : message_line(e.what(), 200));
-  } catch (const nlohmann::json::exception& e) {
-    throw refuse(message_line(e.what(), 200));
-  }
+  return detail::parse_json_text(text, source, {kMaxResultsDepth, kMaxResultsString});
 }
 
 run_record load_record(const std::string& path) {

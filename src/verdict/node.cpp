@@ -3,6 +3,9 @@
 #include <algorithm>
 
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/json.hpp"
+#include "gpu_basics/lessons/profile.hpp"
+#include "gpu_basics/lessons/transfer.hpp"
 
 namespace gpu_basics::verdict {
 
@@ -22,6 +25,24 @@ const nlohmann::json* result_named(const lessons::run_record& r, const std::stri
   return nullptr;
 }
 
+/// The members of a transfer result that a check reads, and only those: the rest (the sweep,
+/// double-buffering, between GPUs: most of an `all` run's bytes) is left unread, so that a fleet
+/// of hundreds of runs is judged in seconds.
+struct transfer_figures {
+  std::vector<lessons::shape_copies> shapes;
+  std::vector<copy_figure> d2d;
+  std::optional<lessons::streams_figures> streams;
+  std::optional<double> link_bytes_per_s;
+  std::optional<double> hbm_bytes_per_s;
+};
+GPU_BASICS_JSON(transfer_figures, shapes, d2d, streams, link_bytes_per_s, hbm_bytes_per_s)
+
+/// Likewise of a profile result: its matmuls.
+struct profile_figures {
+  lessons::matmul_result matmul;
+};
+GPU_BASICS_JSON(profile_figures, matmul)
+
 /// Of copies, the one matching `pick` with the most bytes.
 template <class Pick>
 std::optional<copy_figure> largest(const std::vector<copy_figure>& copies, Pick pick) {
@@ -31,7 +52,7 @@ std::optional<copy_figure> largest(const std::vector<copy_figure>& copies, Pick 
   return best;
 }
 
-void read_transfer(const lessons::transfer_result& t, check_result& c) {
+void read_transfer(const transfer_figures& t, check_result& c) {
   std::vector<copy_figure> copies;
   for (const auto& s : t.shapes) copies.insert(copies.end(), s.copies.begin(), s.copies.end());
   const auto pinned = [](const char* dir) {
@@ -45,7 +66,7 @@ void read_transfer(const lessons::transfer_result& t, check_result& c) {
   if (t.hbm_bytes_per_s) c.hbm_bytes_per_s = t.hbm_bytes_per_s;
 }
 
-void read_profile(const lessons::profile_result& p, check_result& c) {
+void read_profile(const profile_figures& p, check_result& c) {
   for (const auto& run : p.matmul.runs)
     if (run.precision == "bf16" &&
         (!c.gemm || run.m * run.n * run.k > c.gemm->m * c.gemm->n * c.gemm->k))
@@ -65,8 +86,8 @@ check_result check_of_record(const lessons::run_record& r, const lessons::check_
                          "' run holds no figure a check reads (it needs a check, all, transfer or "
                          "profile run)");
     c = lessons::check_result_of(lessons::facts_of(r));
-    if (tj) read_transfer(lessons::result_from_json<lessons::transfer_result>(*tj, "transfer"), c);
-    if (pj) read_profile(lessons::result_from_json<lessons::profile_result>(*pj, "profile"), c);
+    if (tj) read_transfer(lessons::result_from_json<transfer_figures>(*tj, "transfer"), c);
+    if (pj) read_profile(lessons::result_from_json<profile_figures>(*pj, "profile"), c);
     for (const auto& [lesson, why] : r.errors)
       if (why.find("verification failed") != std::string::npos)
         c.verification_failures.push_back(lesson + ": " + why);

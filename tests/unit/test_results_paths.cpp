@@ -1,7 +1,7 @@
 // A value a results file holds in the wrong kind is refused in one line naming the file and the
 // key path from the file's top: "run.json: results.transfer.shapes[0].copies[1].seconds[3]:
 // expected a number, got null", for every lesson, in schema 2 and in schema-1 files, for show,
-// report and the fleet alike.
+// report and the fleet alike. And the parser behind the results files reads what nlohmann reads.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -86,7 +86,9 @@ const std::vector<schema2_case>& schema2_cases() {
        [](nlohmann::json& j) { j["results"]["profile"]["nvml"]["series"][2]["values"][7] = true; },
        "results.profile.nvml.series[2].values[7]", "expected a number, got true"},
       {"profile_list",
-       [](nlohmann::json& j) { j["results"]["profile"]["matmul"]["runs"] = {{"m", 1}}; },
+       [](nlohmann::json& j) {
+         j["results"]["profile"]["matmul"]["runs"] = {{"m", 1}};
+       },
        "results.profile.matmul.runs", "expected a list, got an object"},
       {"double_buffer",
        [](nlohmann::json& j) {
@@ -100,8 +102,7 @@ const std::vector<schema2_case>& schema2_cases() {
          j["results"]["transfer"]["multi_gpu"]["nccl"]["sizes"][5]["ops"][1]["ranks"] = 2.5;
        },
        "results.transfer.multi_gpu.nccl.sizes[5].ops[1].ranks", "expected an integer, got 2.5"},
-      {"info",
-       [](nlohmann::json& j) { j["results"]["info"]["gpus"][0]["sm_count"] = "many"; },
+      {"info", [](nlohmann::json& j) { j["results"]["info"]["gpus"][0]["sm_count"] = "many"; },
        "results.info.gpus[0].sm_count", "expected an integer, got \"many\""},
   };
   return cases;
@@ -122,8 +123,8 @@ TEST(ResultsPaths, ReportNamesTheKeyPath) {
   for (const auto& c : schema2_cases()) {
     SCOPED_TRACE(c.name);
     const std::string path = edited("h200_all.json", c.name, c.edit);
-    expect_message(message_of([&] { (void)report::render_html(report::load_runs({path})); }),
-                   path, c.where, c.detail);
+    expect_message(message_of([&] { (void)report::render_html(report::load_runs({path})); }), path,
+                   c.where, c.detail);
   }
 }
 
@@ -157,8 +158,7 @@ TEST(ResultsPaths, SchemaOneNamesTheKeyPathInTheFile) {
   ASSERT_EQ(j["tables"][14]["id"], "transfer.p2p_bandwidth");
   ASSERT_EQ(j["tables"][20]["id"], "profile.timing_methods");
   const schema2_case cases[] = {
-      {"v1_memory",
-       [](nlohmann::json& f) { f["tables"][1]["rows"][0]["cuda_malloc_s"] = nullptr; },
+      {"v1_memory", [](nlohmann::json& f) { f["tables"][1]["rows"][0]["cuda_malloc_s"] = nullptr; },
        "tables[1].rows[0].cuda_malloc_s", "expected a number, got null"},
       {"v1_transfer", [](nlohmann::json& f) { f["tables"][6]["rows"][1]["bytes"] = "many"; },
        "tables[6].rows[1].bytes", "expected an integer, got \"many\""},
@@ -202,8 +202,8 @@ TEST(ResultsPaths, OneLessonSchemaOneFileNamesTopLevelKeys) {
   one["sync_async"][1]["async_copy_s"]["p25"] = "low";
   const std::string path = ::testing::TempDir() + "gb_paths_v1_one.json";
   std::ofstream(path, std::ios::binary) << one.dump();
-  expect_message(message_of([&] { (void)load_record(path); }), path, "sync_async[1].async_copy_s.p25",
-                 "expected a number, got \"low\"");
+  expect_message(message_of([&] { (void)load_record(path); }), path,
+                 "sync_async[1].async_copy_s.p25", "expected a number, got \"low\"");
 }
 
 TEST(ResultsPaths, ReadJsonChecksKindsAndRanges) {
@@ -234,4 +234,132 @@ TEST(ResultsPaths, ReadJsonChecksKindsAndRanges) {
   e.prepend_key("seconds");
   e.prepend_key(std::string(100, 'k') + "\x1b");
   EXPECT_EQ(e.path(), std::string(64, 'k') + "....seconds[3]");
+}
+
+// ---- the parser --------------------------------------------------------------------------
+
+TEST(ResultsJsonParser, ReadsTheFixturesAsNlohmannDoes) {
+  for (const char* f : {"h200_all.json", "h200_all_b.json", "h200_all_v1.json"}) {
+    SCOPED_TRACE(f);
+    std::ifstream in(kData + f, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    EXPECT_EQ(parse_results_json(ss.str(), f), nlohmann::json::parse(ss.str()));
+  }
+}
+
+TEST(ResultsJsonParser, ReadsEveryKindOfValueAsNlohmannDoes) {
+  for (const std::string text : {"0",
+                                 "-0",
+                                 "1",
+                                 "-1",
+                                 "18446744073709551615",
+                                 "18446744073709551616",
+                                 "-9223372036854775808",
+                                 "-9223372036854775809",
+                                 "1.5",
+                                 "-1.5e-3",
+                                 "1E+2",
+                                 "1e-400",
+                                 "2.2250738585072014e-308",
+                                 "4.9e-324",
+                                 "123456789012345678901234567890",
+                                 "true",
+                                 "false",
+                                 "null",
+                                 R"("")",
+                                 R"("a\"b\\c\/d\b\f\n\r\t")",
+                                 R"("\u00e9\u4e2d\ud83d\ude00")",
+                                 "\"\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80\"",
+                                 "[]",
+                                 "{}",
+                                 " [ 1 , [ ] , { } ] ",
+                                 R"({"b": 1, "a": [2, {"c": null}]})",
+                                 R"({"a": 1, "a": 2})",
+                                 "\xEF\xBB\xBF{}"}) {
+    SCOPED_TRACE(text);
+    const auto mine = parse_results_json(text, "t");
+    const auto theirs = nlohmann::json::parse(text);
+    EXPECT_EQ(mine, theirs);
+    EXPECT_EQ(mine.type(), theirs.type());
+    EXPECT_EQ(mine.dump(), theirs.dump());
+  }
+}
+
+TEST(ResultsJsonParser, RefusesWhatIsNotJsonWithLineAndColumn) {
+  for (const std::string text : {"",
+                                 " ",
+                                 "[1,]",
+                                 "[1 2]",
+                                 "{\"a\" 1}",
+                                 "{\"a\": 1,}",
+                                 "{a: 1}",
+                                 "01",
+                                 "1.",
+                                 "1e",
+                                 "-",
+                                 "+1",
+                                 ".5",
+                                 "tru",
+                                 "nul",
+                                 "[",
+                                 "{",
+                                 "\"abc",
+                                 R"("\x")",
+                                 R"("\u12")",
+                                 R"("\ud800")",
+                                 R"("\udc00")",
+                                 R"("\ud800\u0041")",
+                                 "\"\x01\"",
+                                 "\"\xff\"",
+                                 "\"\xc0\x80\"",
+                                 "\"\xed\xa0\x80\"",
+                                 "\"\xf4\x90\x80\x80\"",
+                                 "\"\xe4\xb8\"",
+                                 "[1] 2",
+                                 "NaN",
+                                 "[Infinity]"}) {
+    SCOPED_TRACE(text);
+    EXPECT_THROW(
+        {
+          const auto j = nlohmann::json::parse(text);
+          (void)j;
+        },
+        nlohmann::json::parse_error);
+    const std::string m = message_of([&] { (void)parse_results_json(text, "t.json"); });
+    EXPECT_TRUE(m.starts_with("t.json: not JSON at line 1, column ")) << m;
+  }
+  const std::string m =
+      message_of([] { (void)parse_results_json("{\n  \"a\": [1,\n    {\"b\": tru}]}", "t.json"); });
+  EXPECT_EQ(m, "t.json: not JSON at line 3, column 11 (a[1].b): expected a value, got \"t\"");
+}
+
+TEST(ResultsJsonParser, RefusesValuesBeyondItsLimitsNamingTheirPath) {
+  EXPECT_EQ(message_of([] { (void)parse_results_json(R"({"x": [1, 1e400]})", "t.json"); }),
+            "t.json: x[1]: a number outside the range of a double");
+  EXPECT_EQ(message_of([] { (void)parse_results_json(R"({"x": [-1e400]})", "t.json"); }),
+            "t.json: x[0]: a number outside the range of a double");
+  EXPECT_EQ(message_of([] {
+              (void)parse_results_json(
+                  R"({"a": {"b": ")" + std::string(kMaxResultsString + 1, 'x') + R"("}})",
+                  "t.json");
+            }),
+            "t.json: a.b: a string of 65537 bytes; at most 64 KiB");
+  EXPECT_EQ(message_of([] {
+              (void)parse_results_json(
+                  R"({"a": {")" + std::string(kMaxResultsString + 1, 'k') + R"(": 1}})", "t.json");
+            }),
+            "t.json: a: a key of 65537 bytes; at most 64 KiB");
+  EXPECT_EQ(
+      message_of([] {
+        (void)parse_results_json("{\"a\": " + std::string(64, '[') + std::string(64, ']') + "}",
+                                 "t.json");
+      }),
+      "t.json: a" +
+          [] {
+            std::string s;
+            for (int i = 0; i < 63; ++i) s += "[0]";
+            return s;
+          }() +
+          ": nested more than 64 levels deep");
 }

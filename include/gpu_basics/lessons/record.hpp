@@ -41,9 +41,10 @@ struct run_record {
 [[nodiscard]] nlohmann::json to_json(const run_record& r,
                                      const std::vector<presentation::report>& rendered);
 
-/// Reads a record of schema 1 or 2. `source` names the input in messages.
+/// Reads a record of schema 1 or 2 (its parts are moved out of `j`: pass a temporary to spare a
+/// copy). `source` names the input in messages.
 /// @throws format_error naming what is wrong (not gpu-basics output, unknown schema or lesson).
-[[nodiscard]] run_record parse_record(const nlohmann::json& j, const std::string& source);
+[[nodiscard]] run_record parse_record(nlohmann::json j, const std::string& source);
 
 /// The deepest nesting of arrays and objects a results file may have (the files gpu-basics
 /// writes nest 10 levels at most): deeper input is refused while it is parsed, long before any
