@@ -35,13 +35,23 @@ struct transfer_figures {
   std::optional<double> link_bytes_per_s;
   std::optional<double> hbm_bytes_per_s;
 };
-GPU_BASICS_JSON(transfer_figures, shapes, d2d, streams, link_bytes_per_s, hbm_bytes_per_s)
+void from_json(const nlohmann::json& j, transfer_figures& t) {
+  require_json_object(j);
+  read_member(j, "shapes", t.shapes);
+  read_member(j, "d2d", t.d2d);
+  read_member(j, "streams", t.streams);
+  read_member(j, "link_bytes_per_s", t.link_bytes_per_s);
+  read_member(j, "hbm_bytes_per_s", t.hbm_bytes_per_s);
+}
 
 /// Likewise of a profile result: its matmuls.
 struct profile_figures {
   lessons::matmul_result matmul;
 };
-GPU_BASICS_JSON(profile_figures, matmul)
+void from_json(const nlohmann::json& j, profile_figures& p) {
+  require_json_object(j);
+  read_member(j, "matmul", p.matmul);
+}
 
 /// Of copies, the one matching `pick` with the most bytes.
 template <class Pick>

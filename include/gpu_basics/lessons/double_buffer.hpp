@@ -72,7 +72,8 @@ GPU_BASICS_JSON(double_buffer_result, batch_bytes, batches, depth, repetitions, 
 [[nodiscard]] std::vector<presentation::table> present_double_buffer(const double_buffer_result& r);
 /// From a schema-1 block: the "double_buffer" table and extra.double_buffer (timelines).
 /// nullopt when the block has no "double_buffer" table.
-/// @throws nlohmann::json::exception, format_error when they cannot be read.
+/// @throws json_path_error (a format_error) naming the key path in the block of what cannot be
+/// read.
 [[nodiscard]] std::optional<double_buffer_result> double_buffer_from_v1(
     const nlohmann::json& block);
 

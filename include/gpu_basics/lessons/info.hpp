@@ -22,7 +22,7 @@ GPU_BASICS_JSON(info_result, gpus, nvml_status)
 /// One table per GPU: "gpu<index>".
 [[nodiscard]] std::vector<presentation::table> present_info(const info_result& r);
 /// From a schema-1 block: the GPUs were kept under extra.gpus.
-/// @throws nlohmann::json::exception when they cannot be read.
+/// @throws json_path_error naming the key path in the block of what cannot be read.
 [[nodiscard]] info_result info_from_v1(const nlohmann::json& block);
 
 /// The registry's entry.

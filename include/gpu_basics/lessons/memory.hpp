@@ -217,7 +217,8 @@ GPU_BASICS_JSON(memory_result, allocation_cost, caching, peak, trace, pinned, fr
 /// From a schema-1 block: the five tables (and "trace"), with extra.empty_cache, extra.peak_stats,
 /// extra.pinned_pool and extra.trace where present. Sizes schema 1 kept as text (format_bytes:
 /// "512 B", "1 MiB", "1.5 GiB") are read back to bytes.
-/// @throws nlohmann::json::exception, format_error when they cannot be read.
+/// @throws json_path_error (a format_error) naming the key path in the block of what cannot be
+/// read.
 [[nodiscard]] memory_result memory_from_v1(const nlohmann::json& block);
 
 /// The registry's entry.

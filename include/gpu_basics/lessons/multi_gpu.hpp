@@ -93,7 +93,8 @@ GPU_BASICS_JSON(multi_gpu_result, peer, nccl)
 [[nodiscard]] std::vector<presentation::table> present_multi_gpu(const multi_gpu_result& r);
 /// From a schema-1 block: the matrices rebuilt from their tables (a row per GPU), fuller figures
 /// from extra.peer / extra.nccl where kept. nullopt when the block has no "p2p_access" table.
-/// @throws nlohmann::json::exception, format_error when they cannot be read.
+/// @throws json_path_error (a format_error) naming the key path in the block of what cannot be
+/// read.
 [[nodiscard]] std::optional<multi_gpu_result> multi_gpu_from_v1(const nlohmann::json& block);
 
 }  // namespace gpu_basics::lessons

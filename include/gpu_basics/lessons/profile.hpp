@@ -171,7 +171,8 @@ GPU_BASICS_JSON(profile_result, timing, key_averages, matmul, nvml_status, nvml,
 [[nodiscard]] std::vector<presentation::table> present_profile(const profile_result& r);
 /// From a schema-1 block: the four tables (five with --trace) and extra.matmul, extra.nvml_samples,
 /// extra.trace where present.
-/// @throws nlohmann::json::exception, format_error when they cannot be read.
+/// @throws json_path_error (a format_error) naming the key path in the block of what cannot be
+/// read.
 [[nodiscard]] profile_result profile_from_v1(const nlohmann::json& block);
 
 /// The series of kSeriesMetrics from samples, times relative to `origin_s` (host_seconds()).

@@ -159,7 +159,8 @@ GPU_BASICS_JSON(transfer_result, iterations, warmup_iterations, use_pinned_memor
 /// From a schema-1 block: each table's rows, fuller figures from extra.measurements,
 /// extra.sync_async and extra.host_register where kept; the double-buffering and between-GPUs
 /// parts from the same block.
-/// @throws nlohmann::json::exception, format_error when the block cannot be read.
+/// @throws json_path_error (a format_error) naming the key path in the block of what cannot be
+/// read.
 [[nodiscard]] transfer_result transfer_from_v1(const nlohmann::json& block);
 
 /// The registry's entry.
