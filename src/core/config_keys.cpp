@@ -421,6 +421,14 @@ config_schema make_builtin() {
   s.add(int_key("transfer.staging.threads", GB_FIELD(int, transfer.staging.threads), 0, 256, "",
                 "host threads filling them (0 = one per core, at most 16)",
                 "an integer in 0..256 (0 = one per core, at most 16)"));
+  s.add(bool_key("transfer.staging.streaming_stores",
+                 GB_FIELD(bool, transfer.staging.streaming_stores),
+                 "host copies write with non-temporal stores (no read-for-ownership)"));
+  s.add(bool_key("transfer.staging.huge_pages", GB_FIELD(bool, transfer.staging.huge_pages),
+                 "the ring in transparent huge pages, pinned with cudaHostRegister"));
+  s.add(bool_key("transfer.staging.variants", GB_FIELD(bool, transfer.staging.variants),
+                 "also time the staged copy with each choice changed (threads, chunk, ring, "
+                 "streaming stores, huge pages): what bounds it"));
   s.add(custom_key(
       "transfer.tensor_shapes",
       "a list of shapes, each a list of positive integers, e.g. [[1024, 1024]]", "",

@@ -1,6 +1,12 @@
 #include "gpu_basics/core/cuda.hpp"
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include <spdlog/spdlog.h>
 
@@ -101,6 +107,33 @@ void* pinned_memory::allocate(std::size_t bytes, unsigned flags) {
 }
 void pinned_memory::release(void* p) noexcept {
   GPU_BASICS_CUDA_TRY_NOTHROW(cudaFreeHost(p));
+}
+
+void* huge_pinned_memory::allocate(std::size_t bytes) {
+  constexpr std::size_t kHuge = 2u << 20;
+  const std::size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, rounded);
+  if (!p)
+    throw out_of_memory("cannot allocate " + std::to_string(bytes) + " bytes of host memory",
+                        bytes);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  (void)madvise(p, rounded, MADV_HUGEPAGE);  // a hint: without THP the pages stay small
+#endif
+  std::memset(p, 0, rounded);  // fault the pages in now, huge where the kernel has them
+  const cudaError_t e = cudaHostRegister(p, rounded, cudaHostRegisterDefault);
+  if (e != cudaSuccess) {
+    std::free(p);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      throw out_of_memory("cannot pin " + std::to_string(bytes) + " bytes of host memory", bytes);
+    }
+    throw_cuda_error(e, "cudaHostRegister", __FILE__, __LINE__);
+  }
+  return p;
+}
+void huge_pinned_memory::release(void* p) noexcept {
+  GPU_BASICS_CUDA_TRY_NOTHROW(cudaHostUnregister(p));
+  std::free(p);
 }
 
 void device_counter::reset(stream_view s) {

@@ -266,6 +266,14 @@ std::vector<note> nvml_notes(const profile_result& r) {
                                      *s.energy_s > 0 ? *s.energy_j / *s.energy_s : 0.0)});
   else
     n.push_back({"nvml", fmt::format("- Energy counter: {}.", s.energy_status)});
+  if (s.medium_interval_ms && *s.medium_interval_ms > s.interval_ms)
+    n.push_back(
+        {"nvml", fmt::format("- Power, temperature, the memory clock and the clock-event reasons "
+                             "are read every {} ms, the other metrics every {} ms: each NVML "
+                             "call costs CPU, and NVML itself averages power over the last "
+                             "second, so reading those {}x as often would repeat values.",
+                             *s.medium_interval_ms, s.interval_ms,
+                             *s.medium_interval_ms / std::max(1, s.interval_ms))});
   if (auto c = sampler_note(s)) n.push_back(std::move(*c));
   if (s.samples_csv_path) n.push_back({"nvml", "- All samples: " + *s.samples_csv_path});
   return n;

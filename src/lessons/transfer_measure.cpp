@@ -72,9 +72,11 @@ void check_fits(const config& cfg, const std::vector<configured_shape>& shapes, 
                                     largest_key, format_bytes(largest), format_bytes(need_dev),
                                     format_bytes(free_b)),
                         need_dev);
-  // Host: a pageable source and destination, pinned ones, the staging ring and the pipeline.
-  const std::uint64_t staging =
-      cfg.transfer.staging.chunk_bytes * static_cast<std::uint64_t>(cfg.transfer.staging.buffers);
+  // Host: a pageable source and destination, pinned ones, the staging ring (up to 4x as large
+  // for its variants) and the pipeline.
+  const std::uint64_t staging = cfg.transfer.staging.chunk_bytes *
+                                static_cast<std::uint64_t>(cfg.transfer.staging.buffers) *
+                                (cfg.transfer.staging.variants ? 4 : 1);
   const auto& db = cfg.transfer.double_buffer;
   const std::uint64_t pipeline_host =
       db.enabled ? db.batch_bytes * static_cast<std::uint64_t>(db.batches) : 0;
@@ -159,7 +161,53 @@ staging_options staging_of(const config& cfg) {
   so.buffers = static_cast<unsigned>(cfg.transfer.staging.buffers);
   so.threads = cfg.transfer.staging.threads ? static_cast<unsigned>(cfg.transfer.staging.threads)
                                             : default_thread_count();
+  so.streaming_stores = cfg.transfer.staging.streaming_stores;
+  so.huge_pages = cfg.transfer.staging.huge_pages;
   return so;
+}
+
+/// The configured staging with one choice changed at a time (two for streaming stores with
+/// huge pages), each named by what changed; choices that would not change anything are left out.
+std::vector<std::pair<std::string, staging_options>> staging_variants(const staging_options& base,
+                                                                      std::uint64_t bytes) {
+  std::vector<std::pair<std::string, staging_options>> v;
+  const auto add = [&](std::string name, const auto& change) {
+    staging_options o = base;
+    change(o);
+    v.emplace_back(std::move(name), o);
+  };
+  add(base.streaming_stores ? "plain stores" : "streaming stores",
+      [](staging_options& o) { o.streaming_stores = !o.streaming_stores; });
+  add(base.huge_pages ? "4 KiB-page ring" : "huge-page ring",
+      [](staging_options& o) { o.huge_pages = !o.huge_pages; });
+  if (!base.streaming_stores && !base.huge_pages)
+    add("streaming stores, huge-page ring", [](staging_options& o) {
+      o.streaming_stores = true;
+      o.huge_pages = true;
+    });
+  if (base.threads >= 2)
+    add(fmt::format("{} threads", base.threads / 2),
+        [](staging_options& o) { o.threads = o.threads / 2; });
+  if (base.chunk_bytes / 4 >= 64 * 1024)
+    add(format_bytes(base.chunk_bytes / 4) + " chunks",
+        [](staging_options& o) { o.chunk_bytes = o.chunk_bytes / 4; });
+  if (base.chunk_bytes * 4 <= bytes)
+    add(format_bytes(base.chunk_bytes * 4) + " chunks",
+        [](staging_options& o) { o.chunk_bytes = o.chunk_bytes * 4; });
+  if (base.buffers * 2 <= 16)
+    add(fmt::format("{} buffers", base.buffers * 2),
+        [](staging_options& o) { o.buffers = o.buffers * 2; });
+  return v;
+}
+
+/// The staging choices `o` as a result records them (staging_figures, staging_variant).
+template <class Figures>
+void record_options(Figures& f, const staging_options& o) {
+  f.chunk_bytes = o.chunk_bytes;
+  f.buffers = static_cast<int>(o.buffers);
+  f.threads = static_cast<int>(o.threads);
+  f.streaming_stores = o.streaming_stores;
+  f.huge_pages = o.huge_pages;
 }
 
 staging_figures measure_staging(context& ctx, copy_bench& bench) {
@@ -167,10 +215,11 @@ staging_figures measure_staging(context& ctx, copy_bench& bench) {
   const staging_options so = staging_of(ctx.cfg);
   staging_figures s;
   s.bytes = bytes;
-  s.chunk_bytes = so.chunk_bytes;
-  s.buffers = static_cast<int>(so.buffers);
-  s.threads = static_cast<int>(so.threads);
-  const int total = ctx.cfg.memory.use_pinned_memory ? 7 : 6;
+  record_options(s, so);
+  const auto variants = ctx.cfg.transfer.staging.variants
+                            ? staging_variants(so, bytes)
+                            : std::vector<std::pair<std::string, staging_options>>{};
+  const int total = (ctx.cfg.memory.use_pinned_memory ? 7 : 6) + static_cast<int>(variants.size());
   int done = 0;
   const auto step = [&](const char* what) {
     ctx.report_progress(std::string("pageable copies: ") + what, done++, total);
@@ -194,6 +243,15 @@ staging_figures measure_staging(context& ctx, copy_bench& bench) {
   s.plain_down = figure_of(bench.copy(copy_direction::d2h, host_memory::pageable, bytes));
   step("staged download");
   s.staged_down = figure_of(bench.staged(copy_direction::d2h, bytes, so));
+  for (const auto& [name, o] : variants) {
+    step(("staged, " + name).c_str());
+    staging_variant v;
+    v.name = name;
+    record_options(v, o);
+    v.up = figure_of(bench.staged(copy_direction::h2d, bytes, o));
+    v.down = figure_of(bench.staged(copy_direction::d2h, bytes, o));
+    s.variants.push_back(std::move(v));
+  }
   ctx.report_progress("pageable copies", total, total);
   return s;
 }

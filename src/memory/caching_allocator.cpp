@@ -160,6 +160,12 @@ std::atomic<std::uint64_t> next_allocator_id{1};
 /// initialized and without a destructor, so it outlives every other thread_local.
 thread_local bool tls_dead = false;
 
+/// The slot this thread used last, in plain thread_locals (constant-initialized, trivially
+/// destructible: read without the guard a thread_local with a destructor costs on every access).
+/// Cleared when the slots are destroyed.
+thread_local std::uint64_t tls_last_id = 0;
+thread_local thread_cache* tls_last_cache = nullptr;
+
 struct thread_slots {
   static constexpr std::size_t kSlots = 4;
   std::uint64_t ids[kSlots] = {};
@@ -175,6 +181,8 @@ struct thread_slots {
   }
   ~thread_slots() {
     tls_dead = true;
+    tls_last_id = 0;
+    tls_last_cache = nullptr;
     for (std::size_t i = 0; i < kSlots; ++i) {
       if (ids[i]) orphan(ids[i], caches[i]);
       ids[i] = 0;
@@ -189,7 +197,10 @@ struct thread_slots {
   }
   void put(std::uint64_t id, thread_cache* c) noexcept {
     const std::size_t i = next++ % kSlots;
-    if (ids[i]) orphan(ids[i], caches[i]);
+    if (ids[i]) {
+      if (tls_last_id == ids[i]) tls_last_id = 0;
+      orphan(ids[i], caches[i]);
+    }
     ids[i] = id;
     caches[i] = c;
   }
@@ -206,14 +217,26 @@ caching_allocator::impl::impl(allocator_backend& b, allocator_options opts)
       fast_ok(opts.thread_cache_blocks > 0 && opts.history_capacity == 0),
       plain_rounding(std::all_of(opts.roundup_power2_divisions.begin(),
                                  opts.roundup_power2_divisions.end(),
-                                 [](std::size_t d) { return d <= 1; })) {
+                                 [](std::size_t d) { return d <= 1; })),
+      asymmetric(asymmetric_fences()) {
   o.thread_cache_blocks = std::min(o.thread_cache_blocks, kMaxThreadCache);
   std::lock_guard lock(registry_mutex());
   live_allocators().insert(id);
 }
 
 thread_cache* caching_allocator::impl::my_cache() const noexcept {
-  return fast_ok ? tls_caches.find(id) : nullptr;
+  if (!fast_ok) return nullptr;
+  if (tls_last_id == id) return tls_last_cache;
+  thread_cache* c = tls_caches.find(id);
+  if (c) {
+    tls_last_id = id;
+    tls_last_cache = c;
+  }
+  return c;
+}
+
+thread_cache* caching_allocator::impl::calling_thread_cache() const noexcept {
+  return my_cache();
 }
 
 thread_cache* caching_allocator::impl::my_cache_or_new() {
@@ -282,11 +305,9 @@ block* caching_allocator::impl::from_backend(std::size_t rounded, bool small,
 /// on every miss would make each thread's misses everybody's), except before the allocator
 /// asks the backend for memory (allocate_slow).
 void caching_allocator::impl::begin_shared_operation() {
-  if (thread_cache* c = my_cache()) {
-    std::lock_guard lock(c->lock);
-    sweep(*c, true);
-  }
-  if (orphans.load(std::memory_order_acquire) != 0) sweep_caches(sweep_mode::fold);
+  // The caller's own cache: no other thread touches it without the lock held here.
+  if (thread_cache* c = my_cache()) sweep(*c, true);
+  if (orphans.load(std::memory_order_acquire) != 0) reclaim_orphans();
 }
 
 /// A block of `rounded` bytes taken out of the cache (split as needed) or from the backend,
@@ -381,13 +402,13 @@ void caching_allocator::impl::deallocate_slow(std::uintptr_t p) {
   // A small block goes to the freeing thread's cache, for its next request of the size, when
   // that changes nothing merge-on-free would do (cacheable()).
   if (b->small && !traced.load(std::memory_order_relaxed) && cacheable(b)) {
-    if (thread_cache* c = my_cache_or_new()) {
-      std::lock_guard lock(c->lock);
+    if (thread_cache* c = my_cache_or_new()) {  // the caller's own: the lock held keeps others out
       if (c->n_cached + c->n_out < c->capacity) {
         st.active_bytes.sub(static_cast<std::int64_t>(b->size));
         st.active_count.sub(1);
         b->owner = c;
-        c->cached[c->n_cached++] = b;
+        c->cached[c->n_cached] = b;
+        c->set_cached(c->n_cached + 1);
         return;
       }
     }
@@ -452,12 +473,13 @@ void* caching_allocator::allocate(std::size_t bytes, stream_handle stream) {
     if (thread_cache* c = m.my_cache()) {
       const std::size_t rounded =
           m.plain_rounding ? round_request(bytes) : round_request(bytes, m.o);
-      if (is_small_request(rounded)) {
-        std::lock_guard lock(c->lock);
+      const owner_section section(c->hs, m.asymmetric);
+      if (section && is_small_request(rounded)) {
         for (std::size_t k = 0; k < c->n_cached; ++k) {
           block* b = c->cached[k];
           if (b->stream != stream || b->size < rounded || b->size - rounded >= kMinBlock) continue;
-          c->cached[k] = c->cached[--c->n_cached];
+          c->cached[k] = c->cached[c->n_cached - 1];
+          c->set_cached(c->n_cached - 1);
           c->out[c->n_out++] = b;
           b->allocated = true;
           b->epoch = c->epoch;
@@ -480,14 +502,15 @@ void caching_allocator::deallocate(void* p) {
   const auto addr = reinterpret_cast<std::uintptr_t>(p);
   thread_cache* c = m.traced.load(std::memory_order_relaxed) ? nullptr : m.my_cache();
   if (c) {
-    std::lock_guard lock(c->lock);
-    for (std::size_t k = 0; k < c->n_out; ++k) {
+    const owner_section section(c->hs, m.asymmetric);
+    for (std::size_t k = 0; section && k < c->n_out; ++k) {
       block* b = c->out[k];
       if (b->ptr != addr) continue;
       if (!b->stream_uses.empty()) break;  // used on other streams: events, on the slow path
       if (b->epoch != c->epoch) break;     // the shared cache may have changed since
       c->out[k] = c->out[--c->n_out];
-      c->cached[c->n_cached++] = b;
+      c->cached[c->n_cached] = b;
+      c->set_cached(c->n_cached + 1);
       b->allocated = false;
       c->bytes.sub(static_cast<std::int64_t>(b->size));
       c->requested.sub(static_cast<std::int64_t>(b->requested));

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache_fence.hpp"
 #include "gpu_basics/core/clock.hpp"
 #include "gpu_basics/core/event_poll.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
@@ -165,27 +166,36 @@ struct stat_delta {
 };
 
 /// A thread's cache of small blocks it freed (`cached`), and of those it handed out again from
-/// there (`out`): both without the allocator's lock. Its own lock is taken by the owning thread
-/// on every fast operation (uncontended: one atomic exchange, on a line no other thread writes)
-/// and by the allocator when it empties the cache or looks for a pointer handed out by it.
-/// `epoch` moves whenever the shared cache may have changed under the blocks handed out (the
-/// owner's own shared operations, and sweeps of this cache by others): such a block then goes
-/// back through the shared cache, merged as plain merge-on-free would merge it.
+/// there (`out`): both without the allocator's lock. The owning thread works on it inside an
+/// owner_section (cache_fence.hpp: with membarrier, plain stores and loads, no atomic
+/// read-modify-write), or under the allocator's lock; other threads touch it only under the
+/// allocator's lock and after claiming it (impl::cache_claim), when they empty it or look for a
+/// pointer handed out by it. `epoch` moves whenever the shared cache may have changed under the
+/// blocks handed out (the owner's own shared operations, and sweeps of this cache by others):
+/// such a block then goes back through the shared cache, merged as plain merge-on-free would
+/// merge it.
 constexpr std::size_t kMaxThreadCache = 64;
 
 /// Aligned to two cache lines, so that threads' caches never share one (false sharing would
 /// make every fast operation of one thread a cache miss for its neighbour).
 struct alignas(128) thread_cache {
   explicit thread_cache(std::size_t blocks) : capacity(blocks) {}
-  spin_lock lock;
+  cache_handshake hs;
   std::size_t capacity;
   std::size_t n_cached = 0, n_out = 0;
   std::uint64_t epoch = 0;
   std::array<block*, kMaxThreadCache> cached{};  // free blocks, not in any free set
   std::array<block*, kMaxThreadCache> out{};     // allocated blocks handed out by the fast path
   stat_delta bytes, requested, count;
+  // n_cached as others may read it without claiming the cache: a hint that it holds blocks.
+  std::atomic<std::size_t> cached_hint{0};
   std::atomic<bool> orphaned{false};  // its thread has ended (or forgot it): the allocator frees it
   std::atomic<std::size_t>* orphans = nullptr;  // the allocator's count of orphaned caches
+
+  void set_cached(std::size_t n) noexcept {
+    n_cached = n;
+    cached_hint.store(n, std::memory_order_relaxed);
+  }
 };
 
 }  // namespace gpu_basics::allocator_detail
@@ -202,6 +212,7 @@ struct caching_allocator::impl {
   const bool vmm;             // expandable segments in use
   const bool fast_ok;         // thread caches in use
   const bool plain_rounding;  // no roundup_power2_divisions: 512-byte steps
+  const bool asymmetric;      // the thread-cache handshake's fences (cache_fence.hpp)
   std::atomic<bool> traced{false};
   // Everything below is written under the shared lock; on cache lines of its own, away from
   // what the fast paths read above, so a shared operation does not stall other threads.
@@ -391,6 +402,21 @@ struct caching_allocator::impl {
   // The calling thread's cache (caching_allocator.cpp, where the per-thread slots live).
   inline thread_cache* my_cache() const noexcept;
   inline thread_cache* my_cache_or_new();
+  [[nodiscard]] thread_cache* calling_thread_cache() const noexcept;  // my_cache(), not inlined
+
+  /// Holds every other live thread's cache claimed for its scope (one heavy fence), so the
+  /// lock holder may read and change them. Scopes nest; only the outermost one claims.
+  class cache_claim {
+   public:
+    explicit cache_claim(const impl& m);
+    ~cache_claim();
+    cache_claim(const cache_claim&) = delete;
+    cache_claim& operator=(const cache_claim&) = delete;
+
+   private:
+    const impl& m_;
+  };
+  mutable int claim_depth = 0;
 
   void fold(thread_cache& c) {
     // The fast path hands out and takes back blocks with no pending events: active moves with
@@ -414,7 +440,7 @@ struct caching_allocator::impl {
       b->owner = nullptr;
       merge_and_insert(b);
     }
-    c.n_cached = 0;
+    c.set_cached(0);
     ++c.epoch;
   }
 
@@ -428,6 +454,9 @@ struct caching_allocator::impl {
 
   // caching_allocator_thread_cache.cpp
   void sweep_caches(sweep_mode mode);
+  void sweep_caches(sweep_mode mode, bool live_too);  // the caller has claimed them (if live_too)
+  void reclaim_orphans();
+  void adopt_handed_out(thread_cache& c);
   block* adopt_from_caches(std::uintptr_t p);
   [[nodiscard]] bool cacheable(const block* b);
 
@@ -436,11 +465,11 @@ struct caching_allocator::impl {
     return b ? b : adopt_from_caches(p);
   }
 
+  /// Whether some thread cache seems to hold free blocks (read without claiming the caches: a
+  /// block cached at this moment by another thread may be missed, as if cached a moment later).
   [[nodiscard]] bool caches_hold_blocks() const {
-    for (const auto& c : caches) {
-      std::lock_guard lock(c->lock);
-      if (c->n_cached) return true;
-    }
+    for (const auto& c : caches)
+      if (c->cached_hint.load(std::memory_order_relaxed)) return true;
     return false;
   }
 

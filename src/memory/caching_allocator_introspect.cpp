@@ -27,8 +27,8 @@ void caching_allocator::impl::fill_free_stats(allocator_stats& s) const {
       total += n;
       largest = std::max(largest, n);
     }
+  const cache_claim claim(*this);
   for (const auto& c : caches) {
-    std::lock_guard lock(c->lock);
     for (std::size_t k = 0; k < c->n_cached; ++k) {
       total += c->cached[k]->size;
       largest = std::max(largest, c->cached[k]->size);
@@ -72,6 +72,7 @@ void caching_allocator::impl::throw_oom(std::size_t bytes, std::size_t rounded,
 allocator_stats caching_allocator::stats() const {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
+  const impl::cache_claim claim(m);         // one claim for the sweep and the free-block walk
   m.sweep_caches(impl::sweep_mode::empty);  // report the cache merged, as it is after thread caches
                                             // are emptied
   allocator_stats s = m.st;

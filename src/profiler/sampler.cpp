@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -62,22 +63,37 @@ nvml_metric_source::nvml_metric_source(std::shared_ptr<nvml> nv, nvml_device dev
   GPU_BASICS_EXPECTS(nv_ != nullptr, "an NVML source needs NVML");
 }
 
-bool is_slow_metric(gpu_metric m) noexcept {
-  return m == gpu_metric::energy_j || m == gpu_metric::pcie_tx_bytes_per_s ||
-         m == gpu_metric::pcie_rx_bytes_per_s;
+metric_cadence cadence_of(gpu_metric m) noexcept {
+  switch (m) {
+    case gpu_metric::energy_j:
+    case gpu_metric::pcie_tx_bytes_per_s:
+    case gpu_metric::pcie_rx_bytes_per_s:
+      return metric_cadence::slow;
+    case gpu_metric::power_w:
+    case gpu_metric::temperature_c:
+    case gpu_metric::memory_clock_mhz:
+    case gpu_metric::clock_event_reasons:
+      return metric_cadence::medium;
+    default:
+      return metric_cadence::fast;
+  }
 }
 
-gpu_sample fake_metric_source::read(bool include_slow) {
+bool is_slow_metric(gpu_metric m) noexcept {
+  return cadence_of(m) == metric_cadence::slow;
+}
+
+gpu_sample fake_metric_source::read(metric_cadence deepest) {
   gpu_sample s = script_(reads_++);
-  if (include_slow)
-    ++slow_reads_;
-  else
-    for (std::size_t k = 0; k < kGpuMetricCount; ++k)
-      if (is_slow_metric(static_cast<gpu_metric>(k))) s.values[k] = {};
+  if (deepest >= metric_cadence::medium) ++medium_reads_;
+  if (deepest == metric_cadence::slow) ++slow_reads_;
+  for (std::size_t k = 0; k < kGpuMetricCount; ++k)
+    if (cadence_of(static_cast<gpu_metric>(k)) > deepest) s.values[k] = {};
   return s;
 }
 
-gpu_sample nvml_metric_source::read(bool include_slow) {
+gpu_sample nvml_metric_source::read(metric_cadence deepest) {
+  // Metrics of a cadence not read this time are left `unavailable`.
   gpu_sample s;
   s.time_s = host_seconds();
   const auto u = nv_->utilization(dev_);
@@ -86,16 +102,20 @@ gpu_sample nvml_metric_source::read(bool include_slow) {
   const auto m = nv_->memory(dev_);
   s[gpu_metric::memory_used_bytes] = {m.status, static_cast<double>(m.value.used_bytes)};
   s[gpu_metric::memory_total_bytes] = {m.status, static_cast<double>(m.value.total_bytes)};
-  s[gpu_metric::power_w] = as_double(nv_->power_usage_mw(dev_), 1e-3);
-  if (include_slow) s[gpu_metric::energy_j] = as_double(nv_->energy_mj(dev_), 1e-3);
-  s[gpu_metric::temperature_c] = as_double(nv_->temperature_c(dev_));
   s[gpu_metric::sm_clock_mhz] = as_double(nv_->clock_mhz(dev_, nvml_clock::sm));
-  s[gpu_metric::memory_clock_mhz] = as_double(nv_->clock_mhz(dev_, nvml_clock::memory));
-  if (pcie_ && include_slow) {
-    s[gpu_metric::pcie_tx_bytes_per_s] = as_double(nv_->pcie_tx_kbps(dev_), 1024.0);
-    s[gpu_metric::pcie_rx_bytes_per_s] = as_double(nv_->pcie_rx_kbps(dev_), 1024.0);
-  }  // else: left `unavailable` (not read this time)
-  s[gpu_metric::clock_event_reasons] = as_double(nv_->clock_event_reasons(dev_));
+  if (deepest >= metric_cadence::medium) {
+    s[gpu_metric::power_w] = as_double(nv_->power_usage_mw(dev_), 1e-3);
+    s[gpu_metric::temperature_c] = as_double(nv_->temperature_c(dev_));
+    s[gpu_metric::memory_clock_mhz] = as_double(nv_->clock_mhz(dev_, nvml_clock::memory));
+    s[gpu_metric::clock_event_reasons] = as_double(nv_->clock_event_reasons(dev_));
+  }
+  if (deepest == metric_cadence::slow) {
+    s[gpu_metric::energy_j] = as_double(nv_->energy_mj(dev_), 1e-3);
+    if (pcie_) {
+      s[gpu_metric::pcie_tx_bytes_per_s] = as_double(nv_->pcie_tx_kbps(dev_), 1024.0);
+      s[gpu_metric::pcie_rx_bytes_per_s] = as_double(nv_->pcie_rx_kbps(dev_), 1024.0);
+    }
+  }
   return s;
 }
 
@@ -151,16 +171,20 @@ energy_use energy_between(const std::vector<gpu_sample>& samples) {
 }
 
 sampler::sampler(std::shared_ptr<metric_source> source, int interval_ms, std::size_t capacity,
-                 int slow_interval_ms)
+                 int slow_interval_ms, int medium_interval_ms)
     : source_(std::move(source)),
       interval_ms_(interval_ms),
       capacity_(capacity),
-      slow_interval_ms_(slow_interval_ms) {
+      slow_interval_ms_(slow_interval_ms),
+      medium_interval_ms_(medium_interval_ms) {
   GPU_BASICS_EXPECTS(source_ != nullptr, "a sampler needs a source");
   GPU_BASICS_EXPECTS(interval_ms >= 1 && interval_ms <= 1000, "sample interval outside 1..1000 ms");
   GPU_BASICS_EXPECTS(slow_interval_ms >= interval_ms && slow_interval_ms <= 60000,
                      "slow-metric interval outside interval..60000 ms");
+  GPU_BASICS_EXPECTS(medium_interval_ms >= 1 && medium_interval_ms <= 60000,
+                     "medium-metric interval outside 1..60000 ms");
   GPU_BASICS_EXPECTS(capacity >= 1, "a sampler keeps at least one sample");
+  medium_interval_ms_ = std::clamp(medium_interval_ms, interval_ms, slow_interval_ms);
 }
 
 sampler::~sampler() {
@@ -190,28 +214,38 @@ void sampler::loop() {
   const double cpu0 = thread_cpu_s(), wall0 = host_seconds();
   const auto period = std::chrono::milliseconds(interval_ms_);
   const auto slow_period = std::chrono::milliseconds(slow_interval_ms_);
+  const auto medium_period = std::chrono::milliseconds(medium_interval_ms_);
   auto next = std::chrono::steady_clock::now();
-  auto next_slow = next;
+  auto next_slow = next, next_medium = next;
   double slow_cpu = 0;
   std::size_t slow_n = 0;
-  const auto read = [&](bool slow) {
+  const auto read = [&](metric_cadence deepest) {
+    const bool slow = deepest == metric_cadence::slow;
     const double c0 = slow ? thread_cpu_s() : 0.0;
-    push(source_->read(slow));
+    push(source_->read(deepest));
     if (slow) {
       slow_cpu += thread_cpu_s() - c0;
       ++slow_n;
     }
   };
   while (running_.load()) {
-    const bool slow = std::chrono::steady_clock::now() >= next_slow;
-    if (slow) next_slow = std::chrono::steady_clock::now() + slow_period;
-    read(slow);
-    next += period;
     const auto now = std::chrono::steady_clock::now();
-    if (next < now) next = now;  // fell behind: do not burst to catch up
+    metric_cadence deepest = metric_cadence::fast;
+    if (now >= next_slow) {
+      deepest = metric_cadence::slow;
+      next_slow = now + slow_period;
+      next_medium = now + medium_period;
+    } else if (now >= next_medium) {
+      deepest = metric_cadence::medium;
+      next_medium = now + medium_period;
+    }
+    read(deepest);
+    next += period;
+    const auto after = std::chrono::steady_clock::now();
+    if (next < after) next = after;  // fell behind: do not burst to catch up
     std::this_thread::sleep_until(next);
   }
-  read(true);  // the last sample closes the window of the slow counters
+  read(metric_cadence::slow);  // the last sample closes the window of the slow counters
   slow_cpu_s_ = slow_cpu;
   slow_samples_ = slow_n;
   cpu_s_ = thread_cpu_s() - cpu0;

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "gpu_basics/transfer/host_copy.hpp"
 #include "gpu_basics/transfer/plan.hpp"
 
 namespace gpu_basics {
@@ -12,7 +13,13 @@ staged_copier::staged_copier(staging_options o)
   GPU_BASICS_EXPECTS(o_.chunk_bytes >= 4096, "staging chunks of at least 4 KiB");
   o_.threads = pool_.size();
   for (unsigned i = 0; i < o_.buffers; ++i) {
-    staging_.emplace_back(o_.chunk_bytes);
+    if (o_.huge_pages) {
+      huge_.emplace_back(o_.chunk_bytes);
+      staging_.push_back(huge_.back().as<std::byte>());
+    } else {
+      pinned_.emplace_back(o_.chunk_bytes);
+      staging_.push_back(pinned_.back().as<std::byte>());
+    }
     dma_done_.emplace_back(false);
     pending_.push_back(false);
   }
@@ -25,8 +32,14 @@ staged_copier::~staged_copier() {
 
 void staged_copier::copy_parallel(void* dst, const void* src, std::size_t bytes) {
   // Split on 64-byte lines so no two threads write the same cache line.
+  const bool streaming = o_.streaming_stores;
   pool_.parallel_ranges(bytes, 64, [&](std::size_t off, std::size_t n) {
-    std::memcpy(static_cast<std::byte*>(dst) + off, static_cast<const std::byte*>(src) + off, n);
+    auto* d = static_cast<std::byte*>(dst) + off;
+    const auto* s = static_cast<const std::byte*>(src) + off;
+    if (streaming)
+      copy_streaming(d, s, n);
+    else
+      std::memcpy(d, s, n);
   });
 }
 
@@ -35,10 +48,10 @@ void staged_copier::upload(void* dst, const void* src, std::size_t bytes, stream
   for (std::size_t c = 0; c < chunks.size(); ++c) {
     const std::size_t b = c % staging_.size();
     if (pending_[b] && wait_for_dma_) dma_done_[b].synchronize();  // its previous DMA read it
-    copy_parallel(staging_[b].data(), static_cast<const std::byte*>(src) + chunks[c].offset,
+    copy_parallel(staging_[b], static_cast<const std::byte*>(src) + chunks[c].offset,
                   chunks[c].bytes);
     GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(static_cast<std::byte*>(dst) + chunks[c].offset,
-                                        staging_[b].data(), chunks[c].bytes, cudaMemcpyHostToDevice,
+                                        staging_[b], chunks[c].bytes, cudaMemcpyHostToDevice,
                                         s.value()));
     dma_done_[b].record(s);
     pending_[b] = true;
@@ -50,7 +63,7 @@ void staged_copier::download(void* dst, const void* src, std::size_t bytes, stre
   const std::size_t ring = staging_.size();
   const auto enqueue = [&](std::size_t c) {
     const std::size_t b = c % ring;
-    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(staging_[b].data(),
+    GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(staging_[b],
                                         static_cast<const std::byte*>(src) + chunks[c].offset,
                                         chunks[c].bytes, cudaMemcpyDeviceToHost, s.value()));
     dma_done_[b].record(s);
@@ -64,8 +77,7 @@ void staged_copier::download(void* dst, const void* src, std::size_t bytes, stre
     const std::size_t b = c % ring;
     dma_done_[b].synchronize();
     pending_[b] = false;
-    copy_parallel(static_cast<std::byte*>(dst) + chunks[c].offset, staging_[b].data(),
-                  chunks[c].bytes);
+    copy_parallel(static_cast<std::byte*>(dst) + chunks[c].offset, staging_[b], chunks[c].bytes);
     if (c + ring < chunks.size()) enqueue(c + ring);
   }
 }

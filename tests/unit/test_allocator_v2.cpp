@@ -531,6 +531,18 @@ TEST(AllocatorV2, ExpandableSegmentsReserveCloseToLiveBytes) {
 }
 
 namespace {
+/// Frees a thread's remaining blocks, taking each out of the shared shadow first.
+void free_all(caching_allocator& a, const std::vector<std::uintptr_t>& blocks, std::mutex& m,
+              test_util::live_blocks& live) {
+  for (auto p : blocks) {
+    {
+      std::lock_guard lock(m);
+      live.erase(p);
+    }
+    a.deallocate(reinterpret_cast<void*>(p));
+  }
+}
+
 void stress(const allocator_options& o, int threads, int ops_per_thread) {
   auto be = std::make_shared<fake_backend>(std::size_t{1} << 40, true);
   caching_allocator a(be, o);
@@ -573,13 +585,7 @@ void stress(const allocator_options& o, int threads, int ops_per_thread) {
           (void)a.empty_cache();
         }
       }
-      for (auto p : mine) {
-        {
-          std::lock_guard lock(m);
-          live.erase(p);
-        }
-        a.deallocate(reinterpret_cast<void*>(p));
-      }
+      free_all(a, mine, m, live);
     });
   for (auto& th : pool) th.join();
   ASSERT_NO_FATAL_FAILURE(test_util::check_invariants(a, *be, live));
@@ -645,6 +651,110 @@ TEST(AllocatorV2, StressEightThreadsExpandable) {
   allocator_options o;
   o.expandable_segments = true;
   stress(o, 8, 100000 / 8);
+}
+
+TEST(AllocatorV2, StressFreesFromOtherThreads) {
+  // As PyTorch's autograd thread frees what the forward pass allocated: blocks handed out by one
+  // thread's fast path are freed by another, while stats, block_size and empty_cache claim the
+  // other threads' caches under the allocator's lock.
+  auto be = std::make_shared<fake_backend>(std::size_t{1} << 40, true);
+  caching_allocator a(be);
+  std::mutex m;
+  test_util::live_blocks live;
+  std::vector<std::uintptr_t> shared;  // allocated by any thread, freed by any thread
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 4; ++t)
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng(77 + static_cast<unsigned>(t));
+      std::vector<std::uintptr_t> mine;
+      for (int op = 0; op < 40000; ++op) {
+        const auto r = rng() % 1000;
+        if (r < 480) {
+          const std::size_t bytes = std::size_t{512} << (rng() % 6);
+          void* p = a.allocate(bytes, 1);
+          if (rng() % 16 == 0) {
+            ASSERT_EQ(a.block_size(p), bytes);
+          }
+          const bool to_share = rng() % 2;
+          std::lock_guard lock(m);
+          ASSERT_TRUE(live.emplace(addr(p), test_util::live_block{bytes, bytes, 1}).second)
+              << "handed out twice";
+          (to_share ? shared : mine).push_back(addr(p));
+        } else if (r < 990) {
+          std::uintptr_t p = 0;
+          if (rng() % 2 && !mine.empty()) {
+            p = mine.back();
+            mine.pop_back();
+          } else {
+            std::lock_guard lock(m);
+            if (shared.empty()) continue;
+            const std::size_t i = rng() % shared.size();
+            p = shared[i];
+            shared[i] = shared.back();
+            shared.pop_back();
+          }
+          {
+            std::lock_guard lock(m);
+            live.erase(p);
+          }
+          a.deallocate(reinterpret_cast<void*>(p));
+        } else if (r < 998) {
+          const auto s = a.stats();
+          ASSERT_GE(s.allocated_bytes.current, 0);
+        } else {
+          (void)a.empty_cache();
+        }
+      }
+      free_all(a, mine, m, live);
+    });
+  for (auto& th : pool) th.join();
+  ASSERT_NO_FATAL_FAILURE(test_util::check_invariants(a, *be, live));
+  for (auto p : shared) a.deallocate(reinterpret_cast<void*>(p));
+  live.clear();
+  ASSERT_NO_FATAL_FAILURE(test_util::check_invariants(a, *be, live));
+  (void)a.empty_cache();
+  EXPECT_EQ(be->used(), 0u);
+  EXPECT_EQ(be->bad_deallocations(), 0u);
+}
+
+TEST(AllocatorV2, ClaimsWaitForTheOwnersFastPath) {
+  // One thread runs its fast path flat out (one 64 KiB block, cached and handed out again, on a
+  // stream of its own) while another folds its counters, empties its cache and allocates under
+  // the allocator's lock: every claim must wait for the owner's operation in flight (or make the
+  // owner take the lock). Were a fold to race the owner's counters, they would not add up to zero
+  // at the end; were a sweep to move the block the owner is handing out, the other thread could
+  // be handed the owner's live block.
+  auto be = std::make_shared<fake_backend>(1 * GiB, true);
+  caching_allocator a(be);
+  std::atomic<std::uintptr_t> held{0};
+  std::atomic<bool> done{false};
+  std::atomic<int> clashes{0};
+  std::thread owner([&] {
+    for (int i = 0; i < 2000000; ++i) {
+      void* p = a.allocate(64 * KiB, 7);
+      held.store(addr(p), std::memory_order_relaxed);
+      held.store(0, std::memory_order_relaxed);
+      a.deallocate(p);
+    }
+    done.store(true);
+  });
+  for (int rounds = 0; !done.load() || rounds < 100; ++rounds) {
+    void* x = a.allocate(64 * KiB, 7);
+    if (addr(x) == held.load()) clashes.fetch_add(1);
+    a.deallocate(x);
+    for (int k = 0; k < 64; ++k) a.reset_peak_stats();  // folds the owner's counters
+    if (rounds % 64 == 0) (void)a.stats();              // empties the owner's cache
+  }
+  owner.join();
+  EXPECT_EQ(clashes.load(), 0) << "a block was handed to two users";
+  const auto s = a.stats();
+  EXPECT_EQ(s.allocated_bytes.current, 0);
+  EXPECT_EQ(s.allocation_count.current, 0);
+  EXPECT_EQ(s.requested_bytes.current, 0);
+  EXPECT_EQ(s.allocation_count.allocated, s.allocation_count.freed);
+  ASSERT_NO_FATAL_FAILURE(test_util::check_invariants(a, *be, {}));
+  (void)a.empty_cache();
+  EXPECT_EQ(be->used(), 0u);
 }
 
 TEST(AllocatorV2, ThreadsThatEndLeaveNothingBehind) {

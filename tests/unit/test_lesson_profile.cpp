@@ -221,6 +221,16 @@ TEST(LessonProfile, NvmlNotesComputeEnergyAndSamplerCostFromTheResult) {
   const auto n2 = notes_for(explain_profile(other, h200()), "nvml");
   EXPECT_TRUE(any_contains(n2, "- Energy counter: not_supported."));
   EXPECT_FALSE(any_contains(n2, "sampler thread"));
+  EXPECT_FALSE(any_contains(notes, "are read every"));  // no medium interval in the result
+
+  profile_result tiered = r;
+  tiered.nvml->medium_interval_ms = 100;
+  const auto n3 = notes_for(explain_profile(tiered, h200()), "nvml");
+  ASSERT_EQ(n3.size(), notes.size() + 1);
+  EXPECT_TRUE(any_contains(
+      n3, fmt::format("clock-event reasons are read every {} ms, the other metrics every {} ms",
+                      100, r.nvml->interval_ms)));
+  EXPECT_TRUE(any_contains(n3, fmt::format("reading those {}x as often", 100 / 10)));
 }
 
 TEST(LessonProfile, PresentKeepsTheTablesOfTheOldOutput) {

@@ -673,3 +673,80 @@ TEST(LessonTransfer, LessonEntryRendersAndUpgrades) {
   EXPECT_EQ(l.upgrade_v1(v1_block(r)).at("d2d"), nlohmann::json(r.d2d));
   EXPECT_THROW((void)l.render(nlohmann::json{{"shapes", "none"}}, h200_facts()), format_error);
 }
+
+namespace {
+double rate(const copy_figure& f) {
+  return f.bandwidth_bytes_per_s.median;
+}
+
+staging_variant variant(const std::string& name, const staging_figures& base, double up,
+                        double down) {
+  staging_variant v;
+  v.name = name;
+  v.chunk_bytes = base.chunk_bytes;
+  v.buffers = base.buffers;
+  v.threads = base.threads;
+  v.streaming_stores = base.streaming_stores;
+  v.huge_pages = base.huge_pages;
+  v.up = fig("H2D", "pageable", base.bytes, up);
+  v.down = fig("D2H", "pageable", base.bytes, down);
+  return v;
+}
+}  // namespace
+
+TEST(LessonTransfer, StagingVariantsTableAndNotesComeFromTheirFigures) {
+  transfer_result r = sample();
+  auto& st = *r.pageable_upload;
+  auto nt = variant("streaming stores", st, 30.1e9, 20.0e9);
+  nt.streaming_stores = true;
+  auto half = variant("8 threads", st, 22.0e9, 25.5e9);
+  half.threads = 8;
+  st.variants = {nt, half};
+  const auto ts = present_transfer(r);
+  const auto& t = table_named(ts, "staging_variants");
+  ASSERT_EQ(t.rows.size(), 3u);
+  EXPECT_EQ(std::get<std::string>(t.rows[0][0]), "as configured");
+  EXPECT_DOUBLE_EQ(cell(t, 0, 6), rate(st.staged_up));
+  EXPECT_DOUBLE_EQ(cell(t, 1, 6), 30.1e9);
+  EXPECT_DOUBLE_EQ(cell(t, 1, 8), 30.1e9 / rate(st.staged_up));
+  EXPECT_DOUBLE_EQ(cell(t, 2, 9), 25.5e9 / rate(st.staged_down));
+  EXPECT_DOUBLE_EQ(cell(t, 2, 1), 8.0);
+  EXPECT_EQ(std::get<std::string>(t.rows[1][4]), "yes");
+  EXPECT_EQ(std::get<std::string>(t.rows[2][4]), "no");
+
+  const auto notes = explain_transfer(r, h200_facts());
+  const double up0 = rate(st.staged_up), down0 = rate(st.staged_down);
+  EXPECT_NE(note_with(notes, "staging_variants",
+                      fmt::format("the fastest upload is \"streaming stores\": {:.1f} GB/s, "
+                                  "{:.2f}x the configured {:.1f} GB/s",
+                                  30.1, 30.1e9 / up0, up0 / 1e9)),
+            "");
+  EXPECT_NE(note_with(notes, "staging_variants",
+                      fmt::format("the fastest download is \"8 threads\": {:.1f} GB/s", 25.5)),
+            "");
+  EXPECT_NE(note_with(notes, "staging_variants",
+                      fmt::format("reaches {:.0f}% of the upload from pinned memory ({:.1f} GB/s)",
+                                  100.0 * 30.1e9 / rate(*st.pinned_up), rate(*st.pinned_up) / 1e9)),
+            "");
+  EXPECT_NE(note_with(notes, "staging_variants",
+                      fmt::format("Turning streaming stores on changed the upload by {:+.0f}% and "
+                                  "the download by {:+.0f}%",
+                                  100.0 * (30.1e9 / up0 - 1), 100.0 * (20.0e9 / down0 - 1))),
+            "");
+
+  // No variant 3% faster: said so, naming the best.
+  st.variants = {variant("6 buffers", st, up0 * 1.01, down0 * 0.9)};
+  const auto flat = explain_transfer(r, h200_facts());
+  EXPECT_NE(note_with(flat, "staging_variants",
+                      fmt::format("no change sped the upload up by 3% or more (the best, \"6 "
+                                  "buffers\", ran at {:.2f}x",
+                                  1.01)),
+            "");
+  for (const auto& text : notes_of(flat, "staging_variants"))
+    EXPECT_EQ(text.find("Turning streaming"), std::string::npos) << text;
+
+  // Without variants (older results): no table, no notes.
+  st.variants.clear();
+  for (const auto& tb : present_transfer(r)) EXPECT_NE(tb.id, "staging_variants");
+  for (const auto& n : explain_transfer(r, h200_facts())) EXPECT_NE(n.table_id, "staging_variants");
+}

@@ -117,6 +117,43 @@ TEST(Sampler, ReadsSlowMetricsFirstAtTheirIntervalAndLast) {
   EXPECT_GT(e.mean_watts(), 0.0);
 }
 
+TEST(Sampler, ReadsMediumMetricsAtTheirOwnInterval) {
+  auto src = std::make_shared<fake_metric_source>([](std::size_t n) {
+    gpu_sample s = scripted(n);
+    s[gpu_metric::sm_clock_mhz] = {metric_status::ok, 1980.0};
+    s[gpu_metric::power_w] = {metric_status::ok, 400.0 + static_cast<double>(n)};
+    s[gpu_metric::temperature_c] = {metric_status::ok, 40.0};
+    s[gpu_metric::clock_event_reasons] = {metric_status::ok, 0.0};
+    return s;
+  });
+  sampler s(src, 2, 100000, 1000, 50);
+  EXPECT_EQ(s.medium_interval_ms(), 50);
+  s.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(320));
+  s.stop();
+  const auto samples = s.samples();
+  ASSERT_GE(samples.size(), 40u);
+  // First, about every 50 ms over 320 ms, and the last: 5 to 9 reads with power and the other
+  // medium metrics, each one of the samples that hold them.
+  EXPECT_GE(src->medium_reads(), 5u);
+  EXPECT_LE(src->medium_reads(), 9u);
+  std::size_t with_power = 0;
+  for (const auto& x : samples) {
+    EXPECT_TRUE(x[gpu_metric::gpu_util_percent].ok());
+    EXPECT_TRUE(x[gpu_metric::sm_clock_mhz].ok());
+    with_power += x[gpu_metric::power_w].ok();
+    EXPECT_EQ(x[gpu_metric::power_w].ok(), x[gpu_metric::temperature_c].ok());
+    EXPECT_EQ(x[gpu_metric::power_w].ok(), x[gpu_metric::clock_event_reasons].ok());
+  }
+  EXPECT_EQ(with_power, src->medium_reads());
+  EXPECT_TRUE(samples.front()[gpu_metric::power_w].ok());
+  EXPECT_TRUE(samples.back()[gpu_metric::power_w].ok());
+  EXPECT_FALSE(samples[1][gpu_metric::power_w].ok());
+  // The medium interval is kept between the sample interval and the slow one.
+  EXPECT_EQ(sampler(src, 10, 100, 5000, 1).medium_interval_ms(), 10);
+  EXPECT_EQ(sampler(src, 10, 100, 200, 1000).medium_interval_ms(), 200);
+}
+
 TEST(Sampler, EnergyNeedsTwoReadingsAndKeepsTheirStatus) {
   std::vector<gpu_sample> v = {scripted(0), scripted(1)};
   v[0][gpu_metric::energy_j] = {metric_status::not_supported, 0};
@@ -134,6 +171,8 @@ TEST(Sampler, RejectsBadSettings) {
   EXPECT_THROW(sampler(nullptr, 10), logic_error);
   EXPECT_THROW(sampler(src, 10, 100, 5), logic_error);
   EXPECT_THROW(sampler(src, 10, 100, 60001), logic_error);
+  EXPECT_THROW(sampler(src, 10, 100, 5000, 0), logic_error);
+  EXPECT_THROW(sampler(src, 10, 100, 5000, 60001), logic_error);
 }
 
 TEST(Nvml, MissingLibraryOrDriverIsOneClearReason) {

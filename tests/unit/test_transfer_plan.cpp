@@ -13,6 +13,7 @@
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/pattern.hpp"
 #include "gpu_basics/core/thread_pool.hpp"
+#include "gpu_basics/transfer/host_copy.hpp"
 #include "gpu_basics/transfer/plan.hpp"
 
 using namespace gpu_basics;
@@ -204,4 +205,37 @@ TEST(TransferConfig, BadValuesNameKeyAndLine) {
       EXPECT_NE(std::string(e.what()).find(msg), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(HostCopy, StreamingCopyMatchesMemcpyAtEveryAlignmentAndLength) {
+  // Random bytes; every source and destination offset within a cache line, lengths around the
+  // 32-byte stores and 128-byte blocks, and guard bytes on both sides that must stay untouched.
+  std::mt19937_64 rng(31);
+  std::vector<std::uint8_t> src(4096 + 128), dst(4096 + 256), want;
+  for (auto& b : src) b = static_cast<std::uint8_t>(rng());
+  const std::size_t lengths[] = {0, 1, 31, 32, 33, 63, 64, 127, 128, 129, 255, 256, 1000, 4095};
+  for (std::size_t so = 0; so < 64; so += 7)
+    for (std::size_t dof = 0; dof < 64; ++dof)
+      for (std::size_t n : lengths) {
+        std::fill(dst.begin(), dst.end(), std::uint8_t{0xA5});
+        want = dst;
+        std::memcpy(want.data() + 64 + dof, src.data() + so, n);
+        copy_streaming(dst.data() + 64 + dof, src.data() + so, n);
+        ASSERT_EQ(dst, want) << "source offset " << so << ", destination offset " << dof << ", "
+                             << n << " bytes";
+      }
+}
+
+TEST(HostCopy, StreamingCopyOfManyMegabytes) {
+  std::mt19937_64 rng(32);
+  std::vector<std::uint64_t> src((9u << 20) / 8 + 3), dst(src.size() + 1, 0);
+  for (auto& v : src) v = rng();
+  const std::size_t bytes = src.size() * 8 - 5;
+  copy_streaming(reinterpret_cast<std::byte*>(dst.data()) + 3, src.data(), bytes);
+  EXPECT_EQ(std::memcmp(reinterpret_cast<std::byte*>(dst.data()) + 3, src.data(), bytes), 0);
+#if defined(__x86_64__)
+  EXPECT_EQ(streaming_copy_supported(), __builtin_cpu_supports("avx2") != 0);
+#else
+  EXPECT_FALSE(streaming_copy_supported());
+#endif
 }

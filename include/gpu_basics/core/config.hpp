@@ -125,6 +125,9 @@ struct config {
       std::uint64_t chunk_bytes = 8ull << 20;
       int buffers = 3;
       int threads = 0;  // 0: one per core, at most 16
+      bool streaming_stores = false;
+      bool huge_pages = false;
+      bool variants = true;  // measure the staged copy's variants (the "staging_variants" table)
     } staging;
     struct multi_gpu_section {
       bool enabled = true;

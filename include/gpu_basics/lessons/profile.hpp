@@ -134,9 +134,10 @@ inline constexpr const char* kSeriesMetrics[] = {"gpu_util_percent", "power_w", 
 /// What NVML saw during the matmuls.
 struct nvml_sampling {
   int interval_ms = 0;
-  std::optional<int> slow_interval_ms;  // the energy counter's period
-  std::uint64_t samples = 0;            // kept
-  std::uint64_t dropped = 0;            // dropped from the ring (oldest first)
+  std::optional<int> slow_interval_ms;    // the energy counter's period
+  std::optional<int> medium_interval_ms;  // power, temperature, memory clock, clock reasons
+  std::uint64_t samples = 0;              // kept
+  std::uint64_t dropped = 0;              // dropped from the ring (oldest first)
   std::vector<nvml_metric_row> metrics;
   std::string energy_status = "unavailable";  // of the energy counter
   std::optional<double> energy_j;             // between the first and last counter reads
@@ -147,8 +148,8 @@ struct nvml_sampling {
 
   bool operator==(const nvml_sampling&) const = default;
 };
-GPU_BASICS_JSON(nvml_sampling, interval_ms, slow_interval_ms, samples, dropped, metrics,
-                energy_status, energy_j, energy_s, cost, samples_csv_path, series)
+GPU_BASICS_JSON(nvml_sampling, interval_ms, slow_interval_ms, medium_interval_ms, samples, dropped,
+                metrics, energy_status, energy_j, energy_s, cost, samples_csv_path, series)
 
 /// The lesson's result. Times of the matmul runs and of the series share one origin: the host
 /// clock read just before sampling started (or before the matmuls, without NVML).

@@ -81,6 +81,21 @@ struct streams_figures {
 };
 GPU_BASICS_JSON(streams_figures, bytes, requested_streams, directions, bidirectional)
 
+/// The staged copy with one choice changed from the configured one ("staging_variants" table).
+struct staging_variant {
+  std::string name;  // what changed, e.g. "streaming stores", "8 threads"
+  std::uint64_t chunk_bytes = 0;
+  int buffers = 0;
+  int threads = 0;
+  bool streaming_stores = false;
+  bool huge_pages = false;
+  copy_figure up, down;
+
+  bool operator==(const staging_variant&) const = default;
+};
+GPU_BASICS_JSON(staging_variant, name, chunk_bytes, buffers, threads, streaming_stores, huge_pages,
+                up, down)
+
 /// Pageable copies: cudaMemcpy vs the staged copier, and the host-side ceilings
 /// ("pageable_upload" table).
 struct staging_figures {
@@ -95,11 +110,15 @@ struct staging_figures {
   std::optional<copy_figure> pinned_up;  // cudaMemcpyAsync from pinned, when pinned memory is used
   copy_figure plain_down;                // cudaMemcpy to pageable
   copy_figure staged_down;
+  bool streaming_stores = false;          // transfer.staging.streaming_stores
+  bool huge_pages = false;                // transfer.staging.huge_pages
+  std::vector<staging_variant> variants;  // empty unless transfer.staging.variants
 
   bool operator==(const staging_figures&) const = default;
 };
 GPU_BASICS_JSON(staging_figures, bytes, chunk_bytes, buffers, threads, plain_up, staged_up,
-                ring_memcpy, dram_memcpy, pinned_up, plain_down, staged_down)
+                ring_memcpy, dram_memcpy, pinned_up, plain_down, staged_down, streaming_stores,
+                huge_pages, variants)
 
 /// cudaHostRegister of the pageable buffer, and uploads from it ("host_register" table).
 struct host_register_figures {

@@ -54,21 +54,32 @@ struct gpu_sample {
   reading<double>& operator[](gpu_metric m) { return values[static_cast<std::size_t>(m)]; }
 };
 
-/// Metrics a source reads only on a "slow" read: those whose one reading costs milliseconds.
+/// How often the sampler reads a metric. Each NVML call costs microseconds of CPU, so only
+/// what moves between two samples is read on every one:
+/// - fast: every sample (utilization, memory used and total, the SM clock);
+/// - medium: at most every medium interval, for what NVML itself refreshes slowly or what moves
+///   slowly: power (NVML's average over the last second on Ampere and later), temperature,
+///   the memory clock and the clock-event reasons;
+/// - slow: at most every slow interval, for what costs milliseconds per reading: the energy
+///   counter and PCIe throughput.
+enum class metric_cadence { fast, medium, slow };
+[[nodiscard]] metric_cadence cadence_of(gpu_metric m) noexcept;
+/// cadence_of(m) == metric_cadence::slow.
 [[nodiscard]] bool is_slow_metric(gpu_metric m) noexcept;
 
 class metric_source {
  public:
   virtual ~metric_source() = default;
-  /// One sample. With include_slow false, the slow metrics (is_slow_metric) are left
-  /// `unavailable` (not read); the sampler asks for them at a lower rate.
-  [[nodiscard]] virtual gpu_sample read(bool include_slow) = 0;
+  /// One sample of the metrics whose cadence is `deepest` or more frequent; the others are left
+  /// `unavailable` (not read): the sampler asks for them at lower rates.
+  [[nodiscard]] virtual gpu_sample read(metric_cadence deepest) = 0;
 };
 
 /// Reads one device through NVML (by PCI bus id, as the CUDA runtime names it).
 /// Costs measured on the H200 (driver 580): utilization, memory, power, temperature, clocks and
 /// clock-event reasons take 1-8 us of CPU each (the driver caches them), but the energy counter
-/// takes 3-4 ms of CPU per read, so it is a slow metric. PCIe throughput is opt-in and slow as
+/// takes 3-4 ms of CPU per read, so it is a slow metric. One call can fill several metrics
+/// (utilization: GPU and memory; memory: used and total). PCIe throughput is opt-in and slow as
 /// well: NVML measures each direction over a 20 ms window inside the call.
 class nvml_metric_source final : public metric_source {
  public:
@@ -76,7 +87,7 @@ class nvml_metric_source final : public metric_source {
   /// @throws logic_error when nv is null.
   nvml_metric_source(std::shared_ptr<nvml> nv, nvml_device device, bool pcie_throughput = false);
   /// One sample; a metric NVML cannot give keeps its status.
-  gpu_sample read(bool include_slow) override;
+  gpu_sample read(metric_cadence deepest) override;
 
  private:
   std::shared_ptr<nvml> nv_;
@@ -84,23 +95,25 @@ class nvml_metric_source final : public metric_source {
   bool pcie_;
 };
 
-/// Test double: returns what `script` computes for the n-th read, with the slow metrics left
-/// `unavailable` on reads that do not include them, as a real source does.
+/// Test double: returns what `script` computes for the n-th read, with the metrics of a cadence
+/// the read does not include left `unavailable`, as a real source does.
 class fake_metric_source final : public metric_source {
  public:
   /// `script(n)` gives the sample of read n (0-based).
   explicit fake_metric_source(std::function<gpu_sample(std::size_t)> script)
       : script_(std::move(script)) {}
   /// The script's next sample; what the script throws passes through.
-  gpu_sample read(bool include_slow) override;
+  gpu_sample read(metric_cadence deepest) override;
   /// Reads so far.
   [[nodiscard]] std::size_t reads() const noexcept { return reads_; }
+  /// Reads so far that included the medium-cadence metrics (slow reads among them).
+  [[nodiscard]] std::size_t medium_reads() const noexcept { return medium_reads_; }
   /// Reads so far that included the slow metrics.
   [[nodiscard]] std::size_t slow_reads() const noexcept { return slow_reads_; }
 
  private:
   std::function<gpu_sample(std::size_t)> script_;
-  std::atomic<std::size_t> reads_{0}, slow_reads_{0};
+  std::atomic<std::size_t> reads_{0}, medium_reads_{0}, slow_reads_{0};
 };
 
 struct metric_summary {
@@ -125,17 +138,19 @@ struct energy_use {
 /// so the sampler reads it on its first and last samples); unavailable with fewer than two.
 [[nodiscard]] energy_use energy_between(const std::vector<gpu_sample>& samples);
 
-/// Samples a source on its own thread every interval_ms. Slow metrics are read on the first
-/// sample, then at most every slow_interval_ms, and on a last sample taken by stop(), so a
-/// 100 Hz sampler stays near 1% of a core while counters such as energy still span the run
-/// (the energy used comes from the first and last readings; those between only draw its curve).
+/// Samples a source on its own thread every interval_ms. Medium and slow metrics
+/// (metric_cadence) are read on the first sample, then at most every medium_interval_ms and
+/// slow_interval_ms, and on a last sample taken by stop(), so a 100 Hz sampler stays well under
+/// 1% of a core while counters such as energy still span the run (the energy used comes from
+/// the first and last readings; those between only draw its curve).
 class sampler {
  public:
-  /// interval_ms in 1..1000, slow_interval_ms in interval_ms..60000; at most `capacity`
-  /// samples kept (oldest dropped first).
+  /// interval_ms in 1..1000, slow_interval_ms in interval_ms..60000, medium_interval_ms in
+  /// 1..60000 (used within interval_ms..slow_interval_ms); at most `capacity` samples kept
+  /// (oldest dropped first).
   /// @throws logic_error when source is null or a bound is out of range.
   sampler(std::shared_ptr<metric_source> source, int interval_ms, std::size_t capacity = 100000,
-          int slow_interval_ms = 5000);
+          int slow_interval_ms = 5000, int medium_interval_ms = 100);
   /// Stops the thread (stop()).
   ~sampler();
   sampler(const sampler&) = delete;
@@ -163,6 +178,8 @@ class sampler {
   [[nodiscard]] double steady_cpu_fraction() const;
   /// The slow metrics' interval, as given.
   [[nodiscard]] int slow_interval_ms() const noexcept { return slow_interval_ms_; }
+  /// The medium metrics' interval, as used (within interval..slow interval).
+  [[nodiscard]] int medium_interval_ms() const noexcept { return medium_interval_ms_; }
 
  private:
   void loop();
@@ -171,6 +188,7 @@ class sampler {
   int interval_ms_;
   std::size_t capacity_;
   int slow_interval_ms_;
+  int medium_interval_ms_;
   mutable std::mutex mutex_;
   std::deque<gpu_sample> ring_;
   std::thread thread_;

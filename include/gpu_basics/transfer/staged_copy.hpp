@@ -17,6 +17,12 @@ struct staging_options {
   std::size_t chunk_bytes = 8u << 20;
   unsigned buffers = 3;  // >= 2
   unsigned threads = 0;  // 0: default_thread_count()
+  /// The host copies write with non-temporal stores (host_copy.hpp): into the ring on upload,
+  /// into the destination on download.
+  bool streaming_stores = false;
+  /// The ring in transparent huge pages, pinned with cudaHostRegister (huge_pinned_memory),
+  /// instead of cudaHostAlloc's 4 KiB pages.
+  bool huge_pages = false;
 };
 
 class staged_copier {
@@ -53,7 +59,9 @@ class staged_copier {
 
   staging_options o_;
   thread_pool pool_;
-  std::vector<pinned_buffer> staging_;
+  std::vector<pinned_buffer> pinned_;  // the ring's memory: one of these two
+  std::vector<huge_pinned_buffer> huge_;
+  std::vector<std::byte*> staging_;  // the ring's buffers
   std::vector<cuda_event> dma_done_;
   std::vector<bool> pending_;
   bool wait_for_dma_ = true;
