@@ -6,9 +6,13 @@
 // PyTorch's c10 allocator, side by side with ours on the GPU, is bench_allocator_c10.cpp.
 #include <benchmark/benchmark.h>
 
+#include <condition_variable>
 #include <cstdlib>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -197,6 +201,72 @@ void BM_GlibcMallocFree_Threads(benchmark::State& state) {
   clock.report(state);
 }
 
+// ---- frees from another thread (PyTorch's autograd thread freeing the forward pass's tensors) --
+
+/// A thread that runs one job at a time for the benchmark's thread, which waits for it.
+class helper_thread {
+ public:
+  helper_thread() : t_([this] { loop(); }) {}
+  ~helper_thread() {
+    {
+      std::lock_guard lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    t_.join();
+  }
+  void run(std::function<void()> job) {
+    std::unique_lock lock(m_);
+    job_ = std::move(job);
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !job_; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(m_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || job_; });
+      if (stop_) return;
+      job_();
+      job_ = nullptr;
+      cv_.notify_all();
+    }
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::function<void()> job_;
+  bool stop_ = false;
+  std::thread t_;
+};
+
+/// 256 blocks of range(0) bytes allocated by the benchmark's thread, freed by `freer` (the same
+/// thread, or a helper): the time per block of the allocation and the free.
+void free_batch(benchmark::State& state, bool other_thread) {
+  auto& a = fake_allocator();
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  constexpr std::size_t kBlocks = 256;
+  std::vector<void*> ptrs(kBlocks);
+  helper_thread helper;
+  const auto free_all = [&] {
+    for (void* p : ptrs) a.deallocate(p);
+  };
+  for (auto _ : state) {
+    for (auto& p : ptrs) p = a.allocate(bytes, 9);
+    if (other_thread)
+      helper.run(free_all);
+    else
+      free_all();
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(kBlocks));
+}
+void BM_CachingBatch_FreedByOwner_Fake(benchmark::State& state) {
+  free_batch(state, false);
+}
+void BM_CachingBatch_FreedByAnotherThread_Fake(benchmark::State& state) {
+  free_batch(state, true);
+}
+
 // ---- frugality: what a policy reserves for a trace, on the fake backend ------------------------
 
 // range(0): 0 mixed_trace(), 1 transformer_trace(); range(1): 1 with expandable segments.
@@ -233,6 +303,8 @@ BENCHMARK(BM_MixedTrace_CudaMallocAsync);
 BENCHMARK(BM_CachingPair_Fake_Threads)->Threads(8);
 BENCHMARK(BM_GlibcMallocFree_Threads)->Threads(8);
 BENCHMARK(BM_CachingPair_Fake_OneStream_Threads)->Arg(512)->Arg(1 << 20)->Threads(8);
+BENCHMARK(BM_CachingBatch_FreedByOwner_Fake)->Arg(512)->Arg(64 << 10);
+BENCHMARK(BM_CachingBatch_FreedByAnotherThread_Fake)->Arg(512)->Arg(64 << 10);
 BENCHMARK(BM_Frugality_Fake)
     ->ArgsProduct({{0, 1}, {0, 1}})
     ->ArgNames({"trace", "expandable"})

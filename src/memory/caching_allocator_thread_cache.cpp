@@ -37,9 +37,11 @@ void heavy_fence(bool asymmetric) noexcept {
   // Symmetric: both sides' sequentially consistent accesses order themselves.
   if (!asymmetric) return;
 #if defined(__linux__) && defined(SYS_membarrier) && !defined(__SANITIZE_THREAD__)
-  // Registered, the call does not fail (the kernel's documented errors are for commands not
-  // registered or not supported, both checked when registering).
   if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0) return;
+  // Registration belongs to the address space: a child of fork() has to register again.
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 &&
+      syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+    return;
   std::atomic_thread_fence(std::memory_order_seq_cst);
 #endif
 }
