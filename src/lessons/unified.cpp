@@ -230,6 +230,8 @@ lesson unified_lesson() {
   l.render = [](const nlohmann::json& j, const device_facts& f) {
     return render_typed<unified_result, explain_unified, present_unified>(j, f, "unified");
   };
+  // Schema-1 files predate the lesson: nothing of it to read back.
+  l.upgrade_v1 = [](const nlohmann::json&) { return nlohmann::json(unified_result{}); };
   return l;
 }
 
