@@ -310,8 +310,8 @@ void add_unified_keys(config_schema& s) {
                  "`false`: a cudaMalloc ballast leaves `free_bytes` free; `true`: ratios of all "
                  "free device memory (host memory must hold the largest set: checked first)"));
   s.add(size_key("unified.oversubscription.free_bytes",
-                 GB_FIELD(std::uint64_t, unified.oversubscription.free_bytes), 256 * kMiB,
-                 kTiB, "\"2 GiB\"", "device memory the ballast leaves free"));
+                 GB_FIELD(std::uint64_t, unified.oversubscription.free_bytes), 256 * kMiB, kTiB,
+                 "\"2 GiB\"", "device memory the ballast leaves free"));
   s.add(custom_key(
       "unified.oversubscription.ratios", "a list of ratios in 0.05..4, e.g. [0.5, 1.1]", "",
       "working sets as multiples of the free device memory",
@@ -321,24 +321,22 @@ void add_unified_keys(config_schema& s) {
       },
       [](const config& c) -> nlohmann::json { return c.unified.oversubscription.ratios; }));
   s.add(size_key("unified.oversubscription.chunk_bytes",
-                 GB_FIELD(std::uint64_t, unified.oversubscription.chunk_bytes), 2 * kMiB,
-                 4 * kGiB, "\"64 MiB\"", "bytes per kernel and per prefetch of a pass"));
-  s.add(int_key("unified.oversubscription.passes",
-                GB_FIELD(int, unified.oversubscription.passes), 1, 16, "",
-                "timed passes per working set, after one untimed pass"));
+                 GB_FIELD(std::uint64_t, unified.oversubscription.chunk_bytes), 2 * kMiB, 4 * kGiB,
+                 "\"64 MiB\"", "bytes per kernel and per prefetch of a pass"));
+  s.add(int_key("unified.oversubscription.passes", GB_FIELD(int, unified.oversubscription.passes),
+                1, 16, "", "timed passes per working set, after one untimed pass"));
   s.add(bool_key("unified.zero_copy.enabled", GB_FIELD(bool, unified.zero_copy.enabled),
                  "kernels reading mapped pinned memory against copy-then-compute"));
-  s.add(size_key("unified.zero_copy.bytes", GB_FIELD(std::uint64_t, unified.zero_copy.bytes),
-                 kMiB, 16 * kGiB, "\"256 MiB\"", "the mapped buffer"));
+  s.add(size_key("unified.zero_copy.bytes", GB_FIELD(std::uint64_t, unified.zero_copy.bytes), kMiB,
+                 16 * kGiB, "\"256 MiB\"", "the mapped buffer"));
   s.add(int_key("unified.zero_copy.passes", GB_FIELD(int, unified.zero_copy.passes), 2, 64, "",
                 "kernels over the buffer in the several-passes row"));
   s.add(bool_key("unified.ledger.enabled", GB_FIELD(bool, unified.ledger.enabled),
                  "the memory ledger, in fresh child processes (lazy and eager module loading)"));
   s.add(bool_key("unified.beliefs.enabled", GB_FIELD(bool, unified.beliefs.enabled),
                  "five common beliefs, measured"));
-  s.add(size_key("unified.beliefs.copy_bytes",
-                 GB_FIELD(std::uint64_t, unified.beliefs.copy_bytes), kMiB, 16 * kGiB,
-                 "\"256 MiB\"", "the pin-then-copy and stale-read buffers"));
+  s.add(size_key("unified.beliefs.copy_bytes", GB_FIELD(std::uint64_t, unified.beliefs.copy_bytes),
+                 kMiB, 16 * kGiB, "\"256 MiB\"", "the pin-then-copy and stale-read buffers"));
   s.add(int_key("unified.beliefs.repeats", GB_FIELD(int, unified.beliefs.repeats), 2, 1000, "",
                 "transfers of the repeated pin-then-copy case"));
   s.add(size_key("unified.beliefs.idle_allocation_bytes",

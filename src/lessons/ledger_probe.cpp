@@ -63,8 +63,9 @@ ledger_probe run_child(const std::string& exe, const std::string& loading, int d
 ledger_result measure_ledger(const context& ctx) {
   ledger_result r;
   if (!ctx.self_exe) {
-    r.method = "unavailable: the ledger runs gpu-basics itself as a fresh child process, and no "
-               "gpu-basics executable was given to this run";
+    r.method =
+        "unavailable: the ledger runs gpu-basics itself as a fresh child process, and no "
+        "gpu-basics executable was given to this run";
     return r;
   }
   if (!ctx.nv) {

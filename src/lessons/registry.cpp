@@ -10,9 +10,8 @@
 namespace gpu_basics::lessons {
 
 const std::vector<lesson>& registry() {
-  static const std::vector<lesson> all = {info_lesson(), memory_lesson(), transfer_lesson(),
-                                          profile_lesson(), unified_lesson(),
-                                          check_lesson()};
+  static const std::vector<lesson> all = {info_lesson(),    memory_lesson(),  transfer_lesson(),
+                                          profile_lesson(), unified_lesson(), check_lesson()};
   return all;
 }
 

@@ -162,13 +162,16 @@ table ledger_table(const ledger_result& l) {
   t.title = "The memory ledger: NVML's device memory used, step by step, in a fresh process";
   t.columns = {{"step", "step"}};
   for (const auto& p : l.probes) {
-    t.columns.push_back({"used_" + p.module_loading, "used, " + p.module_loading + " (MiB)",
-                         kPerMiB, 0});
-    t.columns.push_back({"delta_" + p.module_loading, "step, " + p.module_loading + " (MiB)",
-                         kPerMiB, 0});
+    t.columns.push_back(
+        {"used_" + p.module_loading, "used, " + p.module_loading + " (MiB)", kPerMiB, 0});
+    t.columns.push_back(
+        {"delta_" + p.module_loading, "step, " + p.module_loading + " (MiB)", kPerMiB, 0});
   }
   t.columns.push_back({"requested_bytes", "asked for (MiB)", kPerMiB, 0});
-  if (l.probes.empty()) return t;
+  if (l.probes.empty()) {  // not measured: the row says why
+    t.add_row({l.method, value()});
+    return t;
+  }
   for (const auto& s : l.probes.front().steps) {
     std::vector<value> row{s.label};
     for (const auto& p : l.probes) {

@@ -1,6 +1,7 @@
 // Measuring the unified lesson's five beliefs: pin-then-copy, reading before the sync, the pool's
 // release threshold, NVML's memory utilisation, D2D bandwidth against the working set. Every
 // copy is verified against the data pattern.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -103,12 +104,14 @@ stale_read_belief measure_stale_read(const config& cfg, cuda_stream& s) {
   pinned_buffer dst(n);
   std::memset(dst.data(), 0, n);
   s.synchronize();
-  // The copy waits behind work long enough for the host to read the whole destination first
-  // (the host check reads a few GB/s).
-  constexpr double kDelayS = 0.25;
+  // The copy waits behind work long enough for the host to read the whole destination first:
+  // twice as long as one host check of it takes, and at least 50 ms.
+  const double t0 = host_seconds();
+  (void)count_pattern_mismatches_host(dst.data(), n, kSeed);
+  const double delay_s = std::max(0.05, 2 * (host_seconds() - t0));
   cuda_event e0, e1, e2;
   e0.record(s);
-  unified_kernels::enqueue_spin(static_cast<long long>(kDelayS * unified_kernels::sm_clock_hz()),
+  unified_kernels::enqueue_spin(static_cast<long long>(delay_s * unified_kernels::sm_clock_hz()),
                                 s);
   e1.record(s);
   GPU_BASICS_CUDA_TRY(
@@ -153,7 +156,8 @@ pool_belief measure_pool(const config& cfg, cuda_stream& s, device_counter& wron
   pool_belief b;
   b.bytes = 64 * kMiB;
   b.pairs = 10 * cfg.unified.repetitions;
-  for (const std::uint64_t threshold : {std::uint64_t{0}, std::numeric_limits<std::uint64_t>::max()}) {
+  for (const std::uint64_t threshold :
+       {std::uint64_t{0}, std::numeric_limits<std::uint64_t>::max()}) {
     memory_pool pool(cfg.device, threshold);
     std::vector<double> pair_s;
     for (int i = 0; i <= b.pairs; ++i) {  // the first pair warms the pool, untimed
@@ -223,8 +227,8 @@ std::optional<nvml_util_belief> measure_nvml_util(const context& ctx, cuda_strea
   const auto p = sample_nvml(*ctx.nv, dev.value, b.samples, [&](int i) {
     if (i >= 2) batch[i % 2].synchronize();  // at most two batches queued
     for (int k = 0; k < 100; ++k)            // about 50 ms of copies at 2 TB/s
-      GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(c.data(), a.data(), a.size(),
-                                          cudaMemcpyDeviceToDevice, s.value()));
+      GPU_BASICS_CUDA_TRY(
+          cudaMemcpyAsync(c.data(), a.data(), a.size(), cudaMemcpyDeviceToDevice, s.value()));
     batch[i % 2].record(s);
   });
   s.synchronize();

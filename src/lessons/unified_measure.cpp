@@ -168,11 +168,12 @@ oversubscription_result measure_oversubscription(context& ctx, cuda_stream& s,
   constexpr std::uint64_t kMargin = 512 * kMiB;  // for the context's own growth and the counters
   if (!o.whole_device && free < o.free_bytes + kMargin)
     fail_key(ctx.cfg, "unified.oversubscription.free_bytes",
-             fmt::format("{} must stay free, but the device has {} free", format_bytes(o.free_bytes),
-                         format_bytes(free)));
+             fmt::format("{} must stay free, but the device has {} free",
+                         format_bytes(o.free_bytes), format_bytes(free)));
   r.free_bytes = o.whole_device ? free - std::min<std::uint64_t>(free, kMargin) : o.free_bytes;
   const double largest = *std::max_element(o.ratios.begin(), o.ratios.end());
-  const auto largest_bytes = static_cast<std::uint64_t>(largest * static_cast<double>(r.free_bytes));
+  const auto largest_bytes =
+      static_cast<std::uint64_t>(largest * static_cast<double>(r.free_bytes));
   r.host_available_bytes = host_available_bytes();
   if (*r.host_available_bytes > 0 && largest_bytes > *r.host_available_bytes / 10 * 8)
     fail_key(ctx.cfg, "unified.oversubscription.ratios",
@@ -298,12 +299,12 @@ zero_copy_result measure_zero_copy(context& ctx, cuda_stream& s, device_counter&
   const reader one{false, 1, r.line_bytes, r.sparse_stride};
   const reader many{false, z.passes, r.line_bytes, r.sparse_stride};
   const reader sparse{true, 1, r.line_bytes, r.sparse_stride};
-  r.rows.push_back(zero_copy_access("one_pass", one, r.repetitions, mapped, copy, host.data(), s,
-                                    wrong));
-  r.rows.push_back(zero_copy_access("passes", many, r.repetitions, mapped, copy, host.data(), s,
-                                    wrong));
-  r.rows.push_back(zero_copy_access("sparse", sparse, r.repetitions, mapped, copy, host.data(), s,
-                                    wrong));
+  r.rows.push_back(
+      zero_copy_access("one_pass", one, r.repetitions, mapped, copy, host.data(), s, wrong));
+  r.rows.push_back(
+      zero_copy_access("passes", many, r.repetitions, mapped, copy, host.data(), s, wrong));
+  r.rows.push_back(
+      zero_copy_access("sparse", sparse, r.repetitions, mapped, copy, host.data(), s, wrong));
   return r;
 }
 

@@ -37,9 +37,10 @@ std::vector<note> managed_notes(const managed_result& m, const device_facts& fac
         ut::size(m.bytes), ut::rate(faults->bytes_per_s), ut::rate(prefetch->bytes_per_s),
         ut::faster_or_slower(prefetch->seconds, faults->seconds));
     if (facts.link_bytes_per_s)
-      text += fmt::format(" The PCIe link carries {} per direction at most: the prefetch reached {}.",
-                          ut::rate(*facts.link_bytes_per_s),
-                          ut::percent(prefetch->bytes_per_s, *facts.link_bytes_per_s));
+      text +=
+          fmt::format(" The PCIe link carries {} per direction at most: the prefetch reached {}.",
+                      ut::rate(*facts.link_bytes_per_s),
+                      ut::percent(prefetch->bytes_per_s, *facts.link_bytes_per_s));
     n.push_back({id, std::move(text)});
   }
   std::string advice;
@@ -60,12 +61,12 @@ std::vector<note> managed_notes(const managed_result& m, const device_facts& fac
   const auto* back_faults = find_touch(m, "to_cpu", "faults");
   const auto* back_prefetch = find_touch(m, "to_cpu", "prefetch");
   if (back_faults && back_prefetch)
-    n.push_back({id, fmt::format("- The way back: the CPU reading pages a kernel wrote faults "
-                                 "them home one by one, {}; a prefetch to the host first, {} "
-                                 "({}).",
-                                 ut::rate(back_faults->bytes_per_s),
-                                 ut::rate(back_prefetch->bytes_per_s),
-                                 ut::faster_or_slower(back_prefetch->seconds, back_faults->seconds))});
+    n.push_back(
+        {id, fmt::format("- The way back: the CPU reading pages a kernel wrote faults "
+                         "them home one by one, {}; a prefetch to the host first, {} "
+                         "({}).",
+                         ut::rate(back_faults->bytes_per_s), ut::rate(back_prefetch->bytes_per_s),
+                         ut::faster_or_slower(back_prefetch->seconds, back_faults->seconds))});
   const bool counted = std::any_of(m.touches.begin(), m.touches.end(),
                                    [](const managed_touch& t) { return t.faults.has_value(); });
   if (!counted) {
@@ -81,13 +82,14 @@ std::vector<note> oversubscription_notes(const oversubscription_result& o) {
   const std::string id = "oversubscription";
   std::vector<note> n;
   if (o.mode == "ballast")
-    n.push_back({id, fmt::format("- A cudaMalloc \"ballast\" of {} held the device's memory but {}: "
-                                 "the ratios are of those {}, so the sweep moves a few GiB, not "
-                                 "hundreds (unified.oversubscription.whole_device: true sweeps "
-                                 "the whole device). Managed pages can be evicted to the host; "
-                                 "the ballast's cannot.",
-                                 ut::size(o.ballast_bytes), ut::size(o.free_bytes),
-                                 ut::size(o.free_bytes))});
+    n.push_back(
+        {id,
+         fmt::format("- A cudaMalloc \"ballast\" of {} held the device's memory but {}: "
+                     "the ratios are of those {}, so the sweep moves a few GiB, not "
+                     "hundreds (unified.oversubscription.whole_device: true sweeps "
+                     "the whole device). Managed pages can be evicted to the host; "
+                     "the ballast's cannot.",
+                     ut::size(o.ballast_bytes), ut::size(o.free_bytes), ut::size(o.free_bytes))});
   else
     n.push_back({id, fmt::format("- No ballast: the ratios are of all {} of free device memory.",
                                  ut::size(o.free_bytes))});
@@ -98,8 +100,8 @@ std::vector<note> oversubscription_notes(const oversubscription_result& o) {
     if (p.ratio > 1.0 && (!over || p.ratio < over->ratio)) over = &p;
   }
   if (fit && over && over->faults_bytes_per_s > 0)
-    n.push_back({id, fmt::format(
-                         "- At {:.2f}x the working set stays on the GPU after the untimed pass: "
+    n.push_back(
+        {id, fmt::format("- At {:.2f}x the working set stays on the GPU after the untimed pass: "
                          "{} a pass. At {:.2f}x it cannot: every pass evicts pages to the host "
                          "and faults them back, {} ({:.0f}x slower). Past 1.0x a pass is bound by "
                          "migration over PCIe in both directions, not by HBM.",
@@ -107,14 +109,14 @@ std::vector<note> oversubscription_notes(const oversubscription_result& o) {
                          ut::rate(over->faults_bytes_per_s),
                          fit->faults_bytes_per_s / over->faults_bytes_per_s)});
   if (over && over->faults_bytes_per_s > 0)
-    n.push_back({id, fmt::format("- Prefetching each {} chunk just before its kernel turns "
-                                 "fault-driven migration into bulk DMA: at {:.2f}x, {} against {} "
-                                 "with faults ({:.1f}x). It softens the collapse; it cannot undo "
-                                 "it: the data still crosses the link every pass.",
-                                 ut::size(o.chunk_bytes), over->ratio,
-                                 ut::rate(over->prefetch_bytes_per_s),
-                                 ut::rate(over->faults_bytes_per_s),
-                                 over->prefetch_bytes_per_s / over->faults_bytes_per_s)});
+    n.push_back(
+        {id, fmt::format("- Prefetching each {} chunk just before its kernel turns "
+                         "fault-driven migration into bulk DMA: at {:.2f}x, {} against {} "
+                         "with faults ({:.1f}x). It softens the collapse; it cannot undo "
+                         "it: the data still crosses the link every pass.",
+                         ut::size(o.chunk_bytes), over->ratio, ut::rate(over->prefetch_bytes_per_s),
+                         ut::rate(over->faults_bytes_per_s),
+                         over->prefetch_bytes_per_s / over->faults_bytes_per_s)});
   return n;
 }
 
@@ -127,8 +129,8 @@ std::vector<note> zero_copy_notes(const zero_copy_result& z) {
   const auto* many = find_access(z, "passes");
   const auto* sparse = find_access(z, "sparse");
   if (one && one->mapped_s > 0)
-    n.push_back({id, fmt::format(
-                         "- One pass over {}: reading the mapped memory took {} ({}), one bulk "
+    n.push_back(
+        {id, fmt::format("- One pass over {}: reading the mapped memory took {} ({}), one bulk "
                          "copy and a kernel on the copy {} ({}). Each mapped read is a PCIe "
                          "round trip; the kernel hides the latency only with enough reads in "
                          "flight, while the copy engine streams the whole buffer at the link's "
@@ -143,16 +145,16 @@ std::vector<note> zero_copy_notes(const zero_copy_result& z) {
                                  many->passes, ut::duration(many->mapped_s),
                                  ut::duration(many->copy_then_compute_s))});
   if (sparse && sparse->mapped_s > 0)
-    n.push_back({id, fmt::format(
-                         "- Sparse, one {}-byte line in {}: the kernel reads {} of the {}. "
-                         "Mapped: {}; copying everything first: {}. Zero-copy moves only the "
-                         "lines read.",
-                         z.line_bytes, z.sparse_stride, ut::size(sparse->bytes_read),
-                         ut::size(z.bytes), ut::duration(sparse->mapped_s),
-                         ut::duration(sparse->copy_then_compute_s))});
+    n.push_back(
+        {id,
+         fmt::format("- Sparse, one {}-byte line in {}: the kernel reads {} of the {}. "
+                     "Mapped: {}; copying everything first: {}. Zero-copy moves only the "
+                     "lines read.",
+                     z.line_bytes, z.sparse_stride, ut::size(sparse->bytes_read), ut::size(z.bytes),
+                     ut::duration(sparse->mapped_s), ut::duration(sparse->copy_then_compute_s))});
   if (one && many && sparse)
-    n.push_back({id, fmt::format(
-                         "- The crossover: zero-copy wins when each byte is read at most once "
+    n.push_back(
+        {id, fmt::format("- The crossover: zero-copy wins when each byte is read at most once "
                          "and little of the buffer is read (sparse: {}); a bulk copy wins as "
                          "soon as data are read again ({} passes: {}).",
                          ut::faster_or_slower(sparse->mapped_s, sparse->copy_then_compute_s),
@@ -164,13 +166,14 @@ std::vector<note> zero_copy_notes(const zero_copy_result& z) {
 std::vector<note> host_access_notes(const host_access_support& s) {
   const std::string id = "host_access";
   if (s.pageable_memory_access)
-    return {{id, "- This device reads pageable host memory directly (HMM or ATS): a kernel may "
-                 "take a malloc'd pointer, and managed memory is one option among others."}};
-  return {{id, fmt::format(
-                   "- No HMM or ATS here (pageableMemoryAccess = no): a kernel cannot read "
-                   "malloc'd memory. Host data reach the GPU through pinned memory (copied or "
-                   "mapped, as above) or managed memory{}.",
-                   s.concurrent_managed_access ? ", whose pages migrate on demand" : "")}};
+    return {{id,
+             "- This device reads pageable host memory directly (HMM or ATS): a kernel may "
+             "take a malloc'd pointer, and managed memory is one option among others."}};
+  return {
+      {id, fmt::format("- No HMM or ATS here (pageableMemoryAccess = no): a kernel cannot read "
+                       "malloc'd memory. Host data reach the GPU through pinned memory (copied or "
+                       "mapped, as above) or managed memory{}.",
+                       s.concurrent_managed_access ? ", whose pages migrate on demand" : "")}};
 }
 
 // ---- ledger ----------------------------------------------------------------------------------
@@ -185,16 +188,16 @@ std::vector<note> ledger_notes(const ledger_result& l) {
     return n;
   }
   const auto ctx = step_delta(*lazy, "context").value_or(0);
-  n.push_back({id, fmt::format(
-                       "- Measured in fresh child processes (gpu-basics ledger-probe), NVML read "
+  n.push_back(
+      {id, fmt::format("- Measured in fresh child processes (gpu-basics ledger-probe), NVML read "
                        "before the first CUDA call: the CUDA context alone took {} of device "
                        "memory before anything was allocated (module loading lazy).",
                        ut::mib(ctx))});
   if (eager) {
     const auto ectx = step_delta(*eager, "context").value_or(0);
     const auto lazy_kernel = step_delta(*lazy, "first_kernel").value_or(0);
-    n.push_back({id, fmt::format(
-                         "- CUDA_MODULE_LOADING: EAGER loads every kernel of the program at "
+    n.push_back(
+        {id, fmt::format("- CUDA_MODULE_LOADING: EAGER loads every kernel of the program at "
                          "context creation, {} for the context with its modules, against {} "
                          "lazily ({} more). LAZY loads a module at its first launch: the first "
                          "kernel added {}.",
@@ -202,24 +205,25 @@ std::vector<note> ledger_notes(const ledger_result& l) {
   }
   const auto handle = step_delta(*lazy, "cublaslt_handle").value_or(0);
   const auto gemm = step_delta(*lazy, "first_gemm").value_or(0);
-  n.push_back({id, fmt::format("- cuBLASLt: the handle with its {} workspace added {}; the first "
-                               "GEMM (operands and the library's kernels) {} more.",
-                               ut::size(lazy->cublaslt_workspace_bytes), ut::mib(handle),
-                               ut::mib(gemm))});
+  n.push_back(
+      {id, fmt::format("- cuBLASLt: the handle with its {} workspace added {}; the first "
+                       "GEMM (operands and the library's kernels) {} more.",
+                       ut::size(lazy->cublaslt_workspace_bytes), ut::mib(handle), ut::mib(gemm))});
   const auto total = process_bytes(*lazy);
   const auto reserved = lazy->allocator_reserved_bytes;
   std::int64_t requested = 0;
   for (const auto& s : lazy->steps) requested += static_cast<std::int64_t>(s.requested_bytes);
   const auto other = total - ctx - step_delta(*lazy, "first_kernel").value_or(0) - handle - gemm -
                      reserved - step_delta(*lazy, "first_allocation").value_or(0);
-  n.push_back({id, fmt::format(
-                       "- Why nvidia-smi shows more than the allocator: at the end this process "
-                       "held {} of device memory. The caching allocator accounts for {} reserved, "
-                       "of which {} allocated (the freed blocks stay cached, and NVML still counts "
-                       "them); the context {}, cuBLASLt {}, modules and other allocations the rest. "
-                       "Unattributed after those: {}. The program asked for {} in all.",
-                       ut::mib(total), ut::mib(reserved), ut::mib(lazy->allocator_allocated_bytes),
-                       ut::mib(ctx), ut::mib(handle + gemm), ut::mib(other), ut::mib(requested))});
+  n.push_back(
+      {id,
+       fmt::format("- Why nvidia-smi shows more than the allocator: at the end this process "
+                   "held {} of device memory. The caching allocator accounts for {} reserved, "
+                   "of which {} allocated (the freed blocks stay cached, and NVML still counts "
+                   "them); the context {}, cuBLASLt {}, modules and other allocations the rest. "
+                   "Unattributed after those: {}. The program asked for {} in all.",
+                   ut::mib(total), ut::mib(reserved), ut::mib(lazy->allocator_allocated_bytes),
+                   ut::mib(ctx), ut::mib(handle + gemm), ut::mib(other), ut::mib(requested))});
   return n;
 }
 
@@ -251,8 +255,8 @@ belief_row stale_row(const stale_read_belief& s) {
   return {"\"the data of a non_blocking D2H copy can be read when the call returns\"",
           fmt::format("{} of {} bytes differed from the source when read at once ({}); {} after "
                       "the copy's event",
-                      s.wrong_before_sync, s.bytes,
-                      ut::percent(d(s.wrong_before_sync), d(s.bytes)), s.wrong_after_sync),
+                      s.wrong_before_sync, s.bytes, ut::percent(d(s.wrong_before_sync), d(s.bytes)),
+                      s.wrong_after_sync),
           fmt::format("the call only enqueues the copy, here behind {} of GPU work; the host "
                       "must wait on an event or the stream before reading",
                       ut::duration(s.delay_s))};
@@ -261,12 +265,12 @@ belief_row stale_row(const stale_read_belief& s) {
 belief_row pool_row(const pool_belief& p) {
   std::string measured;
   for (const auto& r : p.rows)
-    measured += fmt::format("{}threshold {}: {} per pair with a sync, {} kept after it",
-                            measured.empty() ? "" : "; ",
-                            r.release_threshold == std::numeric_limits<std::uint64_t>::max()
-                                ? std::string("UINT64_MAX")
-                                : std::to_string(r.release_threshold),
-                            ut::duration(r.pair_with_sync_s), ut::size(r.reserved_after_sync_bytes));
+    measured += fmt::format(
+        "{}threshold {}: {} per pair with a sync, {} kept after it", measured.empty() ? "" : "; ",
+        r.release_threshold == std::numeric_limits<std::uint64_t>::max()
+            ? std::string("UINT64_MAX")
+            : std::to_string(r.release_threshold),
+        ut::duration(r.pair_with_sync_s), ut::size(r.reserved_after_sync_bytes));
   return {"\"cudaMallocAsync is always as cheap as a cache hit\"", measured,
           fmt::format("at each synchronisation the pool trims what it holds to its release "
                       "threshold; at 0 (the default) the {} go back to the driver and the next "
@@ -290,8 +294,9 @@ belief_row d2d_row(const d2d_belief& b) {
   const auto hbm = hbm_plateau(b);
   std::string measured = fmt::format("L2 {} (device)", ut::size(b.l2_bytes));
   if (l2) measured += fmt::format("; working sets within L2: {}", ut::rate(*l2));
-  if (hbm) measured += fmt::format("; from 4x L2 on: {} ({} read + write)", ut::rate(*hbm),
-                                   ut::rate(2 * *hbm));
+  if (hbm)
+    measured +=
+        fmt::format("; from 4x L2 on: {} ({} read + write)", ut::rate(*hbm), ut::rate(2 * *hbm));
   const std::string why =
       "sets that fit stay in L2 between passes, larger ones stream from HBM; the H200's figures "
       "are not the H100's the courses quote (notes below)";
@@ -304,36 +309,37 @@ std::vector<note> beliefs_notes(const beliefs_result& b, const device_facts& fac
   const std::string id = "beliefs";
   std::vector<note> n;
   if (b.pin && b.pin->pin_then_copy_once_s > b.pin->pageable_copy_s)
-    n.push_back({id, fmt::format("- Pin then copy, once: {} slower than copying the pageable "
-                                 "buffer directly ({} against {}).",
-                                 fmt::format("{:.1f}x", b.pin->pin_then_copy_once_s /
-                                                            b.pin->pageable_copy_s),
-                                 ut::duration(b.pin->pin_then_copy_once_s),
-                                 ut::duration(b.pin->pageable_copy_s))});
+    n.push_back(
+        {id, fmt::format(
+                 "- Pin then copy, once: {} slower than copying the pageable "
+                 "buffer directly ({} against {}).",
+                 fmt::format("{:.1f}x", b.pin->pin_then_copy_once_s / b.pin->pageable_copy_s),
+                 ut::duration(b.pin->pin_then_copy_once_s), ut::duration(b.pin->pageable_copy_s))});
   if (b.stale_read)
-    n.push_back({id, fmt::format("- Read before the sync, {} of the destination was still stale; "
-                                 "after the event {} bytes were wrong.",
-                                 ut::percent(d(b.stale_read->wrong_before_sync),
-                                             d(b.stale_read->bytes)),
-                                 b.stale_read->wrong_after_sync)});
+    n.push_back(
+        {id, fmt::format("- Read before the sync, {} of the destination was still stale; "
+                         "after the event {} bytes were wrong.",
+                         ut::percent(d(b.stale_read->wrong_before_sync), d(b.stale_read->bytes)),
+                         b.stale_read->wrong_after_sync)});
   if (!b.nvml_util)
     n.push_back({id, "- NVML's memory utilisation was not read: NVML is unavailable."});
   if (b.d2d) {
+    const std::string d2d_id = "d2d_sweep";
     const auto l2 = static_cast<double>(b.d2d->l2_bytes);
     if (std::abs(l2 - kCourseL2Bytes) > 0.05 * kCourseL2Bytes)
-      n.push_back({id, fmt::format("- Course material quotes an L2 of {:.0f} MB; this device "
-                                   "reports {} ({:.1f} MB).",
-                                   kCourseL2Bytes / 1e6, ut::size(b.d2d->l2_bytes), l2 / 1e6)});
+      n.push_back({d2d_id, fmt::format("- Course material quotes an L2 of {:.0f} MB; this device "
+                                       "reports {} ({:.1f} MB).",
+                                       kCourseL2Bytes / 1e6, ut::size(b.d2d->l2_bytes), l2 / 1e6)});
     if (const auto hbm = hbm_plateau(*b.d2d)) {
-      std::string text = fmt::format("- Course material quotes HBM at {}; measured here, {} read "
-                                     "+ write ({} copied)",
-                                     ut::rate(kCourseHbmBytesPerS), ut::rate(2 * *hbm),
-                                     ut::rate(*hbm));
+      std::string text = fmt::format(
+          "- Course material quotes HBM at {}; measured here, {} read "
+          "+ write ({} copied)",
+          ut::rate(kCourseHbmBytesPerS), ut::rate(2 * *hbm), ut::rate(*hbm));
       if (facts.datasheet)
         text += fmt::format(", {} of this GPU's datasheet {}",
                             ut::percent(2 * *hbm, facts.datasheet->hbm_bytes_per_s),
                             ut::rate(facts.datasheet->hbm_bytes_per_s));
-      n.push_back({id, text + "."});
+      n.push_back({d2d_id, text + "."});
     }
   }
   return n;

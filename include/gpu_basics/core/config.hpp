@@ -59,7 +59,7 @@ inline constexpr std::size_t key_chars = 64;          // one key name ("num_stre
 inline constexpr std::size_t value_chars = 4096;      // one scalar value (a path, a name)
 inline constexpr std::size_t shapes = 64;             // entries of a list of shapes
 inline constexpr std::size_t dims = 8;                // dimensions of one shape
-inline constexpr std::size_t ratios = 64;  // compute_to_copy, unified.oversubscription.ratios
+inline constexpr std::size_t ratios = 64;             // compute_to_copy, oversubscription.ratios
 inline constexpr std::size_t precisions = 16;         // profiler.matmul.precisions
 inline constexpr int yaml_depth = 500;  // yaml-cpp's own limit on nesting while parsing
 }  // namespace config_limits
@@ -174,7 +174,7 @@ struct config {
       std::uint64_t copy_bytes = 256ull << 20;  // pin-then-copy and the stale read
       int repeats = 10;                         // transfers of the repeated pin-then-copy case
       std::uint64_t idle_allocation_bytes = 100ull << 30;  // NVML utilisation while idle
-      std::uint64_t d2d_max_bytes = 4ull << 30;  // largest working set of the D2D sweep
+      std::uint64_t d2d_max_bytes = 4ull << 30;            // largest working set of the D2D sweep
     } beliefs;
   } unified;
 

@@ -34,8 +34,8 @@ GPU_BASICS_JSON(managed_touch, direction, placement, seconds, bytes_per_s, fault
 
 /// One working set of the oversubscription sweep: a pass over it, kernels chunk by chunk.
 struct oversubscription_point {
-  double ratio = 0;         // working set / the device memory left free
-  std::uint64_t bytes = 0;  // the working set
+  double ratio = 0;                 // working set / the device memory left free
+  std::uint64_t bytes = 0;          // the working set
   double faults_bytes_per_s = 0;    // chunks touched as they are
   double prefetch_bytes_per_s = 0;  // each chunk prefetched to the GPU before its kernel
 
@@ -46,9 +46,9 @@ GPU_BASICS_JSON(oversubscription_point, ratio, bytes, faults_bytes_per_s, prefet
 struct oversubscription_result {
   /// "ballast": a cudaMalloc holds all device memory but `free_bytes`; "whole_device": none.
   std::string mode;
-  std::uint64_t free_bytes = 0;    // device memory the ratios are of
-  std::uint64_t ballast_bytes = 0;  // held by the ballast (0 for whole_device)
-  std::uint64_t chunk_bytes = 0;    // per kernel (and per prefetch)
+  std::uint64_t free_bytes = 0;                       // device memory the ratios are of
+  std::uint64_t ballast_bytes = 0;                    // held by the ballast (0 for whole_device)
+  std::uint64_t chunk_bytes = 0;                      // per kernel (and per prefetch)
   std::optional<std::uint64_t> host_available_bytes;  // MemAvailable before the sweep
   int passes = 0;  // timed passes per point (median kept), after one untimed pass
   std::vector<oversubscription_point> points;
@@ -73,10 +73,10 @@ GPU_BASICS_JSON(managed_result, bytes, fault_counter, touches, oversubscription)
 
 /// One access pattern read straight from mapped pinned memory, and with one bulk copy first.
 struct zero_copy_row {
-  std::string access;  // "one_pass", "passes", "sparse"
-  int passes = 1;      // kernels over the buffer
-  std::uint64_t bytes_read = 0;   // per pass, by the kernel (sparse: 1 cache line in `stride`)
-  double mapped_s = 0;            // kernels reading the mapped host memory
+  std::string access;              // "one_pass", "passes", "sparse"
+  int passes = 1;                  // kernels over the buffer
+  std::uint64_t bytes_read = 0;    // per pass, by the kernel (sparse: 1 cache line in `stride`)
+  double mapped_s = 0;             // kernels reading the mapped host memory
   double copy_then_compute_s = 0;  // one H2D copy of the whole buffer, kernels on the copy
 
   bool operator==(const zero_copy_row&) const = default;
@@ -87,9 +87,9 @@ GPU_BASICS_JSON(zero_copy_row, access, passes, bytes_read, mapped_s, copy_then_c
 struct host_access_support {
   bool pageable_memory_access = false;  // HMM or ATS: kernels read malloc'd memory
   bool pageable_memory_access_uses_host_page_tables = false;  // ATS (the host's page tables)
-  bool concurrent_managed_access = false;  // CPU and GPU touch managed memory at once
+  bool concurrent_managed_access = false;                // CPU and GPU touch managed memory at once
   bool can_use_host_pointer_for_registered_mem = false;  // registered memory: same address
-  bool direct_managed_mem_access_from_host = false;       // CPU reads device-resident pages
+  bool direct_managed_mem_access_from_host = false;      // CPU reads device-resident pages
 
   bool operator==(const host_access_support&) const = default;
 };
@@ -117,7 +117,7 @@ struct ledger_step {
   /// "allocator_blocks", "allocator_free_half".
   std::string step;
   std::string label;
-  std::uint64_t used_bytes = 0;  // NVML, whole device, after the step
+  std::uint64_t used_bytes = 0;       // NVML, whole device, after the step
   std::uint64_t requested_bytes = 0;  // what the step asked for itself (allocations)
 
   bool operator==(const ledger_step&) const = default;
@@ -152,11 +152,11 @@ GPU_BASICS_JSON(ledger_result, method, probes)
 /// 1. "pin_memory() then a non-blocking copy is always faster".
 struct pin_belief {
   std::uint64_t bytes = 0;
-  int repeats = 0;                 // transfers of the repeated case
-  double pageable_copy_s = 0;      // one cudaMemcpy H2D from pageable memory (median)
-  double pin_allocate_s = 0;       // cudaHostAlloc of the staging buffer
-  double pin_fill_s = 0;           // memcpy pageable -> pinned
-  double pinned_copy_s = 0;        // one cudaMemcpyAsync H2D from pinned + sync (median)
+  int repeats = 0;                  // transfers of the repeated case
+  double pageable_copy_s = 0;       // one cudaMemcpy H2D from pageable memory (median)
+  double pin_allocate_s = 0;        // cudaHostAlloc of the staging buffer
+  double pin_fill_s = 0;            // memcpy pageable -> pinned
+  double pinned_copy_s = 0;         // one cudaMemcpyAsync H2D from pinned + sync (median)
   double pin_then_copy_once_s = 0;  // allocate + fill + copy, measured as one
 
   bool operator==(const pin_belief&) const = default;
@@ -183,8 +183,7 @@ struct pool_threshold_row {
 
   bool operator==(const pool_threshold_row&) const = default;
 };
-GPU_BASICS_JSON(pool_threshold_row, release_threshold, pair_with_sync_s,
-                reserved_after_sync_bytes)
+GPU_BASICS_JSON(pool_threshold_row, release_threshold, pair_with_sync_s, reserved_after_sync_bytes)
 
 struct pool_belief {
   std::uint64_t bytes = 0;
@@ -198,18 +197,17 @@ GPU_BASICS_JSON(pool_belief, bytes, pairs, rows)
 /// 4. NVML's "memory utilisation" beside memory used.
 struct nvml_util_belief {
   std::uint64_t idle_allocation_bytes = 0;
-  std::uint64_t idle_used_bytes = 0;     // NVML memory used during the idle allocation
-  double idle_memory_util_percent = 0;   // median of the samples
-  std::uint64_t busy_copy_bytes = 0;     // per D2D copy of the loop
+  std::uint64_t idle_used_bytes = 0;    // NVML memory used during the idle allocation
+  double idle_memory_util_percent = 0;  // median of the samples
+  std::uint64_t busy_copy_bytes = 0;    // per D2D copy of the loop
   std::uint64_t busy_used_bytes = 0;
   double busy_memory_util_percent = 0;
   int samples = 0;  // per phase
 
   bool operator==(const nvml_util_belief&) const = default;
 };
-GPU_BASICS_JSON(nvml_util_belief, idle_allocation_bytes, idle_used_bytes,
-                idle_memory_util_percent, busy_copy_bytes, busy_used_bytes,
-                busy_memory_util_percent, samples)
+GPU_BASICS_JSON(nvml_util_belief, idle_allocation_bytes, idle_used_bytes, idle_memory_util_percent,
+                busy_copy_bytes, busy_used_bytes, busy_memory_util_percent, samples)
 
 /// 5. D2D bandwidth against the working set (source + destination).
 struct d2d_point {
