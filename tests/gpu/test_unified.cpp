@@ -100,7 +100,9 @@ TEST(UnifiedGpu, ZeroCopyWinsSparseAndLosesRepeatedPasses) {
   EXPECT_GT(many->mapped_s, many->copy_then_compute_s);
   const auto& s = r.zero_copy->support;
   EXPECT_TRUE(s.concurrent_managed_access);  // every GPU this lesson targets (Linux, Pascal+)
-  if (!s.pageable_memory_access) EXPECT_FALSE(s.pageable_memory_access_uses_host_page_tables);
+  if (!s.pageable_memory_access) {
+    EXPECT_FALSE(s.pageable_memory_access_uses_host_page_tables);
+  }
 }
 
 TEST(UnifiedGpu, LedgerMeasuresTheContextInAFreshChild) {
