@@ -106,9 +106,15 @@ managed_touch touch_on_cpu(std::size_t bytes, const std::string& placement, cuda
     GPU_BASICS_CUDA_TRY(cudaMemPrefetchAsync(buf.get(), bytes, host_location(), 0, s.value()));
     s.synchronize();
   }
-  const std::size_t wrong = count_pattern_mismatches_host(buf.get(), bytes, kSeed);
+  // The read itself, timed: a plain sum over every word, so the rate is the pages' arrival and
+  // not the pattern check's arithmetic (which follows, untimed).
+  const auto* words = static_cast<const std::uint64_t*>(buf.get());
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < bytes / sizeof(std::uint64_t); ++i) sum += words[i];
   const double t = host_seconds() - t0;
-  expect_intact(wrong, "managed memory read on the CPU (" + placement + ")");
+  if (sum == 0) throw verification_error("managed memory read on the CPU: all zero");
+  expect_intact(count_pattern_mismatches_host(buf.get(), bytes, kSeed),
+                "managed memory read on the CPU (" + placement + ")");
   return {"to_cpu", placement, t, static_cast<double>(bytes) / t, std::nullopt};
 }
 
