@@ -112,11 +112,15 @@ std::vector<note> oversubscription_notes(const oversubscription_result& o) {
     n.push_back(
         {id, fmt::format("- Prefetching each {} chunk just before its kernel turns "
                          "fault-driven migration into bulk DMA: at {:.2f}x, {} against {} "
-                         "with faults ({:.1f}x). It softens the collapse; it cannot undo "
-                         "it: the data still crosses the link every pass.",
+                         "with faults ({:.1f}x). {}",
                          ut::size(o.chunk_bytes), over->ratio, ut::rate(over->prefetch_bytes_per_s),
                          ut::rate(over->faults_bytes_per_s),
-                         over->prefetch_bytes_per_s / over->faults_bytes_per_s)});
+                         over->prefetch_bytes_per_s / over->faults_bytes_per_s,
+                         over->prefetch_bytes_per_s > over->faults_bytes_per_s
+                             ? "It softens the collapse; it cannot undo it: the data still "
+                               "crosses the link every pass."
+                             : "Here it did not help: each prefetch evicted pages the next "
+                               "chunks needed, and the data still cross the link every pass.")});
   return n;
 }
 
@@ -152,14 +156,25 @@ std::vector<note> zero_copy_notes(const zero_copy_result& z) {
                      "lines read.",
                      z.line_bytes, z.sparse_stride, ut::size(sparse->bytes_read), ut::size(z.bytes),
                      ut::duration(sparse->mapped_s), ut::duration(sparse->copy_then_compute_s))});
-  if (one && many && sparse)
-    n.push_back(
-        {id, fmt::format("- The crossover: zero-copy wins when each byte is read at most once "
-                         "and little of the buffer is read (sparse: {}); a bulk copy wins as "
-                         "soon as data are read again ({} passes: {}).",
-                         ut::faster_or_slower(sparse->mapped_s, sparse->copy_then_compute_s),
-                         many->passes,
-                         ut::faster_or_slower(many->mapped_s, many->copy_then_compute_s))});
+  if (one && many && sparse) {
+    std::string mapped_won, copy_won;
+    for (const auto* r : {one, many, sparse}) {
+      const std::string what =
+          fmt::format("{} ({})",
+                      r->access == "passes"     ? fmt::format("{} passes", r->passes)
+                      : r->access == "one_pass" ? "one pass"
+                                                : "sparse",
+                      ut::faster_or_slower(r->mapped_s, r->copy_then_compute_s));
+      std::string& list = r->mapped_s < r->copy_then_compute_s ? mapped_won : copy_won;
+      list += (list.empty() ? "" : ", ") + what;
+    }
+    n.push_back({id, fmt::format("- The crossover, mapped against copy-then-compute: mapped won "
+                                 "for {}, the bulk copy for {}. Zero-copy pays off where each "
+                                 "byte is read at most once and little of the buffer is read; a "
+                                 "bulk copy as soon as data are read again.",
+                                 mapped_won.empty() ? "none" : mapped_won,
+                                 copy_won.empty() ? "none" : copy_won)});
+  }
   return n;
 }
 
@@ -197,11 +212,13 @@ std::vector<note> ledger_notes(const ledger_result& l) {
     const auto ectx = step_delta(*eager, "context").value_or(0);
     const auto lazy_kernel = step_delta(*lazy, "first_kernel").value_or(0);
     n.push_back(
-        {id, fmt::format("- CUDA_MODULE_LOADING: EAGER loads every kernel of the program at "
-                         "context creation, {} for the context with its modules, against {} "
-                         "lazily ({} more). LAZY loads a module at its first launch: the first "
-                         "kernel added {}.",
-                         ut::mib(ectx), ut::mib(ctx), ut::mib(ectx - ctx), ut::mib(lazy_kernel))});
+        {id,
+         fmt::format("- CUDA_MODULE_LOADING: EAGER loads every kernel of the program at "
+                     "context creation, {} for the context with its modules, against {} "
+                     "lazily ({} {}). LAZY loads a module at its first launch: the first "
+                     "kernel added {}.",
+                     ut::mib(ectx), ut::mib(ctx), ut::mib(ectx >= ctx ? ectx - ctx : ctx - ectx),
+                     ectx >= ctx ? "more" : "less", ut::mib(lazy_kernel))});
   }
   const auto handle = step_delta(*lazy, "cublaslt_handle").value_or(0);
   const auto gemm = step_delta(*lazy, "first_gemm").value_or(0);

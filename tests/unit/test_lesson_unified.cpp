@@ -163,6 +163,13 @@ TEST(UnifiedNotes, ZeroCopyStatesTheCrossover) {
   EXPECT_HAS(n, ratio(sparse->mapped_s, sparse->copy_then_compute_s));
   EXPECT_HAS(n, ratio(many->mapped_s, many->copy_then_compute_s));
   EXPECT_HAS(n, fmt::format("{} passes", many->passes));
+  // Each access is listed under the side that won it.
+  const auto crossover = n.substr(n.find("The crossover"));
+  const auto copy_part = crossover.find("the bulk copy for");
+  ASSERT_NE(copy_part, std::string::npos);
+  EXPECT_EQ(crossover.find("sparse (") < copy_part, sparse->mapped_s < sparse->copy_then_compute_s);
+  EXPECT_EQ(crossover.find(fmt::format("{} passes (", many->passes)) < copy_part,
+            many->mapped_s < many->copy_then_compute_s);
   const std::string h = notes_under(rendered(f.r, f.facts), "host_access");
   EXPECT_HAS(h, z.support.pageable_memory_access ? "reads pageable host memory directly"
                                                  : "No HMM or ATS here");
@@ -194,6 +201,15 @@ TEST(UnifiedNotes, LedgerSplitsWhatTheProcessHolds) {
                        static_cast<double>(lazy->allocator_reserved_bytes) -
                        used(*lazy, "first_allocation");
   EXPECT_HAS(n, "Unattributed after those: " + mib(other));
+}
+
+TEST(UnifiedNotes, OversubscriptionSaysSoWhenPrefetchDidNotHelp) {
+  unified_result r = loaded().r;
+  for (auto& p : r.managed->oversubscription->points)
+    if (p.ratio > 1) p.prefetch_bytes_per_s = p.faults_bytes_per_s / 2;
+  const std::string n = notes_under(rendered(r, loaded().facts), "oversubscription");
+  EXPECT_HAS(n, "Here it did not help");
+  EXPECT_EQ(n.find("softens"), std::string::npos) << n;
 }
 
 TEST(UnifiedNotes, LedgerWithoutAChildSaysWhy) {
