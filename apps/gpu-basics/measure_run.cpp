@@ -11,6 +11,7 @@
 #include "gpu_basics/core/environment.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/interrupt.hpp"
+#include "gpu_basics/core/logging.hpp"
 #include "gpu_basics/lessons/measure.hpp"
 #include "run.hpp"
 #include "verdicts.hpp"
@@ -109,6 +110,7 @@ int run_ledger_probe(const std::vector<std::string>& args, std::ostream& out, st
     return exit_usage;
   }
   try {
+    setup_logging(log_level::warn);  // to stderr: stdout carries the JSON alone
     const int device = std::stoi(args[2]);
     out << nlohmann::json(lessons::run_ledger_probe(device, args[3])).dump() << "\n";
     return exit_ok;

@@ -49,9 +49,13 @@ ledger_probe run_child(const std::string& exe, const std::string& loading, int d
   if (rc != 0)
     throw error(fmt::format("ledger: `{} ledger-probe` ({} module loading) failed (status {}): {}",
                             exe, loading, rc, out.substr(0, 400)));
+  // The probe's JSON is its last line (anything before it would be a stray message).
+  std::string line = out;
+  while (!line.empty() && line.back() == '\n') line.pop_back();
+  if (const auto nl = line.rfind('\n'); nl != std::string::npos) line.erase(0, nl + 1);
   ledger_probe p;
   try {
-    read_json(nlohmann::json::parse(out), p);
+    read_json(nlohmann::json::parse(line), p);
   } catch (const std::exception& e) {
     throw error(fmt::format("ledger: the probe's output is not a ledger: {}", e.what()));
   }
