@@ -16,4 +16,9 @@ int measure_lessons(const options& o, config, const std::optional<lessons::run_r
   return exit_no_gpu;
 }
 
+int run_ledger_probe(const std::vector<std::string>&, std::ostream&, std::ostream& err) {
+  err << "gpu-basics: ledger-probe measures on a GPU, and this gpu-basics was built host-only\n";
+  return exit_no_gpu;
+}
+
 }  // namespace gpu_basics::cli

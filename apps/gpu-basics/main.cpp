@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
   gpu_basics::install_interrupt_handlers();
   try {
     std::vector<std::string> args(argv, argv + argc);
+    // The unified lesson's ledger runs this executable as a fresh child: not a command of --help.
+    if (args.size() > 1 && args[1] == "ledger-probe")
+      return gpu_basics::cli::run_ledger_probe(args, std::cout, std::cerr);
     const auto parsed = gpu_basics::cli::parse(args, std::cout, std::cerr);
     if (!parsed.opts) return parsed.exit_code;
     return gpu_basics::cli::run(*parsed.opts, std::cout, std::cerr);

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <ostream>
 
@@ -10,6 +11,7 @@
 #include "gpu_basics/core/environment.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/interrupt.hpp"
+#include "gpu_basics/core/logging.hpp"
 #include "gpu_basics/lessons/measure.hpp"
 #include "run.hpp"
 #include "verdicts.hpp"
@@ -30,6 +32,14 @@ lessons::progress_fn terminal_progress(const std::string& lesson) {
       std::fprintf(stderr, "\r\033[K[%s %d/%d] %s", lesson.c_str(), done, total, item.c_str());
     std::fflush(stderr);
   };
+}
+
+/// This executable's path (the unified lesson runs it as a child), or nullopt.
+std::optional<std::string> self_executable() {
+  std::error_code ec;
+  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return std::nullopt;
+  return p.string();
 }
 
 /// Measures the lessons of the command; a lesson that fails under `all` is reported in one line
@@ -78,6 +88,7 @@ int measure_lessons(const options& o, config cfg,
   ctx.trace_path = o.trace_path;
   ctx.snapshot_path = o.snapshot_path;
   ctx.charts = o.html_path.has_value();
+  ctx.self_exe = self_executable();
   lessons::run_record rec;
   rec.command = o.command;
   rec.environment = environment_json(ctx.cfg, ctx.devices, ctx.nvml_status);
@@ -91,6 +102,23 @@ int measure_lessons(const options& o, config cfg,
   if (cmd && cmd->lesson && cmd->lesson->judges && code == exit_ok)
     code = check_exit_code(rec, o.strict, err);
   return code;
+}
+
+int run_ledger_probe(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  if (args.size() != 4) {
+    err << "gpu-basics: usage: gpu-basics ledger-probe DEVICE PCI_BUS_ID\n";
+    return exit_usage;
+  }
+  try {
+    setup_logging(log_level::warn);  // to stderr: stdout carries the JSON alone
+    const int device = std::stoi(args[2]);
+    out << nlohmann::json(lessons::run_ledger_probe(device, args[3])).dump() << "\n";
+    return exit_ok;
+  } catch (const std::exception& e) {
+    const auto [rc, message] = classify(e);
+    say(err, message);
+    return rc;
+  }
 }
 
 }  // namespace gpu_basics::cli

@@ -41,4 +41,9 @@ int measure_lessons(const options& o, config cfg,
                     const std::optional<lessons::run_record>& baseline, std::ostream& out,
                     std::ostream& err);
 
+/// `gpu-basics ledger-probe DEVICE PCI_BUS_ID` (not listed in --help): the unified lesson's
+/// ledger runs it as a fresh child process. Prints the probe's steps as one JSON line on `out`.
+/// Returns the exit code; never throws. In a host-only build: exit_no_gpu.
+int run_ledger_probe(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 }  // namespace gpu_basics::cli

@@ -186,6 +186,21 @@ config_key custom_key(std::string name, std::string accepts, std::string unit, s
                        std::move(read), std::move(check), std::move(value), true});
 }
 
+/// A non-empty list of at most config_limits::ratios numbers, each in [lo, hi].
+std::vector<double> read_ratio_list(const YAML::Node& n, const parse_context& ctx,
+                                    std::string_view expect, double lo, double hi) {
+  need_list(n, ctx, expect, config_limits::ratios, "ratios");
+  const std::string one = fmt::format("a ratio in {}..{}", lo, hi);
+  std::vector<double> v;
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    const parse_context ictx = part_of(ctx, ctx.key + "[" + std::to_string(i) + "]", n[i]);
+    const double d = read_double(n[i], ictx, one);
+    if (!(d >= lo && d <= hi)) fail(ictx, "expected " + one + ", got " + describe(n[i]));
+    v.push_back(d);
+  }
+  return v;
+}
+
 std::string dtype_names() {
   std::string out;
   for (const dtype t : {dtype::float32, dtype::float16, dtype::bfloat16, dtype::float64,
@@ -278,6 +293,61 @@ config_key also_check(const config_key& key, decltype(key_impl::check) extra) {
 
 // Where each key lives: a function per member, so the table stays data.
 #define GB_FIELD(type, path) +[](config& c) -> type& { return c.path; }
+
+/// `gpu-basics unified`'s keys.
+void add_unified_keys(config_schema& s) {
+  s.add(int_key("unified.repetitions", GB_FIELD(int, unified.repetitions), 1, 1000, "",
+                "timed repetitions of each zero-copy and belief figure (median kept)"));
+  s.add(bool_key("unified.managed.enabled", GB_FIELD(bool, unified.managed.enabled),
+                 "managed memory: first touch with faults, prefetch and advice, both ways"));
+  s.add(size_key("unified.managed.bytes", GB_FIELD(std::uint64_t, unified.managed.bytes), kMiB,
+                 64 * kGiB, "\"512 MiB\"", "each first-touch managed buffer"));
+  s.add(bool_key("unified.oversubscription.enabled",
+                 GB_FIELD(bool, unified.oversubscription.enabled),
+                 "managed working sets swept across ratios of free device memory"));
+  s.add(bool_key("unified.oversubscription.whole_device",
+                 GB_FIELD(bool, unified.oversubscription.whole_device),
+                 "`false`: a cudaMalloc ballast leaves `free_bytes` free; `true`: ratios of all "
+                 "free device memory (host memory must hold the largest set: checked first)"));
+  s.add(size_key("unified.oversubscription.free_bytes",
+                 GB_FIELD(std::uint64_t, unified.oversubscription.free_bytes), 256 * kMiB, kTiB,
+                 "\"2 GiB\"", "device memory the ballast leaves free"));
+  s.add(custom_key(
+      "unified.oversubscription.ratios", "a list of ratios in 0.05..4, e.g. [0.5, 1.1]", "",
+      "working sets as multiples of the free device memory",
+      [](config& c, const YAML::Node& n, const parse_context& ctx) {
+        c.unified.oversubscription.ratios =
+            read_ratio_list(n, ctx, "a list of ratios in 0.05..4, e.g. [0.5, 1.1]", 0.05, 4);
+      },
+      [](const config& c) -> nlohmann::json { return c.unified.oversubscription.ratios; }));
+  s.add(size_key("unified.oversubscription.chunk_bytes",
+                 GB_FIELD(std::uint64_t, unified.oversubscription.chunk_bytes), 2 * kMiB, 4 * kGiB,
+                 "\"64 MiB\"", "bytes per kernel and per prefetch of a pass"));
+  s.add(int_key("unified.oversubscription.passes", GB_FIELD(int, unified.oversubscription.passes),
+                1, 16, "", "timed passes per working set, after one untimed pass"));
+  s.add(bool_key("unified.zero_copy.enabled", GB_FIELD(bool, unified.zero_copy.enabled),
+                 "kernels reading mapped pinned memory against copy-then-compute"));
+  s.add(size_key("unified.zero_copy.bytes", GB_FIELD(std::uint64_t, unified.zero_copy.bytes), kMiB,
+                 16 * kGiB, "\"256 MiB\"", "the mapped buffer"));
+  s.add(int_key("unified.zero_copy.passes", GB_FIELD(int, unified.zero_copy.passes), 2, 64, "",
+                "kernels over the buffer in the several-passes row"));
+  s.add(bool_key("unified.ledger.enabled", GB_FIELD(bool, unified.ledger.enabled),
+                 "the memory ledger, in fresh child processes (lazy and eager module loading)"));
+  s.add(bool_key("unified.beliefs.enabled", GB_FIELD(bool, unified.beliefs.enabled),
+                 "five common beliefs, measured"));
+  s.add(size_key("unified.beliefs.copy_bytes", GB_FIELD(std::uint64_t, unified.beliefs.copy_bytes),
+                 kMiB, 16 * kGiB, "\"256 MiB\"", "the pin-then-copy and stale-read buffers"));
+  s.add(int_key("unified.beliefs.repeats", GB_FIELD(int, unified.beliefs.repeats), 2, 1000, "",
+                "transfers of the repeated pin-then-copy case"));
+  s.add(size_key("unified.beliefs.idle_allocation_bytes",
+                 GB_FIELD(std::uint64_t, unified.beliefs.idle_allocation_bytes), kMiB, kTiB,
+                 "\"100 GiB\"",
+                 "the idle allocation beside NVML's memory utilisation (at most 80% of the "
+                 "free device memory)"));
+  s.add(size_key("unified.beliefs.d2d_max_bytes",
+                 GB_FIELD(std::uint64_t, unified.beliefs.d2d_max_bytes), 2 * kMiB, 64 * kGiB,
+                 "\"4 GiB\"", "largest working set of the D2D sweep (from 1 MiB, powers of two)"));
+}
 
 config_schema make_builtin() {
   config_schema s;
@@ -393,17 +463,8 @@ config_schema make_builtin() {
       "a list of compute/copy time ratios in 0.01..100, e.g. [0.5, 1, 2]", "",
       "compute time per batch as a multiple of its copy time",
       [](config& c, const YAML::Node& n, const parse_context& ctx) {
-        need_list(n, ctx, "a list of compute/copy time ratios in 0.01..100, e.g. [0.5, 1, 2]",
-                  config_limits::ratios, "ratios");
-        std::vector<double> v;
-        for (std::size_t i = 0; i < n.size(); ++i) {
-          const parse_context ictx = part_of(ctx, ctx.key + "[" + std::to_string(i) + "]", n[i]);
-          const double d = read_double(n[i], ictx, "a ratio in 0.01..100");
-          if (!(d >= 0.01 && d <= 100))
-            fail(ictx, "expected a ratio in 0.01..100, got " + describe(n[i]));
-          v.push_back(d);
-        }
-        c.transfer.double_buffer.compute_to_copy = std::move(v);
+        c.transfer.double_buffer.compute_to_copy = read_ratio_list(
+            n, ctx, "a list of compute/copy time ratios in 0.01..100, e.g. [0.5, 1, 2]", 0.01, 100);
       },
       [](const config& c) -> nlohmann::json { return c.transfer.double_buffer.compute_to_copy; }));
   s.add(size_key("transfer.double_buffer.batch_bytes",
@@ -501,6 +562,7 @@ config_schema make_builtin() {
   s.add(size_key("profiler.matmul.workspace_bytes",
                  GB_FIELD(std::uint64_t, profiler.matmul.workspace_bytes), 0, 4 * kGiB,
                  "\"64 MiB\"", "cuBLASLt workspace"));
+  add_unified_keys(s);
   constexpr std::string_view fraction = "a fraction in (0, 1], e.g. 0.8";
   s.add(fraction_key("check.h2d_fraction", GB_FIELD(double, check.h2d_fraction), false, 1,
                      std::string(fraction),

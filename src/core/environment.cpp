@@ -10,6 +10,16 @@
 
 namespace gpu_basics {
 
+std::uint64_t host_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
 host_info capture_host_info() {
   host_info h;
   char name[256] = {};

@@ -23,6 +23,7 @@ const std::vector<lesson>& measuring_registry() {
         {"memory", &measured<memory_result, measure_memory>},
         {"transfer", &measured<transfer_result, measure_transfer>},
         {"profile", &measured<profile_result, measure_profile>},
+        {"unified", &measured<unified_result, measure_unified>},
         {"check", &measured<check_result, measure_check>},
     };
     std::vector<lesson> out = registry();

@@ -5,12 +5,13 @@
 #include "gpu_basics/lessons/memory.hpp"
 #include "gpu_basics/lessons/profile.hpp"
 #include "gpu_basics/lessons/transfer.hpp"
+#include "gpu_basics/lessons/unified.hpp"
 
 namespace gpu_basics::lessons {
 
 const std::vector<lesson>& registry() {
-  static const std::vector<lesson> all = {info_lesson(), memory_lesson(), transfer_lesson(),
-                                          profile_lesson(), check_lesson()};
+  static const std::vector<lesson> all = {info_lesson(),    memory_lesson(),  transfer_lesson(),
+                                          profile_lesson(), unified_lesson(), check_lesson()};
   return all;
 }
 

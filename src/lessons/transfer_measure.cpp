@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "gpu_basics/core/cuda.hpp"
+#include "gpu_basics/core/environment.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/hardware.hpp"
 #include "gpu_basics/core/thread_pool.hpp"
@@ -24,17 +25,6 @@ copy_figure figure_of(const copy_measurement& m) {
 namespace {
 
 constexpr copy_direction kHostDirections[] = {copy_direction::h2d, copy_direction::d2h};
-
-/// MemAvailable of /proc/meminfo, or 0 when it cannot be read.
-std::uint64_t host_available_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  std::uint64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
 
 struct configured_shape {
   std::string label;  // "[8192, 8192] float32"

@@ -123,5 +123,6 @@ void annotate(json& config, const std::string& key, json annotation);
 [[nodiscard]] std::vector<figure> transfer_figures(const std::vector<run_input>& runs);
 [[nodiscard]] std::vector<figure> memory_figures(const std::vector<run_input>& runs);
 [[nodiscard]] std::vector<figure> profile_figures(const std::vector<run_input>& runs);
+[[nodiscard]] std::vector<figure> unified_figures(const std::vector<run_input>& runs);
 
 }  // namespace gpu_basics::report::detail

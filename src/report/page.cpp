@@ -73,7 +73,10 @@ std::string table_html(const presentation::table& t, const std::string& run_labe
     for (std::size_t i = 0; i < row.size() && i < t.columns.size(); ++i) {
       const bool number =
           std::holds_alternative<std::int64_t>(row[i]) || std::holds_alternative<double>(row[i]);
-      h += number ? "<td class=\"num\">" : "<td>";
+      // Long text (a sentence, not a label) wraps instead of widening the table.
+      const bool prose =
+          std::holds_alternative<std::string>(row[i]) && std::get<std::string>(row[i]).size() > 60;
+      h += number ? "<td class=\"num\">" : (prose ? "<td class=\"prose\">" : "<td>");
       h += escape(presentation::render_cell(row[i], t.columns[i])) + "</td>";
     }
     h += "</tr>\n";

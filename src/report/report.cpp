@@ -190,6 +190,7 @@ std::string render_html(const std::vector<run_input>& runs) {
   figures["memory"] = detail::memory_figures(runs);
   figures["transfer"] = detail::transfer_figures(runs);
   figures["profile"] = detail::profile_figures(runs);
+  figures["unified"] = detail::unified_figures(runs);
 
   json specs = json::array();
   std::string body, nav;

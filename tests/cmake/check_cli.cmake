@@ -29,22 +29,28 @@ function(expect_run expected_rc stderr_regex)
 endfunction()
 
 if(MODE STREQUAL "no_gpu")
-  foreach(cmd info all memory)
+  foreach(cmd info all memory unified)
     expect_run(3 "^gpu-basics: no NVIDIA GPU visible: "
                ${CMAKE_COMMAND} -E env CUDA_VISIBLE_DEVICES= ${EXE} ${cmd} --json ${dir}/${cmd}.json)
     if(EXISTS ${dir}/${cmd}.json)
       message(FATAL_ERROR "${cmd}: wrote ${dir}/${cmd}.json although it failed")
     endif()
   endforeach()
+  # The ledger's child process, run by hand: no GPU (or no NVML), one line, exit 3; no JSON.
+  expect_run(3 "^gpu-basics: ledger-probe: "
+             ${CMAKE_COMMAND} -E env CUDA_VISIBLE_DEVICES= ${EXE} ledger-probe 0 0000:00:00.0)
+  expect_run(2 "^gpu-basics: usage: gpu-basics ledger-probe" ${EXE} ledger-probe)
 elseif(MODE STREQUAL "host_only")
   # A host-only build cannot measure: one line that says so, exit 3, nothing written.
-  foreach(cmd info all memory check)
+  foreach(cmd info all memory check unified)
     expect_run(3 "^gpu-basics: ${cmd} measures on a GPU, and this gpu-basics was built host-only"
                ${EXE} ${cmd} --json ${dir}/${cmd}.json)
     if(EXISTS ${dir}/${cmd}.json)
       message(FATAL_ERROR "${cmd}: wrote ${dir}/${cmd}.json although it failed")
     endif()
   endforeach()
+  expect_run(3 "^gpu-basics: ledger-probe measures on a GPU, and this gpu-basics was built host-only"
+             ${EXE} ledger-probe 0 0000:00:00.0)
 elseif(MODE STREQUAL "bad_config")
   file(WRITE ${dir}/bad.yaml "transfer:\n  num_streams: four\n")
   # Config errors are found before any GPU is touched: the same answer with or without one.

@@ -21,7 +21,12 @@ config small_config() {
        "transfer.tensor_shapes=[[1024, 1024], [2048, 2048]]", "transfer.large_copy_bytes=64 MiB",
        "transfer.double_buffer.batches=8", "transfer.double_buffer.batch_bytes=16 MiB",
        "transfer.multi_gpu.peer_bytes=16 MiB", "transfer.multi_gpu.nccl_max_bytes=16 MiB",
-       "profiler.matmul.shapes=[[2048, 2048, 2048]]", "output.directory=gpu_test_results"});
+       "profiler.matmul.shapes=[[2048, 2048, 2048]]", "output.directory=gpu_test_results",
+       "unified.repetitions=2", "unified.managed.bytes=32 MiB",
+       "unified.oversubscription.free_bytes=512 MiB", "unified.oversubscription.ratios=[0.5, 1.1]",
+       "unified.oversubscription.chunk_bytes=16 MiB", "unified.zero_copy.bytes=16 MiB",
+       "unified.beliefs.copy_bytes=16 MiB", "unified.beliefs.idle_allocation_bytes=1 GiB",
+       "unified.beliefs.d2d_max_bytes=256 MiB"});
 }
 
 std::string text_of(const presentation::report& r) {
@@ -35,6 +40,7 @@ std::string text_of(const presentation::report& r) {
 TEST(Lessons, EachMeasuresSerializesAndRendersTheSameFromText) {
   SKIP_WITHOUT_GPU();
   context ctx = open_context(small_config());
+  ctx.self_exe = GPU_BASICS_CLI;  // the unified lesson's ledger runs it as a child
   const device_facts facts = device_facts::of(ctx.device(), ctx.nvml_status);
   run_record rec;
   rec.command = "all";

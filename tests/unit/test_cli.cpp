@@ -99,8 +99,8 @@ TEST(Cli, AThresholdThatIsNotANumberIsAUsageError) {
 
 TEST(Cli, CommandsComeFromTheRegistry) {
   EXPECT_EQ(cli::commands(),
-            (std::vector<std::string>{"info", "memory", "transfer", "profile", "check", "all",
-                                      "show", "report", "compare", "replay", "advise"}));
+            (std::vector<std::string>{"info", "memory", "transfer", "profile", "unified", "check",
+                                      "all", "show", "report", "compare", "replay", "advise"}));
   std::string out;
   (void)parse({"--help"}, &out);
   for (const auto& c : cli::commands()) EXPECT_NE(out.find(c), std::string::npos) << c;
@@ -171,19 +171,21 @@ struct usage_case {
 TEST(Cli, BadArgumentsGetOneLineNamingThem) {
   const usage_case cases[] = {
       {{},
-       "gpu-basics: a command is required: one of info, memory, transfer, profile, check, all, "
+       "gpu-basics: a command is required: one of info, memory, transfer, profile, unified, check, "
+       "all, "
        "show, report, compare, replay, advise "
        "(see 'gpu-basics --help')"},
       {{"bogus"},
        "gpu-basics: unknown command \"bogus\"; expected one of info, memory, transfer, profile, "
-       "check, all, show, report, compare, replay, advise"},
+       "unified, check, all, show, report, compare, replay, advise"},
       {{"INFO"}, "gpu-basics: unknown command \"INFO\"; did you mean 'info'?"},
       {{""},
-       "gpu-basics: unknown command \"\"; expected one of info, memory, transfer, profile, check, "
-       "all, show, report, compare, replay, advise"},
+       "gpu-basics: unknown command \"\"; expected one of info, memory, transfer, profile, "
+       "unified, check, all, show, report, compare, replay, advise"},
       {{"--config", "x.yaml", "info"},
        "gpu-basics: \"--config\": options come after the command: gpu-basics <command> [options] "
-       "(commands: info, memory, transfer, profile, check, all, show, report, compare, replay, "
+       "(commands: info, memory, transfer, profile, unified, check, all, show, report, compare, "
+       "replay, "
        "advise)"},
       {{"info", "x.yaml", "y.yaml"},
        "gpu-basics: unexpected arguments: \"x.yaml\" \"y.yaml\" (see 'gpu-basics --help')"},

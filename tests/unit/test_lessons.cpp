@@ -63,7 +63,8 @@ TEST(Registry, NamesEveryLessonOnceInRunOrder) {
     EXPECT_FALSE(l.description.empty()) << l.name;
     EXPECT_EQ(find_lesson(l.name), &l);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"info", "memory", "transfer", "profile", "check"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"info", "memory", "transfer", "profile", "unified",
+                                             "check"}));
   EXPECT_EQ(find_lesson("all"), nullptr);
   EXPECT_EQ(find_lesson("bogus"), nullptr);
 }

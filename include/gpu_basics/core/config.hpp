@@ -59,7 +59,7 @@ inline constexpr std::size_t key_chars = 64;          // one key name ("num_stre
 inline constexpr std::size_t value_chars = 4096;      // one scalar value (a path, a name)
 inline constexpr std::size_t shapes = 64;             // entries of a list of shapes
 inline constexpr std::size_t dims = 8;                // dimensions of one shape
-inline constexpr std::size_t ratios = 64;             // transfer.double_buffer.compute_to_copy
+inline constexpr std::size_t ratios = 64;             // compute_to_copy, oversubscription.ratios
 inline constexpr std::size_t precisions = 16;         // profiler.matmul.precisions
 inline constexpr int yaml_depth = 500;  // yaml-cpp's own limit on nesting while parsing
 }  // namespace config_limits
@@ -146,6 +146,40 @@ struct config {
       std::uint64_t workspace_bytes = 64ull << 20;
     } matmul;
   } profiler;
+
+  /// `gpu-basics unified`: managed memory, zero-copy, the memory ledger, five beliefs.
+  struct unified_section {
+    int repetitions = 5;  // timed repetitions of each zero-copy and belief figure (median kept)
+    struct managed_section {
+      bool enabled = true;
+      std::uint64_t bytes = 512ull << 20;  // each first-touch buffer
+    } managed;
+    struct oversubscription_section {
+      bool enabled = true;
+      /// false: a cudaMalloc ballast leaves `free_bytes` free and the ratios are of that; true:
+      /// no ballast, the ratios are of all free device memory (host memory must hold the sets).
+      bool whole_device = false;
+      std::uint64_t free_bytes = 2ull << 30;
+      std::vector<double> ratios = {0.5, 0.9, 1.1, 1.5};
+      std::uint64_t chunk_bytes = 64ull << 20;
+      int passes = 2;
+    } oversubscription;
+    struct zero_copy_section {
+      bool enabled = true;
+      std::uint64_t bytes = 256ull << 20;
+      int passes = 8;  // the several-passes row
+    } zero_copy;
+    struct ledger_section {
+      bool enabled = true;
+    } ledger;
+    struct beliefs_section {
+      bool enabled = true;
+      std::uint64_t copy_bytes = 256ull << 20;  // pin-then-copy and the stale read
+      int repeats = 10;                         // transfers of the repeated pin-then-copy case
+      std::uint64_t idle_allocation_bytes = 100ull << 30;  // NVML utilisation while idle
+      std::uint64_t d2d_max_bytes = 4ull << 30;            // largest working set of the D2D sweep
+    } beliefs;
+  } unified;
 
   /// `gpu-basics check`: what it measures and the thresholds of its verdicts. Fractions are of
   /// the ceiling named (the PCIe link's theoretical rate at its maximum generation and width, the

@@ -24,6 +24,10 @@ struct host_info {
 /// This machine's name, OS, CPU model, logical cores and memory; what cannot be read stays empty.
 [[nodiscard]] host_info capture_host_info();
 
+/// MemAvailable of /proc/meminfo in bytes (what can be allocated without swapping), or 0 when
+/// it cannot be read.
+[[nodiscard]] std::uint64_t host_available_bytes();
+
 /// The version of this build: "0.1.0".
 [[nodiscard]] std::string_view gpu_basics_version() noexcept;
 /// The git revision the binary was built from ("unknown" outside git).

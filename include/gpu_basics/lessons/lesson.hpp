@@ -41,6 +41,9 @@ struct context {
   std::optional<std::string> trace_path;  // --trace: the lesson writes a trace there
   /// memory --snapshot: the memory lesson writes a PyTorch memory snapshot of its peak pass there
   std::optional<std::string> snapshot_path;
+  /// The gpu-basics executable, for a lesson that measures in a fresh child process of it (the
+  /// unified lesson's ledger); unset: such a part says it could not run.
+  std::optional<std::string> self_exe;
   bool charts = false;   // an HTML report will be drawn: parts set to "auto" (the sweep) run
   progress_fn progress;  // may be empty
 

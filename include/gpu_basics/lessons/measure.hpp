@@ -18,6 +18,7 @@
 #include "gpu_basics/lessons/multi_gpu.hpp"
 #include "gpu_basics/lessons/profile.hpp"
 #include "gpu_basics/lessons/transfer.hpp"
+#include "gpu_basics/lessons/unified.hpp"
 #include "gpu_basics/profiler/gemm_runner.hpp"
 
 namespace gpu_basics::lessons {
@@ -71,6 +72,21 @@ void clear_device_error() noexcept;
 /// against (nullopt where unknown). No start or end time.
 [[nodiscard]] matmul_run matmul_of(const gemm_result& res, double check_error,
                                    std::optional<double> peak_flops_per_s);
+
+/// Managed memory, zero-copy, the ledger (in child processes of ctx.self_exe) and the beliefs,
+/// each part as its unified.*.enabled key says. Every kernel's reads are checked against the data
+/// pattern and every copy verified. Sizes are checked against the device's and the host's free
+/// memory before a part runs.
+/// @throws config_error when a configured size cannot fit (naming the key); verification_error,
+/// cuda_error, out_of_memory.
+[[nodiscard]] unified_result measure_unified(context& ctx);
+
+/// The ledger's steps in this process, which must not have made a CUDA call yet: NVML's device
+/// memory used (the device of PCI bus id `pci_bus_id`) before and after creating the context on
+/// `device`, a first allocation, a first kernel, a cuBLASLt handle and GEMM, and caching-allocator
+/// blocks. `gpu-basics ledger-probe` runs it and prints it as JSON.
+/// @throws no_device_error without NVML (nothing to read); cuda_error, out_of_memory.
+[[nodiscard]] ledger_probe run_ledger_probe(int device, const std::string& pci_bus_id);
 
 /// Measures what the checks need on ctx's device and judges it (items filled). A copy that does
 /// not verify is a failed check, not an exception.

@@ -1,0 +1,56 @@
+// Shared by the unified lesson's measuring files: managed buffers, memory locations, checks and
+// the parts measured outside unified_measure.cpp. Private to the module's CUDA edge.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "gpu_basics/core/config.hpp"
+#include "gpu_basics/core/cuda.hpp"
+#include "gpu_basics/lessons/lesson.hpp"
+#include "gpu_basics/lessons/unified.hpp"
+
+namespace gpu_basics::lessons {
+
+namespace unified_detail {
+
+/// The median of `v` (0 when empty).
+[[nodiscard]] double median_of(std::vector<double> v);
+
+/// Throws the config_error of `key` (at the place it was set) with `message`.
+[[noreturn]] void fail_key(const config& cfg, const std::string& key, const std::string& message);
+
+/// Throws verification_error naming `what` unless `wrong` is 0.
+void expect_intact(unsigned long long wrong, const std::string& what);
+
+/// Owned managed memory (cudaMallocManaged, attached globally).
+class managed_buffer {
+ public:
+  /// @throws out_of_memory, cuda_error.
+  explicit managed_buffer(std::size_t bytes);
+  ~managed_buffer();
+  managed_buffer(const managed_buffer&) = delete;
+  managed_buffer& operator=(const managed_buffer&) = delete;
+  [[nodiscard]] void* get() const noexcept { return ptr_; }
+  [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+/// The location of GPU `device`, and the host's, for prefetches and advice (CUDA 13 signatures).
+[[nodiscard]] cudaMemLocation device_location(int device);
+[[nodiscard]] cudaMemLocation host_location();
+
+}  // namespace unified_detail
+
+/// The ledger: `gpu-basics ledger-probe` (ctx.self_exe) run as a child once with lazy and once
+/// with eager module loading (ledger_probe.cpp).
+[[nodiscard]] ledger_result measure_ledger(const context& ctx);
+
+/// The five beliefs (unified_beliefs_measure.cpp). `wrong` is a counter for the checks.
+[[nodiscard]] beliefs_result measure_beliefs(context& ctx, cuda_stream& s, device_counter& wrong);
+
+}  // namespace gpu_basics::lessons
