@@ -10,18 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 logs="${1:-results/record_ceilings}"
 mkdir -p "$logs"
-status=0
-step() {  # step NAME COMMAND...: runs it, its output in $logs/NAME.log; remembers a failure
-  local name="$1"
-  shift
-  echo "== $name: $*"
-  local start=$SECONDS
-  "$@" >"$logs/$name.log" 2>&1
-  local rc=$?
-  echo "   exit $rc after $((SECONDS - start)) s"
-  [[ $rc -ne 0 ]] && status=1
-  return $rc
-}
+source scripts/record_step.sh
 [[ -x build/default/gpu-basics ]] || { echo "build the default preset first"; exit 1; }
 step transfer build/default/gpu-basics transfer --json "$logs/transfer.json"
 step profile build/default/gpu-basics profile --json "$logs/profile.json"

@@ -15,18 +15,7 @@ mkdir -p "$logs"
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
-status=0
-step() {  # step NAME COMMAND...: runs it, its output in $logs/NAME.log; remembers a failure
-  local name="$1"
-  shift
-  echo "== $name: $*"
-  local start=$SECONDS
-  "$@" >"$logs/$name.log" 2>&1
-  local rc=$?
-  echo "   exit $rc after $((SECONDS - start)) s"
-  [[ $rc -ne 0 ]] && status=1
-  return $rc
-}
+source scripts/record_step.sh
 step build bash -c "cmake --preset default && cmake --build build/default -j$(nproc)" || exit 1
 step gpu_tests ctest --test-dir build/default -L gpu -R 'UnifiedGpu|Lessons\.' --output-on-failure
 step memcheck compute-sanitizer --tool memcheck build/default/tests/gpu_basics_gpu_tests \
