@@ -114,6 +114,33 @@ TEST(ThreadPool, EveryTaskRunsExactlyOnce) {
   }
 }
 
+// Loops back to back, fewer tasks than threads: a worker that is slow to check out of one loop
+// must not take a task of the next (each loop counts its own tasks). Both hand-overs: spinning
+// workers, and workers that sleep at once.
+TEST(ThreadPool, BackToBackLoopsNeverShareTasks) {
+  for (const auto spin : {std::chrono::microseconds{0}, std::chrono::microseconds{500}}) {
+    thread_pool pool(6, spin);
+    std::vector<int> counts(3000 * 4, 0);
+    std::atomic<std::size_t> total{0};
+    for (std::size_t loop = 0; loop < 3000; ++loop) {
+      const std::size_t tasks = 1 + loop % 4;
+      pool.parallel_for(tasks, [&, loop](std::size_t i) {
+        ++counts[loop * 4 + i];  // distinct per task: a repeated task shows as 2
+        total.fetch_add(1, std::memory_order_relaxed);
+      });
+      if (loop % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // sleepers
+    }
+    std::size_t expected = 0;
+    for (std::size_t loop = 0; loop < 3000; ++loop)
+      for (std::size_t i = 0; i < 4; ++i) {
+        const int want = i < 1 + loop % 4 ? 1 : 0;
+        expected += static_cast<std::size_t>(want);
+        ASSERT_EQ(counts[loop * 4 + i], want) << "loop " << loop << " task " << i;
+      }
+    EXPECT_EQ(total.load(), expected);
+  }
+}
+
 TEST(ThreadPool, RangesCoverTheBufferAndCopyIt) {
   thread_pool pool(3);
   std::vector<std::uint8_t> src(1 << 20), dst(src.size(), 0);
