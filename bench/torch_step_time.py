@@ -40,10 +40,20 @@ def main() -> int:
     p.add_argument("--json")
     p.add_argument("--work", default="step_time_work")
     p.add_argument("--only", action="append", help="run names to keep (default: all)")
+    p.add_argument("--also-lib", action="append", default=[], metavar="NAME=PATH",
+                   help="add a run of our allocator (default options) from another library, "
+                        "named ours@NAME: another build, to compare in the same interleaving")
     p.add_argument("model", nargs="*", help="model arguments for torch_pluggable.py")
     args = p.parse_args()
     os.makedirs(args.work, exist_ok=True)
     runs = [r for r in RUNS if not args.only or r[0] in args.only]
+    libs = {}
+    for spec in args.also_lib:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not os.path.exists(path):
+            p.error(f"--also-lib {spec!r}: expected NAME=PATH of an existing library")
+        libs[f"ours@{name}"] = path
+        runs.append((f"ours@{name}", "ours", "", ""))
     model = args.model or MODEL
     results = {r[0]: [] for r in runs}
     for rep in range(args.reps):
@@ -53,7 +63,7 @@ def main() -> int:
             cmd = [sys.executable, os.path.join(REPO, "examples", "torch_pluggable.py"),
                    "--allocator", allocator, "--json", out] + model
             if allocator == "ours":
-                cmd += ["--lib", args.lib, "--conf", conf]
+                cmd += ["--lib", libs.get(name, args.lib), "--conf", conf]
             env = {k: v for k, v in os.environ.items()
                    if k not in ("PYTORCH_CUDA_ALLOC_CONF", "GPU_BASICS_ALLOC_CONF")}
             if torch_conf:

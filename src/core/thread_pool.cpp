@@ -74,8 +74,7 @@ void thread_pool::run_tasks() {
 void thread_pool::worker_loop() {
   std::uint64_t seen = 0;
   for (;;) {
-    await(wake_, sleeping_workers_,
-          [&] { return stop_.load() || generation_.load() != seen; });
+    await(wake_, sleeping_workers_, [&] { return stop_.load() || generation_.load() != seen; });
     if (stop_.load()) return;
     seen = generation_.load();
     run_tasks();

@@ -130,6 +130,57 @@ table nvml_table(const profile_result& r) {
   return t;
 }
 
+/// The sampler's steady share of a core (a fraction); defined with the notes below.
+std::optional<double> steady_fraction(const sampler_cost& c, int interval_ms, int slow_interval_ms);
+
+/// Each NVML call's steady share of a core: its mean CPU per call over its cadence's interval.
+double call_share(const nvml_call_row& c) {
+  return c.interval_ms > 0 ? c.cpu_us * 1e-6 / (c.interval_ms * 1e-3) : 0.0;
+}
+
+/// What the sampler thread costs, call by call: the rows sum to "all NVML calls"; the thread's
+/// measured steady cost less that sum is what waking up, reading the clock and storing cost.
+std::optional<table> nvml_cost_table(const profile_result& r) {
+  if (!r.nvml || r.nvml->calls.empty()) return std::nullopt;
+  const nvml_sampling& s = *r.nvml;
+  table t;
+  t.id = "nvml_cost";
+  t.title = fmt::format("What the sampler costs, call by call (every {} ms)", s.interval_ms);
+  t.columns = {{"call", "NVML call"},
+               {"cadence", "cadence"},
+               {"interval_ms", "read every (ms)", 1.0, 0},
+               {"calls", "calls"},
+               {"cpu_us", "CPU per call (us)", 1.0, 1},
+               {"core_fraction", "share of a core (%)", 100.0, 3},
+               {"changed_every_ms", "value changed every (ms)", 1.0, 0}};
+  std::vector<const nvml_call_row*> rows;
+  for (const auto& c : s.calls)
+    if (c.calls > 0) rows.push_back(&c);
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const auto* a, const auto* b) { return call_share(*a) > call_share(*b); });
+  double sum = 0;
+  for (const auto* c : rows) {
+    sum += call_share(*c);
+    t.add_row({c->call, c->cadence, static_cast<std::int64_t>(c->interval_ms),
+               static_cast<std::int64_t>(c->calls), c->cpu_us, call_share(*c),
+               c->changed_every_ms ? value(*c->changed_every_ms) : value(std::monostate{})});
+  }
+  const auto summary_row = [&](const char* what, double share) {
+    std::vector<value> row(t.columns.size(), value(std::monostate{}));
+    row[0] = std::string(what);
+    row[1] = std::string();
+    row[5] = share;
+    t.add_row(std::move(row));
+  };
+  summary_row("all NVML calls", sum);
+  if (s.cost && s.slow_interval_ms)
+    if (const auto steady = steady_fraction(*s.cost, s.interval_ms, *s.slow_interval_ms)) {
+      summary_row("waking, clock reads, storing (the rest)", std::max(0.0, *steady - sum));
+      summary_row("the sampler thread, measured", *steady);
+    }
+  return t;
+}
+
 // ---- notes ------------------------------------------------------------------------------------
 
 /// "78.3%" or "70.6-78.5%": the fp16/bf16 runs against their peaks; empty when none has a peak.
@@ -245,6 +296,37 @@ std::optional<note> sampler_note(const nvml_sampling& s) {
                           s.interval_ms, *s.slow_interval_ms * 1e-3, 100.0 * *steady)};
 }
 
+/// Which call costs most, and whether reading it so often buys anything.
+std::optional<note> call_cost_note(const nvml_sampling& s) {
+  const nvml_call_row* top = nullptr;
+  double sum = 0;
+  for (const auto& c : s.calls) {
+    if (c.calls == 0 || c.timed == 0) continue;
+    sum += call_share(c);
+    if (!top || call_share(c) > call_share(*top)) top = &c;
+  }
+  if (!top || sum <= 0) return std::nullopt;
+  std::string text = fmt::format(
+      "- The NVML calls take {:.3f}% of a core in all; the costliest is {} ({:.1f} us of CPU "
+      "per call, every {} ms: {:.3f}%, {:.0f}% of the calls' cost).",
+      100.0 * sum, top->call, top->cpu_us, top->interval_ms, 100.0 * call_share(*top),
+      100.0 * call_share(*top) / sum);
+  if (top->changed_every_ms && *top->changed_every_ms > 1.5 * top->interval_ms)
+    text += fmt::format(
+        " Its value changed only every {:.0f} ms (median), so about {:.0f} reads in {:.0f} "
+        "repeated the last one.",
+        *top->changed_every_ms, *top->changed_every_ms / top->interval_ms - 1.0,
+        *top->changed_every_ms / top->interval_ms);
+  if (s.cost && s.slow_interval_ms)
+    if (const auto steady = steady_fraction(*s.cost, s.interval_ms, *s.slow_interval_ms);
+        steady && *steady > sum)
+      text += fmt::format(
+          " The rest of the thread's {:.3f}%, {:.3f}%, is waking up every {} ms, reading the "
+          "clock and storing the sample.",
+          100.0 * *steady, 100.0 * (*steady - sum), s.interval_ms);
+  return note{"nvml_cost", text};
+}
+
 std::vector<note> nvml_notes(const profile_result& r) {
   std::vector<note> n;
   if (!r.nvml) {
@@ -275,11 +357,28 @@ std::vector<note> nvml_notes(const profile_result& r) {
                              *s.medium_interval_ms, s.interval_ms,
                              *s.medium_interval_ms / std::max(1, s.interval_ms))});
   if (auto c = sampler_note(s)) n.push_back(std::move(*c));
+  if (auto c = call_cost_note(s)) n.push_back(std::move(*c));
   if (s.samples_csv_path) n.push_back({"nvml", "- All samples: " + *s.samples_csv_path});
   return n;
 }
 
 }  // namespace
+
+std::optional<double> changed_every_ms(const std::vector<gpu_sample>& samples, gpu_metric metric) {
+  std::vector<double> change_times;
+  std::optional<double> last;
+  for (const auto& x : samples) {
+    const auto& v = x[metric];
+    if (!v.ok()) continue;
+    if (last && v.value != *last) change_times.push_back(x.time_s);
+    last = v.value;
+  }
+  if (change_times.size() < 2) return std::nullopt;
+  std::vector<double> gaps;
+  for (std::size_t i = 1; i < change_times.size(); ++i)
+    gaps.push_back(1e3 * (change_times[i] - change_times[i - 1]));
+  return summarize(gaps).median;
+}
 
 sample_series decimate(sample_series s, std::size_t max_points) {
   if (s.time_s.size() != s.values.size())
@@ -347,6 +446,7 @@ std::vector<table> present_profile(const profile_result& r) {
   out.push_back(key_averages_table(r.key_averages));
   out.push_back(matmul_table(r.matmul));
   out.push_back(nvml_table(r));
+  if (auto t = nvml_cost_table(r)) out.push_back(std::move(*t));
   if (r.trace) out.push_back(present_trace(*r.trace));
   return out;
 }

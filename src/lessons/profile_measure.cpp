@@ -263,6 +263,18 @@ nvml_sampling sampling_of(const sampler& smp, const std::vector<gpu_sample>& sam
   c.slow_samples = smp.slow_samples();
   c.samples_taken = samples.size() + smp.dropped();
   r.cost = c;
+  for (const auto& k : smp.source().call_costs()) {
+    nvml_call_row row;
+    row.call = k.call;
+    for (const auto m : k.metrics) row.metrics.emplace_back(metric_name(m));
+    row.cadence = std::string(to_string(k.cadence));
+    row.interval_ms = smp.interval_ms_of(k.cadence);
+    row.calls = k.calls;
+    row.timed = k.timed;
+    row.cpu_us = 1e6 * k.cpu_each_s();
+    if (!k.metrics.empty()) row.changed_every_ms = changed_every_ms(samples, k.metrics.front());
+    r.calls.push_back(std::move(row));
+  }
   r.series = series_of(samples, origin);
   // The samples themselves, all of them: an output of the lesson beside the result.
   const std::string csv =

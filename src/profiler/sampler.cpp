@@ -61,6 +61,50 @@ nvml_metric_source::nvml_metric_source(std::shared_ptr<nvml> nv, nvml_device dev
                                        bool pcie_throughput)
     : nv_(std::move(nv)), dev_(device), pcie_(pcie_throughput) {
   GPU_BASICS_EXPECTS(nv_ != nullptr, "an NVML source needs NVML");
+  using m = gpu_metric;
+  const auto add = [&](const char* call, std::vector<gpu_metric> metrics, auto fill) {
+    call_cost c;
+    c.call = call;
+    c.cadence = cadence_of(metrics.front());
+    c.metrics = std::move(metrics);
+    probes_.push_back({std::move(c), std::move(fill)});
+  };
+  // In the order of a read; each call fills the metrics it names.
+  add("nvmlDeviceGetUtilizationRates", {m::gpu_util_percent, m::memory_util_percent},
+      [this](gpu_sample& s) {
+        const auto u = nv_->utilization(dev_);
+        s[m::gpu_util_percent] = {u.status, static_cast<double>(u.value.gpu_percent)};
+        s[m::memory_util_percent] = {u.status, static_cast<double>(u.value.memory_percent)};
+      });
+  add("nvmlDeviceGetMemoryInfo", {m::memory_used_bytes, m::memory_total_bytes},
+      [this](gpu_sample& s) {
+        const auto r = nv_->memory(dev_);
+        s[m::memory_used_bytes] = {r.status, static_cast<double>(r.value.used_bytes)};
+        s[m::memory_total_bytes] = {r.status, static_cast<double>(r.value.total_bytes)};
+      });
+  add("nvmlDeviceGetClockInfo (SM)", {m::sm_clock_mhz}, [this](gpu_sample& s) {
+    s[m::sm_clock_mhz] = as_double(nv_->clock_mhz(dev_, nvml_clock::sm));
+  });
+  add("nvmlDeviceGetPowerUsage", {m::power_w},
+      [this](gpu_sample& s) { s[m::power_w] = as_double(nv_->power_usage_mw(dev_), 1e-3); });
+  add("nvmlDeviceGetTemperature", {m::temperature_c},
+      [this](gpu_sample& s) { s[m::temperature_c] = as_double(nv_->temperature_c(dev_)); });
+  add("nvmlDeviceGetClockInfo (memory)", {m::memory_clock_mhz}, [this](gpu_sample& s) {
+    s[m::memory_clock_mhz] = as_double(nv_->clock_mhz(dev_, nvml_clock::memory));
+  });
+  add("nvmlDeviceGetCurrentClocksEventReasons", {m::clock_event_reasons}, [this](gpu_sample& s) {
+    s[m::clock_event_reasons] = as_double(nv_->clock_event_reasons(dev_));
+  });
+  add("nvmlDeviceGetTotalEnergyConsumption", {m::energy_j},
+      [this](gpu_sample& s) { s[m::energy_j] = as_double(nv_->energy_mj(dev_), 1e-3); });
+  if (pcie_) {
+    add("nvmlDeviceGetPcieThroughput (tx)", {m::pcie_tx_bytes_per_s}, [this](gpu_sample& s) {
+      s[m::pcie_tx_bytes_per_s] = as_double(nv_->pcie_tx_kbps(dev_), 1024.0);
+    });
+    add("nvmlDeviceGetPcieThroughput (rx)", {m::pcie_rx_bytes_per_s}, [this](gpu_sample& s) {
+      s[m::pcie_rx_bytes_per_s] = as_double(nv_->pcie_rx_kbps(dev_), 1024.0);
+    });
+  }
 }
 
 metric_cadence cadence_of(gpu_metric m) noexcept {
@@ -77,6 +121,18 @@ metric_cadence cadence_of(gpu_metric m) noexcept {
     default:
       return metric_cadence::fast;
   }
+}
+
+std::string_view to_string(metric_cadence c) noexcept {
+  switch (c) {
+    case metric_cadence::fast:
+      return "fast";
+    case metric_cadence::medium:
+      return "medium";
+    case metric_cadence::slow:
+      return "slow";
+  }
+  return "?";
 }
 
 bool is_slow_metric(gpu_metric m) noexcept {
@@ -96,27 +152,27 @@ gpu_sample nvml_metric_source::read(metric_cadence deepest) {
   // Metrics of a cadence not read this time are left `unavailable`.
   gpu_sample s;
   s.time_s = host_seconds();
-  const auto u = nv_->utilization(dev_);
-  s[gpu_metric::gpu_util_percent] = {u.status, static_cast<double>(u.value.gpu_percent)};
-  s[gpu_metric::memory_util_percent] = {u.status, static_cast<double>(u.value.memory_percent)};
-  const auto m = nv_->memory(dev_);
-  s[gpu_metric::memory_used_bytes] = {m.status, static_cast<double>(m.value.used_bytes)};
-  s[gpu_metric::memory_total_bytes] = {m.status, static_cast<double>(m.value.total_bytes)};
-  s[gpu_metric::sm_clock_mhz] = as_double(nv_->clock_mhz(dev_, nvml_clock::sm));
-  if (deepest >= metric_cadence::medium) {
-    s[gpu_metric::power_w] = as_double(nv_->power_usage_mw(dev_), 1e-3);
-    s[gpu_metric::temperature_c] = as_double(nv_->temperature_c(dev_));
-    s[gpu_metric::memory_clock_mhz] = as_double(nv_->clock_mhz(dev_, nvml_clock::memory));
-    s[gpu_metric::clock_event_reasons] = as_double(nv_->clock_event_reasons(dev_));
-  }
-  if (deepest == metric_cadence::slow) {
-    s[gpu_metric::energy_j] = as_double(nv_->energy_mj(dev_), 1e-3);
-    if (pcie_) {
-      s[gpu_metric::pcie_tx_bytes_per_s] = as_double(nv_->pcie_tx_kbps(dev_), 1024.0);
-      s[gpu_metric::pcie_rx_bytes_per_s] = as_double(nv_->pcie_rx_kbps(dev_), 1024.0);
+  std::lock_guard lock(mutex_);
+  for (auto& p : probes_) {
+    if (p.cost.cadence > deepest) continue;
+    if (p.cost.calls++ % kTimeEvery != 0) {
+      p.fill(s);
+      continue;
     }
+    const double c0 = thread_cpu_s();
+    p.fill(s);
+    p.cost.timed_cpu_s += thread_cpu_s() - c0;
+    ++p.cost.timed;
   }
   return s;
+}
+
+std::vector<call_cost> nvml_metric_source::call_costs() const {
+  std::lock_guard lock(mutex_);
+  std::vector<call_cost> out;
+  out.reserve(probes_.size());
+  for (const auto& p : probes_) out.push_back(p.cost);
+  return out;
 }
 
 std::vector<metric_summary> summarize_samples(const std::vector<gpu_sample>& samples) {

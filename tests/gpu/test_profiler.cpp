@@ -56,6 +56,18 @@ TEST(GpuProfiler, NvmlSamplerSeesUtilizationRiseUnderLoad) {
       "reads)\n",
       samples.size(), smp.wall_seconds(), 100.0 * smp.cpu_seconds() / smp.wall_seconds(),
       100.0 * smp.steady_cpu_fraction(), smp.slow_samples());
+  // Every call the sampler made was counted, some of each timed, at a CPU cost above zero.
+  const auto costs = src->call_costs();
+  ASSERT_GE(costs.size(), 8u);
+  for (const auto& c : costs) {
+    std::printf("  %-40s %-6s %6llu calls, %6.1f us of CPU each\n", c.call.c_str(),
+                std::string(to_string(c.cadence)).c_str(), static_cast<unsigned long long>(c.calls),
+                1e6 * c.cpu_each_s());
+    EXPECT_GE(c.calls, 1u) << c.call;
+    EXPECT_GE(c.timed, 1u) << c.call;
+    EXPECT_GT(c.cpu_each_s(), 0.0) << c.call;
+  }
+  EXPECT_GE(costs.front().calls, samples.size());  // utilization: on every sample
   ASSERT_GE(samples.size(), 5u);
   const auto sums = summarize_samples(samples);
   const auto& util = sums[static_cast<std::size_t>(gpu_metric::gpu_util_percent)];

@@ -577,3 +577,85 @@ TEST(LessonProfile, FromV1MalformedThrows) {
       "NVML during the matmuls (99999999999999999999999 samples every 10 ms)";
   EXPECT_THROW((void)profile_from_v1(huge), format_error);
 }
+
+TEST(LessonProfile, CostTableRanksCallsAndSplitsTheThreadsCost) {
+  profile_result r = sample_result();
+  nvml_sampling& s = *r.nvml;
+  s.medium_interval_ms = 100;
+  s.calls = {
+      {"nvmlDeviceGetUtilizationRates", {"gpu_util_percent"}, "fast", 10, 120, 30, 7.5, 166.0},
+      {"nvmlDeviceGetMemoryInfo", {"memory_used_bytes"}, "fast", 10, 120, 30, 21.0, 40.0},
+      {"nvmlDeviceGetPowerUsage", {"power_w"}, "medium", 100, 12, 3, 4.0, std::nullopt},
+      {"nvmlDeviceGetTotalEnergyConsumption",
+       {"energy_j"},
+       "slow",
+       5000,
+       2,
+       1,
+       3500.0,
+       std::nullopt},
+      {"nvmlDeviceGetPcieThroughput (tx)",
+       {"pcie_tx_bytes_per_s"},
+       "slow",
+       5000,
+       0,
+       0,
+       0,
+       std::nullopt}};
+  const auto ts = present_profile(r);
+  const auto& t = table_named(ts, "nvml_cost");
+  EXPECT_EQ(keys_of(t), (std::vector<std::string>{"call", "cadence", "interval_ms", "calls",
+                                                  "cpu_us", "core_fraction", "changed_every_ms"}));
+  // Four calls made (the PCIe one never was), by share: energy 3.5 ms / 5 s = 0.07%, memory
+  // 21 us / 10 ms = 0.21%, utilization 0.075%, power 0.004%; then the sum, the rest, the thread.
+  ASSERT_EQ(t.rows.size(), 7u);
+  const std::vector<std::string> order = {
+      "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates",
+      "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetPowerUsage"};
+  for (std::size_t i = 0; i < order.size(); ++i)
+    EXPECT_EQ(std::get<std::string>(t.rows[i][0]), order[i]);
+  const double sum = 21e-6 / 0.01 + 7.5e-6 / 0.01 + 3.5e-3 / 5.0 + 4e-6 / 0.1;
+  EXPECT_DOUBLE_EQ(num(t.rows[0][5]), 21e-6 / 0.01);
+  EXPECT_NEAR(num(t.rows[4][5]), sum, 1e-15);
+  const sampler_cost& c = *s.cost;
+  const double steady = (c.cpu_s - c.slow_cpu_s) / 123.0 / 0.010 + c.slow_cpu_s / 2.0 / 5.0;
+  EXPECT_NEAR(num(t.rows[6][5]), steady, 1e-12);
+  EXPECT_NEAR(num(t.rows[5][5]), steady - sum, 1e-12);
+  EXPECT_EQ(num(t.rows[1][6]), 166.0);
+  EXPECT_TRUE(std::holds_alternative<std::monostate>(t.rows[3][6]));
+
+  const auto notes = notes_for(explain_profile(r, h200()), "nvml_cost");
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find(fmt::format("take {:.3f}% of a core in all; the costliest is "
+                                      "nvmlDeviceGetMemoryInfo (21.0 us of CPU per call, every "
+                                      "10 ms: {:.3f}%",
+                                      100.0 * sum, 100.0 * 21e-6 / 0.01)),
+            std::string::npos)
+      << notes[0];
+  EXPECT_NE(notes[0].find("changed only every 40 ms (median), so about 3 reads in 4 repeated"),
+            std::string::npos)
+      << notes[0];
+  EXPECT_NE(notes[0].find(fmt::format("The rest of the thread's {:.3f}%, {:.3f}%, is waking up",
+                                      100.0 * steady, 100.0 * (steady - sum))),
+            std::string::npos)
+      << notes[0];
+  // The result round-trips with its calls.
+  EXPECT_EQ(nlohmann::json(r).get<profile_result>(), r);
+}
+
+TEST(LessonProfile, ChangedEveryIsTheMedianGapBetweenChanges) {
+  std::vector<gpu_sample> samples;
+  for (int i = 0; i < 40; ++i) {
+    gpu_sample x;
+    x.time_s = 100.0 + 0.01 * i;
+    // Changes at i = 3, 6, 9, ... (every 30 ms); every 5th sample did not read it.
+    if (i % 5 != 4) x[gpu_metric::gpu_util_percent] = {metric_status::ok, double(i / 3)};
+    x[gpu_metric::power_w] = {metric_status::ok, i < 20 ? 100.0 : 200.0};  // one change only
+    samples.push_back(x);
+  }
+  const auto util = changed_every_ms(samples, gpu_metric::gpu_util_percent);
+  ASSERT_TRUE(util.has_value());
+  EXPECT_NEAR(*util, 30.0, 1e-6);
+  EXPECT_FALSE(changed_every_ms(samples, gpu_metric::power_w).has_value());
+  EXPECT_FALSE(changed_every_ms(samples, gpu_metric::temperature_c).has_value());
+}

@@ -66,9 +66,9 @@ class thread_pool {
   std::atomic<std::size_t> next_{0};
   std::atomic<std::size_t> checked_out_{0};
   std::atomic<bool> stop_{false};
-  std::mutex mutex_;                // guards sleeping and error_
-  std::condition_variable wake_;    // workers wait here for a new generation
-  std::condition_variable done_;    // the caller waits here for the workers to check out
+  std::mutex mutex_;              // guards sleeping and error_
+  std::condition_variable wake_;  // workers wait here for a new generation
+  std::condition_variable done_;  // the caller waits here for the workers to check out
   std::atomic<int> sleeping_workers_{0};
   std::atomic<int> sleeping_callers_{0};
   std::exception_ptr error_;

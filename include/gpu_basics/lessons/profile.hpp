@@ -113,6 +113,24 @@ struct sampler_cost {
 };
 GPU_BASICS_JSON(sampler_cost, cpu_s, wall_s, slow_cpu_s, slow_samples, samples_taken)
 
+/// One NVML call's cost while the sampler ran (a row of the "nvml_cost" table).
+struct nvml_call_row {
+  std::string call;                  // "nvmlDeviceGetUtilizationRates"
+  std::vector<std::string> metrics;  // metric_name()s it fills
+  std::string cadence;               // "fast", "medium", "slow"
+  int interval_ms = 0;               // how often the sampler made it
+  std::uint64_t calls = 0;
+  std::uint64_t timed = 0;  // of the calls, timed
+  double cpu_us = 0;        // mean CPU per timed call
+  /// Median time between changes of its first metric's value over the samples (nullopt with
+  /// fewer than two changes).
+  std::optional<double> changed_every_ms;
+
+  bool operator==(const nvml_call_row&) const = default;
+};
+GPU_BASICS_JSON(nvml_call_row, call, metrics, cadence, interval_ms, calls, timed, cpu_us,
+                changed_every_ms)
+
 /// One metric over time, for a chart: seconds from the start of sampling and values, only where
 /// the sample had a value; decimated (evenly spaced picks, first and last kept) to at most
 /// kMaxSeriesPoints.
@@ -143,13 +161,19 @@ struct nvml_sampling {
   std::optional<double> energy_j;             // between the first and last counter reads
   std::optional<double> energy_s;
   std::optional<sampler_cost> cost;
+  std::vector<nvml_call_row> calls;             // each NVML call's cost (empty in older results)
   std::optional<std::string> samples_csv_path;  // <output.directory>/profile_samples.csv
   std::vector<sample_series> series;
 
   bool operator==(const nvml_sampling&) const = default;
 };
 GPU_BASICS_JSON(nvml_sampling, interval_ms, slow_interval_ms, medium_interval_ms, samples, dropped,
-                metrics, energy_status, energy_j, energy_s, cost, samples_csv_path, series)
+                metrics, energy_status, energy_j, energy_s, cost, calls, samples_csv_path, series)
+
+/// The median time between changes of `metric`'s value over `samples`, in ms (only samples that
+/// read it count); nullopt with fewer than two changes.
+[[nodiscard]] std::optional<double> changed_every_ms(const std::vector<gpu_sample>& samples,
+                                                     gpu_metric metric);
 
 /// The lesson's result. Times of the matmul runs and of the series share one origin: the host
 /// clock read just before sampling started (or before the matmuls, without NVML).

@@ -64,8 +64,25 @@ struct gpu_sample {
 ///   counter and PCIe throughput.
 enum class metric_cadence { fast, medium, slow };
 [[nodiscard]] metric_cadence cadence_of(gpu_metric m) noexcept;
+/// "fast", "medium", "slow".
+[[nodiscard]] std::string_view to_string(metric_cadence c) noexcept;
 /// cadence_of(m) == metric_cadence::slow.
 [[nodiscard]] bool is_slow_metric(gpu_metric m) noexcept;
+
+/// What one source call (an NVML entry point) cost over a run. Not every call is timed: timing
+/// one costs two clock reads, so a source times every few calls and counts all of them.
+struct call_cost {
+  std::string call;                 // "nvmlDeviceGetUtilizationRates"
+  std::vector<gpu_metric> metrics;  // what it fills
+  metric_cadence cadence = metric_cadence::fast;
+  std::uint64_t calls = 0;  // calls made
+  std::uint64_t timed = 0;  // of those, timed
+  double timed_cpu_s = 0;   // CPU time of the timed calls (the calling thread's)
+  /// Mean CPU seconds per timed call (0 when none was timed).
+  [[nodiscard]] double cpu_each_s() const noexcept {
+    return timed ? timed_cpu_s / static_cast<double>(timed) : 0.0;
+  }
+};
 
 class metric_source {
  public:
@@ -73,6 +90,8 @@ class metric_source {
   /// One sample of the metrics whose cadence is `deepest` or more frequent; the others are left
   /// `unavailable` (not read): the sampler asks for them at lower rates.
   [[nodiscard]] virtual gpu_sample read(metric_cadence deepest) = 0;
+  /// Each call's cost so far, in the order the source makes them (empty where not measured).
+  [[nodiscard]] virtual std::vector<call_cost> call_costs() const { return {}; }
 };
 
 /// Reads one device through NVML (by PCI bus id, as the CUDA runtime names it).
@@ -88,11 +107,20 @@ class nvml_metric_source final : public metric_source {
   nvml_metric_source(std::shared_ptr<nvml> nv, nvml_device device, bool pcie_throughput = false);
   /// One sample; a metric NVML cannot give keeps its status.
   gpu_sample read(metric_cadence deepest) override;
+  /// Each NVML call's cost: every kTimeEvery-th call of each is timed (thread CPU time).
+  [[nodiscard]] std::vector<call_cost> call_costs() const override;
+  static constexpr std::uint64_t kTimeEvery = 4;
 
  private:
+  struct probe {
+    call_cost cost;
+    std::function<void(gpu_sample&)> fill;
+  };
   std::shared_ptr<nvml> nv_;
   nvml_device dev_;
   bool pcie_;
+  mutable std::mutex mutex_;  // guards probes_' costs (read on the sampler thread, costs after)
+  std::vector<probe> probes_;
 };
 
 /// Test double: returns what `script` computes for the n-th read, with the metrics of a cadence
@@ -110,8 +138,12 @@ class fake_metric_source final : public metric_source {
   [[nodiscard]] std::size_t medium_reads() const noexcept { return medium_reads_; }
   /// Reads so far that included the slow metrics.
   [[nodiscard]] std::size_t slow_reads() const noexcept { return slow_reads_; }
+  /// What call_costs() returns.
+  void set_call_costs(std::vector<call_cost> c) { costs_ = std::move(c); }
+  [[nodiscard]] std::vector<call_cost> call_costs() const override { return costs_; }
 
  private:
+  std::vector<call_cost> costs_;
   std::function<gpu_sample(std::size_t)> script_;
   std::atomic<std::size_t> reads_{0}, medium_reads_{0}, slow_reads_{0};
 };
@@ -180,6 +212,14 @@ class sampler {
   [[nodiscard]] int slow_interval_ms() const noexcept { return slow_interval_ms_; }
   /// The medium metrics' interval, as used (within interval..slow interval).
   [[nodiscard]] int medium_interval_ms() const noexcept { return medium_interval_ms_; }
+  /// The interval of a cadence: the sample interval, the medium or the slow interval.
+  [[nodiscard]] int interval_ms_of(metric_cadence c) const noexcept {
+    return c == metric_cadence::slow     ? slow_interval_ms_
+           : c == metric_cadence::medium ? medium_interval_ms_
+                                         : interval_ms_;
+  }
+  /// The source's call costs (source().call_costs()); read them once the sampler stopped.
+  [[nodiscard]] const metric_source& source() const noexcept { return *source_; }
 
  private:
   void loop();
