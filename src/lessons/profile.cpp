@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "gpu_basics/core/config.hpp"
 #include "gpu_basics/core/hardware.hpp"
@@ -296,6 +297,38 @@ std::optional<note> sampler_note(const nvml_sampling& s) {
                           s.interval_ms, *s.slow_interval_ms * 1e-3, 100.0 * *steady)};
 }
 
+/// What is read how often. Results that list their calls say it from the calls; older ones
+/// (before the calls were recorded) used the split this text names.
+std::optional<note> cadence_note(const nvml_sampling& s) {
+  if (!s.medium_interval_ms || *s.medium_interval_ms <= s.interval_ms) return std::nullopt;
+  const int ratio = *s.medium_interval_ms / std::max(1, s.interval_ms);
+  if (s.calls.empty())
+    return note{"nvml", fmt::format("- Power, temperature, the memory clock and the clock-event "
+                                    "reasons are read every {} ms, the other metrics every {} ms: "
+                                    "each NVML call costs CPU, and NVML itself averages power "
+                                    "over the last second, so reading those {}x as often would "
+                                    "repeat values.",
+                                    *s.medium_interval_ms, s.interval_ms, ratio)};
+  std::vector<std::string> fast, medium;
+  const nvml_call_row* util = nullptr;
+  for (const auto& c : s.calls) {
+    if (c.calls == 0) continue;
+    if (c.cadence == "fast") fast.push_back(c.call);
+    if (c.cadence == "medium") medium.push_back(c.call);
+    if (c.call == "nvmlDeviceGetUtilizationRates") util = &c;
+  }
+  if (fast.empty() || medium.empty()) return std::nullopt;
+  std::string text = fmt::format(
+      "- Every {} ms the sampler calls only {}; {} every {} ms: each call costs tens of "
+      "microseconds of CPU (the next table), and reading a value {}x as often as it changes "
+      "only repeats it.",
+      s.interval_ms, fmt::join(fast, ", "), fmt::join(medium, ", "), *s.medium_interval_ms, ratio);
+  if (util && util->changed_every_ms)
+    text += fmt::format(" NVML refreshed utilization every {:.0f} ms here (median).",
+                        *util->changed_every_ms);
+  return note{"nvml", text};
+}
+
 /// Which call costs most, and whether reading it so often buys anything.
 std::optional<note> call_cost_note(const nvml_sampling& s) {
   const nvml_call_row* top = nullptr;
@@ -348,14 +381,7 @@ std::vector<note> nvml_notes(const profile_result& r) {
                                      *s.energy_s > 0 ? *s.energy_j / *s.energy_s : 0.0)});
   else
     n.push_back({"nvml", fmt::format("- Energy counter: {}.", s.energy_status)});
-  if (s.medium_interval_ms && *s.medium_interval_ms > s.interval_ms)
-    n.push_back(
-        {"nvml", fmt::format("- Power, temperature, the memory clock and the clock-event reasons "
-                             "are read every {} ms, the other metrics every {} ms: each NVML "
-                             "call costs CPU, and NVML itself averages power over the last "
-                             "second, so reading those {}x as often would repeat values.",
-                             *s.medium_interval_ms, s.interval_ms,
-                             *s.medium_interval_ms / std::max(1, s.interval_ms))});
+  if (auto c = cadence_note(s)) n.push_back(std::move(*c));
   if (auto c = sampler_note(s)) n.push_back(std::move(*c));
   if (auto c = call_cost_note(s)) n.push_back(std::move(*c));
   if (s.samples_csv_path) n.push_back({"nvml", "- All samples: " + *s.samples_csv_path});

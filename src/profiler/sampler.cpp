@@ -113,13 +113,10 @@ metric_cadence cadence_of(gpu_metric m) noexcept {
     case gpu_metric::pcie_tx_bytes_per_s:
     case gpu_metric::pcie_rx_bytes_per_s:
       return metric_cadence::slow;
-    case gpu_metric::power_w:
-    case gpu_metric::temperature_c:
-    case gpu_metric::memory_clock_mhz:
-    case gpu_metric::clock_event_reasons:
-      return metric_cadence::medium;
-    default:
+    case gpu_metric::sm_clock_mhz:
       return metric_cadence::fast;
+    default:
+      return metric_cadence::medium;
   }
 }
 

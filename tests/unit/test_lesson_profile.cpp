@@ -639,6 +639,14 @@ TEST(LessonProfile, CostTableRanksCallsAndSplitsTheThreadsCost) {
                                       100.0 * steady, 100.0 * (steady - sum))),
             std::string::npos)
       << notes[0];
+  // With its calls, the result says which calls run at which cadence, and utilization's refresh.
+  const auto cad = notes_for(explain_profile(r, h200()), "nvml");
+  EXPECT_TRUE(any_contains(cad,
+                           "Every 10 ms the sampler calls only nvmlDeviceGetUtilizationRates, "
+                           "nvmlDeviceGetMemoryInfo; nvmlDeviceGetPowerUsage every 100 ms"));
+  EXPECT_TRUE(any_contains(cad, "10x as often as it changes"));
+  EXPECT_TRUE(any_contains(cad, "NVML refreshed utilization every 166 ms here (median)."));
+  EXPECT_FALSE(any_contains(cad, "Power, temperature, the memory clock"));
   // The result round-trips with its calls.
   EXPECT_EQ(nlohmann::json(r).get<profile_result>(), r);
 }

@@ -123,7 +123,7 @@ struct config {
     } double_buffer;
     struct staging_section {
       std::uint64_t chunk_bytes = 8ull << 20;
-      int buffers = 3;
+      int buffers = 6;
       int threads = 0;  // 0: one per core, at most 16
       bool streaming_stores = false;
       bool huge_pages = false;

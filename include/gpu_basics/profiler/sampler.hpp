@@ -54,12 +54,15 @@ struct gpu_sample {
   reading<double>& operator[](gpu_metric m) { return values[static_cast<std::size_t>(m)]; }
 };
 
-/// How often the sampler reads a metric. Each NVML call costs microseconds of CPU, so only
-/// what moves between two samples is read on every one:
-/// - fast: every sample (utilization, memory used and total, the SM clock);
-/// - medium: at most every medium interval, for what NVML itself refreshes slowly or what moves
-///   slowly: power (NVML's average over the last second on Ampere and later), temperature,
-///   the memory clock and the clock-event reasons;
+/// How often the sampler reads a metric. Each NVML call costs tens of microseconds of CPU (the
+/// profile lesson's "nvml_cost" table measures them), and most values change far less often
+/// than a 10 ms sampler looks, so each metric is read about as often as it moves:
+/// - fast: every sample: the SM clock (a 2 us call; it moves within milliseconds under power
+///   or thermal capping);
+/// - medium: at most every medium interval (200 ms by default): utilization (NVML refreshes it
+///   about every 200 ms on an H200: 19 reads in 20 at 10 ms repeated the last), memory used and
+///   total, power (NVML's own average; 270-350 us per call on an H200), temperature, the memory
+///   clock and the clock-event reasons;
 /// - slow: at most every slow interval, for what costs milliseconds per reading: the energy
 ///   counter and PCIe throughput.
 enum class metric_cadence { fast, medium, slow };
@@ -95,11 +98,12 @@ class metric_source {
 };
 
 /// Reads one device through NVML (by PCI bus id, as the CUDA runtime names it).
-/// Costs measured on the H200 (driver 580): utilization, memory, power, temperature, clocks and
-/// clock-event reasons take 1-8 us of CPU each (the driver caches them), but the energy counter
-/// takes 3-4 ms of CPU per read, so it is a slow metric. One call can fill several metrics
-/// (utilization: GPU and memory; memory: used and total). PCIe throughput is opt-in and slow as
-/// well: NVML measures each direction over a 20 ms window inside the call.
+/// Costs measured on the H200 (driver 580) while it ran matmuls, CPU per call: SM and memory
+/// clocks 1.5-10 us; temperature 3-75 us; memory info 29-34 us; utilization 38-99 us;
+/// clock-event reasons 65-68 us; power 270-355 us; the energy counter 2.6-8.8 ms (a slow
+/// metric). One call can fill several metrics (utilization: GPU and memory; memory: used and
+/// total). PCIe throughput is opt-in and slow as well: NVML measures each direction over a
+/// 20 ms window inside the call.
 class nvml_metric_source final : public metric_source {
  public:
   /// Reads `device` through `nv`; pcie_throughput adds the PCIe tx/rx metrics (slow reads).
@@ -182,7 +186,7 @@ class sampler {
   /// (oldest dropped first).
   /// @throws logic_error when source is null or a bound is out of range.
   sampler(std::shared_ptr<metric_source> source, int interval_ms, std::size_t capacity = 100000,
-          int slow_interval_ms = 5000, int medium_interval_ms = 100);
+          int slow_interval_ms = 5000, int medium_interval_ms = 200);
   /// Stops the thread (stop()).
   ~sampler();
   sampler(const sampler&) = delete;

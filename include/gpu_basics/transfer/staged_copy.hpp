@@ -15,7 +15,7 @@ namespace gpu_basics {
 
 struct staging_options {
   std::size_t chunk_bytes = 8u << 20;
-  unsigned buffers = 3;  // >= 2
+  unsigned buffers = 6;  // >= 2
   unsigned threads = 0;  // 0: default_thread_count()
   /// The host copies write with non-temporal stores (host_copy.hpp): into the ring on upload,
   /// into the destination on download.
