@@ -152,7 +152,11 @@ gpu_sample nvml_metric_source::read(metric_cadence deepest) {
   std::lock_guard lock(mutex_);
   for (auto& p : probes_) {
     if (p.cost.cadence > deepest) continue;
-    if (p.cost.calls++ % kTimeEvery != 0) {
+    // The first call of each is not timed: it pays NVML's one-off costs in this thread
+    // (milliseconds), which would swamp the steady figure. Rare calls are all timed after it.
+    const std::uint64_t n = p.cost.calls++;
+    const bool timed = n > 0 && (p.cost.cadence != metric_cadence::fast || n % kTimeEvery == 1);
+    if (!timed) {
       p.fill(s);
       continue;
     }

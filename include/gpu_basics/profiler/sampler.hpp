@@ -111,7 +111,8 @@ class nvml_metric_source final : public metric_source {
   nvml_metric_source(std::shared_ptr<nvml> nv, nvml_device device, bool pcie_throughput = false);
   /// One sample; a metric NVML cannot give keeps its status.
   gpu_sample read(metric_cadence deepest) override;
-  /// Each NVML call's cost: every kTimeEvery-th call of each is timed (thread CPU time).
+  /// Each NVML call's cost (thread CPU time): every kTimeEvery-th call of the fast cadence and
+  /// every call of the others is timed, each one's first call excepted (one-off costs).
   [[nodiscard]] std::vector<call_cost> call_costs() const override;
   static constexpr std::uint64_t kTimeEvery = 4;
 
