@@ -3,18 +3,9 @@
 #include <algorithm>
 #include <utility>
 
-namespace gpu_basics {
+#include "gpu_basics/core/cpu_relax.hpp"
 
-namespace {
-/// Tells the core this thread is spin-waiting (x86 `pause`, AArch64 `yield`).
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-}  // namespace
+namespace gpu_basics {
 
 thread_pool::thread_pool(unsigned threads, std::chrono::microseconds spin)
     : spin_(std::max(spin, std::chrono::microseconds{0})) {

@@ -4,17 +4,11 @@
 #include <atomic>
 #include <thread>
 
+#include "gpu_basics/core/cpu_relax.hpp"
+
 namespace gpu_basics::allocator_detail {
 
-/// Tells the core this thread is spin-waiting: x86 `pause`, AArch64 `yield` (both let a sibling
-/// hardware thread run and save power); nothing on other targets.
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
+using gpu_basics::cpu_relax;
 
 /// A test-and-test-and-set lock: the allocator's critical sections are a few dozen
 /// nanoseconds, shorter than a futex round trip, so waiters spin briefly and then yield.
