@@ -139,6 +139,14 @@ double call_share(const nvml_call_row& c) {
   return c.interval_ms > 0 ? c.cpu_us * 1e-6 / (c.interval_ms * 1e-3) : 0.0;
 }
 
+/// The calls' summed share of a core (calls never made or never timed add 0).
+double calls_share(const nvml_sampling& s) {
+  double sum = 0;
+  for (const auto& c : s.calls)
+    if (c.calls > 0 && c.timed > 0) sum += call_share(c);
+  return sum;
+}
+
 /// What the sampler thread costs, call by call: the rows sum to "all NVML calls"; the thread's
 /// measured steady cost less that sum is what waking up, reading the clock and storing cost.
 std::optional<table> nvml_cost_table(const profile_result& r) {
@@ -159,9 +167,7 @@ std::optional<table> nvml_cost_table(const profile_result& r) {
     if (c.calls > 0) rows.push_back(&c);
   std::stable_sort(rows.begin(), rows.end(),
                    [](const auto* a, const auto* b) { return call_share(*a) > call_share(*b); });
-  double sum = 0;
   for (const auto* c : rows) {
-    sum += call_share(*c);
     t.add_row({c->call, c->cadence, static_cast<std::int64_t>(c->interval_ms),
                static_cast<std::int64_t>(c->calls), c->cpu_us, call_share(*c),
                c->changed_every_ms ? value(*c->changed_every_ms) : value(std::monostate{})});
@@ -173,6 +179,7 @@ std::optional<table> nvml_cost_table(const profile_result& r) {
     row[5] = share;
     t.add_row(std::move(row));
   };
+  const double sum = calls_share(s);
   summary_row("all NVML calls", sum);
   if (s.cost && s.slow_interval_ms)
     if (const auto steady = steady_fraction(*s.cost, s.interval_ms, *s.slow_interval_ms)) {
@@ -332,12 +339,9 @@ std::optional<note> cadence_note(const nvml_sampling& s) {
 /// Which call costs most, and whether reading it so often buys anything.
 std::optional<note> call_cost_note(const nvml_sampling& s) {
   const nvml_call_row* top = nullptr;
-  double sum = 0;
-  for (const auto& c : s.calls) {
-    if (c.calls == 0 || c.timed == 0) continue;
-    sum += call_share(c);
-    if (!top || call_share(c) > call_share(*top)) top = &c;
-  }
+  for (const auto& c : s.calls)
+    if (c.calls > 0 && c.timed > 0 && (!top || call_share(c) > call_share(*top))) top = &c;
+  const double sum = calls_share(s);
   if (!top || sum <= 0) return std::nullopt;
   std::string text = fmt::format(
       "- The NVML calls take {:.3f}% of a core in all; the costliest is {} ({:.1f} us of CPU "
