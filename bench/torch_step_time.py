@@ -9,7 +9,8 @@ The loop is examples/torch_pluggable.py (an 8-layer decoder-only transformer und
 by default, a random sequence length each step). For our allocator it also reports what the
 expandable pages cost: device maps and unmaps (num_device_alloc / num_device_free), device
 synchronisations, host time inside those calls, and pages retired and taken back (deferred
-release). The medians are over the repetitions' median step times.
+release); and how often the lock holder claimed other threads' caches (a heavy fence each, paid
+when the autograd thread frees what the main thread's fast path handed out), with its time. The medians are over the repetitions' median step times.
 """
 import argparse
 import json
@@ -88,8 +89,9 @@ def main() -> int:
         return [a["step_time_median_s"] / b["step_time_median_s"]
                 for a, b in zip(results[name], results.get(peer, []))]
     print(f"| run | median step, ms (each rep) | x PyTorch same mode: median of paired ratios (each) | peak reserved, MiB "
-          f"| maps / unmaps | syncs | ms in device calls | pages retired / taken back |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"| maps / unmaps | syncs | ms in device calls | pages retired / taken back "
+          f"| cache claims (ms) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     summary = {}
     for name, rs in results.items():
         med = base[name]
@@ -110,7 +112,8 @@ def main() -> int:
               f"{'/'.join(f'{v / MIB:.0f}' for v in peaks)} | "
               f"{col('num_device_alloc')} / {col('num_device_free')} | "
               f"{col('num_sync_all_streams')} | {col('gpu_basics.device_call_ns', 1e6, '{:.1f}')} | "
-              f"{col('gpu_basics.pages_retired')} / {col('gpu_basics.pages_reclaimed')} |")
+              f"{col('gpu_basics.pages_retired')} / {col('gpu_basics.pages_reclaimed')} | "
+              f"{col('gpu_basics.cache_claims')} ({col('gpu_basics.cache_claim_ns', 1e6, '{:.1f}')}) |")
         summary[name] = {"median_step_s": med, "ratio_to_pytorch_same_mode": ratio,
                          "paired_ratios": ratios,
                          "step_medians_s": [x["step_time_median_s"] for x in rs],

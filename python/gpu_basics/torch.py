@@ -211,7 +211,7 @@ def torch_stats(ours: Optional[dict]) -> "collections.OrderedDict[str, int]":
     split = ours.get("max_split_size_bytes")
     out["max_split_size"] = -1 if split is None else int(split)
     for k in ("cached_free_bytes", "largest_free_block_bytes", "fragmentation", "device_call_ns",
-              "pages_retired", "pages_reclaimed"):
+              "pages_retired", "pages_reclaimed", "cache_claims", "cache_claim_ns"):
         out[f"gpu_basics.{k}"] = ours.get(k, 0)
     return collections.OrderedDict(sorted(out.items()))
 

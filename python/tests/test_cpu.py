@@ -154,8 +154,10 @@ def test_statistics_carry_pytorchs_key_names(monkeypatch):
             "active_count": stat(1, 4, 8, 7), "inactive_split_count": stat(0, 1, 1, 1),
             "alloc_retries": 2, "ooms": 1, "device_allocations": 3, "device_frees": 2,
             "device_syncs": 4, "max_split_size_bytes": None, "largest_free_block_bytes": 1536,
-            "fragmentation": 0.25, "device_call_ns": 5_000_000, "cached_free_bytes": 2048}
+            "fragmentation": 0.25, "device_call_ns": 5_000_000, "cached_free_bytes": 2048,
+            "cache_claims": 7, "cache_claim_ns": 21_000}
     s = gbt.torch_stats(ours)
+    assert (s["gpu_basics.cache_claims"], s["gpu_basics.cache_claim_ns"]) == (7, 21_000)
     assert s["allocated_bytes.all.current"] == 512
     assert s["allocated_bytes.all.peak"] == 2048
     assert s["reserved_bytes.all.freed"] == 4 << 20

@@ -22,6 +22,7 @@
 
 #include "config_detail.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/json.hpp"
 
 namespace gpu_basics {
 
@@ -55,6 +56,11 @@ constexpr std::pair<log_level, std::string_view> kLevelNames[] = {{log_level::tr
                                                                   {log_level::info, "info"},
                                                                   {log_level::warn, "warn"},
                                                                   {log_level::error, "error"}};
+constexpr std::pair<store_mode, std::string_view> kStoreModeNames[] = {
+    {store_mode::off, "off"},
+    {store_mode::uploads, "uploads"},
+    {store_mode::downloads, "downloads"},
+    {store_mode::both, "both"}};
 }  // namespace
 
 namespace detail {
@@ -88,6 +94,36 @@ std::optional<dtype> parse_dtype(std::string_view name) {
   if (n == "bf16") return dtype::bfloat16;
   if (n == "fp64" || n == "double") return dtype::float64;
   return std::nullopt;
+}
+
+std::string_view to_string(store_mode m) noexcept {
+  for (const auto& [v, n] : kStoreModeNames)
+    if (v == m) return n;
+  return "?";
+}
+
+std::optional<store_mode> parse_store_mode(std::string_view name) {
+  const std::string n = lower(name);
+  for (const auto& [v, s] : kStoreModeNames)
+    if (s == n) return v;
+  if (n == "true") return store_mode::both;
+  if (n == "false") return store_mode::off;
+  return std::nullopt;
+}
+
+void to_json(nlohmann::json& j, store_mode m) {
+  j = std::string(to_string(m));
+}
+
+void from_json(const nlohmann::json& j, store_mode& m) {
+  if (j.is_boolean()) {
+    m = j.get<bool>() ? store_mode::both : store_mode::off;
+    return;
+  }
+  const auto parsed =
+      j.is_string() ? parse_store_mode(j.get_ref<const std::string&>()) : std::nullopt;
+  if (!parsed) throw json_type_error("off, uploads, downloads or both", j);
+  m = *parsed;
 }
 
 std::optional<log_level> parse_log_level(std::string_view name) {

@@ -482,9 +482,19 @@ config_schema make_builtin() {
   s.add(int_key("transfer.staging.threads", GB_FIELD(int, transfer.staging.threads), 0, 256, "",
                 "host threads filling them (0 = one per core, at most 16)",
                 "an integer in 0..256 (0 = one per core, at most 16)"));
-  s.add(bool_key("transfer.staging.streaming_stores",
-                 GB_FIELD(bool, transfer.staging.streaming_stores),
-                 "host copies write with non-temporal stores (no read-for-ownership)"));
+  s.add(custom_key(
+      "transfer.staging.streaming_stores", "off, uploads, downloads or both (true: both)", "",
+      "which host copies write with non-temporal stores (no read-for-ownership): into the ring "
+      "on upload, into the destination on download",
+      [](config& c, const YAML::Node& n, const parse_context& ctx) {
+        const std::string expect = "off, uploads, downloads or both (true: both)";
+        const auto m = parse_store_mode(read_string(n, ctx, expect));
+        if (!m) fail(ctx, "expected " + expect + ", got " + describe(n));
+        c.transfer.staging.streaming_stores = *m;
+      },
+      [](const config& c) -> nlohmann::json {
+        return to_string(c.transfer.staging.streaming_stores);
+      }));
   s.add(bool_key("transfer.staging.huge_pages", GB_FIELD(bool, transfer.staging.huge_pages),
                  "the ring in transparent huge pages, pinned with cudaHostRegister"));
   s.add(bool_key("transfer.staging.variants", GB_FIELD(bool, transfer.staging.variants),

@@ -287,21 +287,24 @@ std::optional<note> sampler_note(const nvml_sampling& s) {
   if (!steady || c.wall_s <= 0) return std::nullopt;
   const double wall = c.wall_s;
   const std::uint64_t fast_n = c.samples_taken - c.slow_samples;
-  return note{"nvml",
-              fmt::format("- The sampler thread used {:.2f}% of one CPU core over {:.2f} s: "
-                          "{:.2f}% in {} reads that include the "
-                          "energy counter ({:.1f} ms of CPU each: NVML reads it from the board, "
-                          "while the other metrics come "
-                          "from the driver's cache) and {:.2f}% in {} plain samples ({:.0f} us "
-                          "each, waking up included). So "
-                          "at {} ms with the counter read every {:.0f} s, its steady cost is about "
-                          "{:.2f}% of a core; over a "
-                          "short run the counter's reads at both ends dominate.",
-                          100.0 * c.cpu_s / wall, wall, 100.0 * c.slow_cpu_s / wall, c.slow_samples,
-                          1e3 * c.slow_cpu_s / static_cast<double>(c.slow_samples),
-                          100.0 * (c.cpu_s - c.slow_cpu_s) / wall, fast_n,
-                          1e6 * (c.cpu_s - c.slow_cpu_s) / static_cast<double>(fast_n),
-                          s.interval_ms, *s.slow_interval_ms * 1e-3, 100.0 * *steady)};
+  return note{
+      "nvml",
+      fmt::format("- The sampler thread used {:.2f}% of one CPU core over {:.2f} s: "
+                  "{:.2f}% in {} reads that include the "
+                  "energy counter ({:.1f} ms of CPU each: NVML reads it from the "
+                  "board{}) and {:.2f}% in {} plain samples ({:.0f} us "
+                  "each, waking up included). So "
+                  "at {} ms with the counter read every {:.0f} s, its steady cost is about "
+                  "{:.2f}% of a core; over a "
+                  "short run the counter's reads at both ends dominate.",
+                  100.0 * c.cpu_s / wall, wall, 100.0 * c.slow_cpu_s / wall, c.slow_samples,
+                  1e3 * c.slow_cpu_s / static_cast<double>(c.slow_samples),
+                  // Results before the cost table said this; the table shows other
+                  // calls costing hundreds of microseconds too.
+                  s.calls.empty() ? ", while the other metrics come from the driver's cache" : "",
+                  100.0 * (c.cpu_s - c.slow_cpu_s) / wall, fast_n,
+                  1e6 * (c.cpu_s - c.slow_cpu_s) / static_cast<double>(fast_n), s.interval_ms,
+                  *s.slow_interval_ms * 1e-3, 100.0 * *steady)};
 }
 
 /// What is read how often. Results that list their calls say it from the calls; older ones
@@ -316,20 +319,30 @@ std::optional<note> cadence_note(const nvml_sampling& s) {
                                     "over the last second, so reading those {}x as often would "
                                     "repeat values.",
                                     *s.medium_interval_ms, s.interval_ms, ratio)};
-  std::vector<std::string> fast, medium;
+  std::vector<std::string> fast, medium, averaged;
   const nvml_call_row* util = nullptr;
+  int averaged_ms = 0;
   for (const auto& c : s.calls) {
     if (c.calls == 0) continue;
     if (c.cadence == "fast") fast.push_back(c.call);
     if (c.cadence == "medium") medium.push_back(c.call);
+    if (c.cadence == "averaged") {
+      averaged.push_back(c.call);
+      averaged_ms = c.interval_ms;
+    }
     if (c.call == "nvmlDeviceGetUtilizationRates") util = &c;
   }
   if (fast.empty() || medium.empty()) return std::nullopt;
-  std::string text = fmt::format(
-      "- Every {} ms the sampler calls only {}; {} every {} ms: each call costs tens of "
-      "microseconds of CPU (the next table), and reading a value {}x as often as it changes "
-      "only repeats it.",
-      s.interval_ms, fmt::join(fast, ", "), fmt::join(medium, ", "), *s.medium_interval_ms, ratio);
+  std::string text =
+      fmt::format("- Every {} ms the sampler calls only {}; {} every {} ms", s.interval_ms,
+                  fmt::join(fast, ", "), fmt::join(medium, ", "), *s.medium_interval_ms);
+  if (!averaged.empty() && averaged_ms > *s.medium_interval_ms)
+    text += fmt::format("; {} every {} ms, as NVML itself averages power over the last second",
+                        fmt::join(averaged, ", "), averaged_ms);
+  text += fmt::format(
+      ": each call costs tens of microseconds of CPU (the next table), and reading a value {}x "
+      "as often as it changes only repeats it.",
+      ratio);
   if (util && util->changed_every_ms)
     text += fmt::format(" NVML refreshed utilization every {:.0f} ms here (median).",
                         *util->changed_every_ms);

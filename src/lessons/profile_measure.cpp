@@ -247,6 +247,7 @@ nvml_sampling sampling_of(const sampler& smp, const std::vector<gpu_sample>& sam
   r.interval_ms = cfg.profiler.sample_interval_ms;
   r.slow_interval_ms = smp.slow_interval_ms();
   r.medium_interval_ms = smp.medium_interval_ms();
+  r.averaged_interval_ms = smp.averaged_interval_ms();
   r.samples = samples.size();
   r.dropped = smp.dropped();
   r.metrics = metric_rows(samples);

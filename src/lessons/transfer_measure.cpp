@@ -158,6 +158,8 @@ staging_options staging_of(const config& cfg) {
 
 /// The configured staging with one choice changed at a time (two for streaming stores with
 /// huge pages), each named by what changed; choices that would not change anything are left out.
+/// The stores are changed to plain and to streaming in both directions, so each direction's
+/// stores are flipped by one variant.
 std::vector<std::pair<std::string, staging_options>> staging_variants(const staging_options& base,
                                                                       std::uint64_t bytes) {
   std::vector<std::pair<std::string, staging_options>> v;
@@ -166,13 +168,18 @@ std::vector<std::pair<std::string, staging_options>> staging_variants(const stag
     change(o);
     v.emplace_back(std::move(name), o);
   };
-  add(base.streaming_stores ? "plain stores" : "streaming stores",
-      [](staging_options& o) { o.streaming_stores = !o.streaming_stores; });
+  // Plain and streaming stores both ways: between them, each direction's stores are changed
+  // once whatever the configured mode.
+  if (base.streaming_stores != store_mode::off)
+    add("plain stores", [](staging_options& o) { o.streaming_stores = store_mode::off; });
+  if (base.streaming_stores != store_mode::both)
+    add("streaming stores both ways",
+        [](staging_options& o) { o.streaming_stores = store_mode::both; });
   add(base.huge_pages ? "4 KiB-page ring" : "huge-page ring",
       [](staging_options& o) { o.huge_pages = !o.huge_pages; });
-  if (!base.streaming_stores && !base.huge_pages)
-    add("streaming stores, huge-page ring", [](staging_options& o) {
-      o.streaming_stores = true;
+  if (base.streaming_stores != store_mode::both && !base.huge_pages)
+    add("streaming stores both ways, huge-page ring", [](staging_options& o) {
+      o.streaming_stores = store_mode::both;
       o.huge_pages = true;
     });
   if (base.threads >= 2)

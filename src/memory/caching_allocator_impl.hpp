@@ -417,6 +417,8 @@ struct caching_allocator::impl {
     const impl& m_;
   };
   mutable int claim_depth = 0;
+  // allocator_stats::cache_claims and cache_claim_ns (written under the lock, by claims).
+  mutable std::int64_t claims = 0, claim_ns = 0;
 
   void fold(thread_cache& c) {
     // The fast path hands out and takes back blocks with no pending events: active moves with

@@ -76,6 +76,8 @@ allocator_stats caching_allocator::stats() const {
   m.sweep_caches(impl::sweep_mode::empty);  // report the cache merged, as it is after thread caches
                                             // are emptied
   allocator_stats s = m.st;
+  s.cache_claims = m.claims;
+  s.cache_claim_ns = m.claim_ns;
   m.fill_free_stats(s);
   return s;
 }
@@ -179,6 +181,8 @@ void to_json(nlohmann::json& j, const allocator_stats& s) {
        {"device_call_ns", s.device_call_ns},
        {"pages_retired", s.pages_retired},
        {"pages_reclaimed", s.pages_reclaimed},
+       {"cache_claims", s.cache_claims},
+       {"cache_claim_ns", s.cache_claim_ns},
        {"cached_free_bytes", s.cached_free_bytes},
        {"largest_free_block_bytes", s.largest_free_block},
        {"fragmentation", s.fragmentation}};

@@ -2,6 +2,7 @@
 // holder claim them, sweeping them (counters folded, cached blocks merged back, what their
 // threads handed out adopted into the shared map), and which freed blocks may wait in one.
 // Their fast paths and per-thread slots are in caching_allocator.cpp.
+#include <chrono>
 #include <thread>
 
 #if defined(__linux__)
@@ -58,6 +59,7 @@ caching_allocator::impl::cache_claim::cache_claim(const impl& m) : m_(m) {
     any = true;
   }
   if (!any) return;  // one thread: nobody to wait for, no fence to pay
+  const auto t0 = std::chrono::steady_clock::now();
   heavy_fence(m.asymmetric);
   for (const auto& c : m.caches) {
     if (!c->hs.claimed.load(std::memory_order_relaxed)) continue;
@@ -71,6 +73,10 @@ caching_allocator::impl::cache_claim::cache_claim(const impl& m) : m_(m) {
       }
     }
   }
+  ++m.claims;
+  m.claim_ns +=
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
 }
 
 caching_allocator::impl::cache_claim::~cache_claim() {

@@ -113,6 +113,8 @@ metric_cadence cadence_of(gpu_metric m) noexcept {
     case gpu_metric::pcie_tx_bytes_per_s:
     case gpu_metric::pcie_rx_bytes_per_s:
       return metric_cadence::slow;
+    case gpu_metric::power_w:
+      return metric_cadence::averaged;
     case gpu_metric::sm_clock_mhz:
       return metric_cadence::fast;
     default:
@@ -126,6 +128,8 @@ std::string_view to_string(metric_cadence c) noexcept {
       return "fast";
     case metric_cadence::medium:
       return "medium";
+    case metric_cadence::averaged:
+      return "averaged";
     case metric_cadence::slow:
       return "slow";
   }
@@ -139,6 +143,7 @@ bool is_slow_metric(gpu_metric m) noexcept {
 gpu_sample fake_metric_source::read(metric_cadence deepest) {
   gpu_sample s = script_(reads_++);
   if (deepest >= metric_cadence::medium) ++medium_reads_;
+  if (deepest >= metric_cadence::averaged) ++averaged_reads_;
   if (deepest == metric_cadence::slow) ++slow_reads_;
   for (std::size_t k = 0; k < kGpuMetricCount; ++k)
     if (cadence_of(static_cast<gpu_metric>(k)) > deepest) s.values[k] = {};
@@ -228,20 +233,24 @@ energy_use energy_between(const std::vector<gpu_sample>& samples) {
 }
 
 sampler::sampler(std::shared_ptr<metric_source> source, int interval_ms, std::size_t capacity,
-                 int slow_interval_ms, int medium_interval_ms)
+                 int slow_interval_ms, int medium_interval_ms, int averaged_interval_ms)
     : source_(std::move(source)),
       interval_ms_(interval_ms),
       capacity_(capacity),
       slow_interval_ms_(slow_interval_ms),
-      medium_interval_ms_(medium_interval_ms) {
+      medium_interval_ms_(medium_interval_ms),
+      averaged_interval_ms_(averaged_interval_ms) {
   GPU_BASICS_EXPECTS(source_ != nullptr, "a sampler needs a source");
   GPU_BASICS_EXPECTS(interval_ms >= 1 && interval_ms <= 1000, "sample interval outside 1..1000 ms");
   GPU_BASICS_EXPECTS(slow_interval_ms >= interval_ms && slow_interval_ms <= 60000,
                      "slow-metric interval outside interval..60000 ms");
   GPU_BASICS_EXPECTS(medium_interval_ms >= 1 && medium_interval_ms <= 60000,
                      "medium-metric interval outside 1..60000 ms");
+  GPU_BASICS_EXPECTS(averaged_interval_ms >= 1 && averaged_interval_ms <= 60000,
+                     "averaged-metric interval outside 1..60000 ms");
   GPU_BASICS_EXPECTS(capacity >= 1, "a sampler keeps at least one sample");
   medium_interval_ms_ = std::clamp(medium_interval_ms, interval_ms, slow_interval_ms);
+  averaged_interval_ms_ = std::clamp(averaged_interval_ms, medium_interval_ms_, slow_interval_ms);
 }
 
 sampler::~sampler() {
@@ -272,8 +281,9 @@ void sampler::loop() {
   const auto period = std::chrono::milliseconds(interval_ms_);
   const auto slow_period = std::chrono::milliseconds(slow_interval_ms_);
   const auto medium_period = std::chrono::milliseconds(medium_interval_ms_);
+  const auto averaged_period = std::chrono::milliseconds(averaged_interval_ms_);
   auto next = std::chrono::steady_clock::now();
-  auto next_slow = next, next_medium = next;
+  auto next_slow = next, next_averaged = next, next_medium = next;
   double slow_cpu = 0;
   std::size_t slow_n = 0;
   const auto read = [&](metric_cadence deepest) {
@@ -291,11 +301,14 @@ void sampler::loop() {
     if (now >= next_slow) {
       deepest = metric_cadence::slow;
       next_slow = now + slow_period;
-      next_medium = now + medium_period;
+    } else if (now >= next_averaged) {
+      deepest = metric_cadence::averaged;
     } else if (now >= next_medium) {
       deepest = metric_cadence::medium;
-      next_medium = now + medium_period;
     }
+    // A read of a cadence reads the more frequent ones too: their periods restart with it.
+    if (deepest >= metric_cadence::averaged) next_averaged = now + averaged_period;
+    if (deepest >= metric_cadence::medium) next_medium = now + medium_period;
     read(deepest);
     next += period;
     const auto after = std::chrono::steady_clock::now();

@@ -30,9 +30,8 @@ staged_copier::~staged_copier() {
     if (pending_[i]) GPU_BASICS_CUDA_TRY_NOTHROW(cudaEventSynchronize(dma_done_[i].value()));
 }
 
-void staged_copier::copy_parallel(void* dst, const void* src, std::size_t bytes) {
+void staged_copier::copy_parallel(void* dst, const void* src, std::size_t bytes, bool streaming) {
   // Split on 64-byte lines so no two threads write the same cache line.
-  const bool streaming = o_.streaming_stores;
   pool_.parallel_ranges(bytes, 64, [&](std::size_t off, std::size_t n) {
     auto* d = static_cast<std::byte*>(dst) + off;
     const auto* s = static_cast<const std::byte*>(src) + off;
@@ -49,7 +48,7 @@ void staged_copier::upload(void* dst, const void* src, std::size_t bytes, stream
     const std::size_t b = c % staging_.size();
     if (pending_[b] && wait_for_dma_) dma_done_[b].synchronize();  // its previous DMA read it
     copy_parallel(staging_[b], static_cast<const std::byte*>(src) + chunks[c].offset,
-                  chunks[c].bytes);
+                  chunks[c].bytes, streams_uploads(o_.streaming_stores));
     GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(static_cast<std::byte*>(dst) + chunks[c].offset,
                                         staging_[b], chunks[c].bytes, cudaMemcpyHostToDevice,
                                         s.value()));
@@ -77,7 +76,8 @@ void staged_copier::download(void* dst, const void* src, std::size_t bytes, stre
     const std::size_t b = c % ring;
     dma_done_[b].synchronize();
     pending_[b] = false;
-    copy_parallel(static_cast<std::byte*>(dst) + chunks[c].offset, staging_[b], chunks[c].bytes);
+    copy_parallel(static_cast<std::byte*>(dst) + chunks[c].offset, staging_[b], chunks[c].bytes,
+                  streams_downloads(o_.streaming_stores));
     if (c + ring < chunks.size()) enqueue(c + ring);
   }
 }

@@ -106,25 +106,31 @@ TEST(GpuTransfer, AsyncFromPinnedReturnsBeforeTheCopyEndsFromPageableItDoesNot) 
             0.9 * pinned.async_copy_s.median);  // sync waits for the copy
 }
 
-TEST(GpuStaged, UploadAndDownloadAreByteExactForAnySize) {
+TEST(GpuStaged, UploadAndDownloadAreByteExactForAnySizeAndStores) {
   SKIP_WITHOUT_GPU();
-  staging_options o;
-  o.chunk_bytes = 1u << 20;
-  o.buffers = 2;
-  o.threads = 4;
-  staged_copier copier(o);
-  cuda_stream s;
-  for (std::size_t bytes : {std::size_t{1}, std::size_t{4095}, std::size_t{(1u << 20) + 1},
-                            std::size_t{(5u << 20) + 777}, std::size_t{7u << 20}}) {
-    std::vector<std::uint8_t> src(bytes), back(bytes, 0);
-    fill_pattern_host(src.data(), bytes, static_cast<std::uint32_t>(bytes));
-    device_buffer d(bytes);
-    enqueue_fill_zero(d.data(), bytes, s);
-    copier.upload(d.data(), src.data(), bytes, s);
-    s.synchronize();
-    EXPECT_EQ(device_mismatches(d.data(), bytes, static_cast<std::uint32_t>(bytes)), 0u) << bytes;
-    copier.download(back.data(), d.data(), bytes, s);
-    EXPECT_EQ(back, src) << bytes;
+  for (const store_mode m :
+       {store_mode::off, store_mode::uploads, store_mode::downloads, store_mode::both}) {
+    staging_options o;
+    o.chunk_bytes = 1u << 20;
+    o.buffers = 2;
+    o.threads = 4;
+    o.streaming_stores = m;
+    staged_copier copier(o);
+    cuda_stream s;
+    for (std::size_t bytes : {std::size_t{1}, std::size_t{4095}, std::size_t{(1u << 20) + 1},
+                              std::size_t{(5u << 20) + 777}, std::size_t{7u << 20}}) {
+      const auto seed = static_cast<std::uint32_t>(bytes) + static_cast<std::uint32_t>(m);
+      // One byte in: the host buffers' odd alignment reaches the streaming copy's edges.
+      std::vector<std::uint8_t> src(bytes + 1), back(bytes + 1, 0);
+      fill_pattern_host(src.data() + 1, bytes, seed);
+      device_buffer d(bytes);
+      enqueue_fill_zero(d.data(), bytes, s);
+      copier.upload(d.data(), src.data() + 1, bytes, s);
+      s.synchronize();
+      EXPECT_EQ(device_mismatches(d.data(), bytes, seed), 0u) << bytes << " " << to_string(m);
+      copier.download(back.data() + 1, d.data(), bytes, s);
+      EXPECT_EQ(back, src) << bytes << " " << to_string(m);
+    }
   }
 }
 

@@ -11,6 +11,8 @@
 #include <random>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "allocator_test_util.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
@@ -447,6 +449,38 @@ TEST(AllocatorV2, ThreadCacheKeepsStatsExactForOneThread) {
   (void)a.empty_cache();
   EXPECT_EQ(a.stats().active_bytes.current, 0);
   EXPECT_THROW(a.deallocate(z), logic_error);
+}
+
+TEST(AllocatorV2, ClaimsOfOtherThreadsCachesAreCounted) {
+  auto be = std::make_shared<fake_backend>(1 * GiB, true);
+  caching_allocator a(be);
+  // One thread: its own cache is never claimed, whatever it does.
+  for (int i = 0; i < 100; ++i) a.deallocate(a.allocate(64 * KiB));
+  a.deallocate(a.allocate(30 * MiB));  // a shared-cache operation
+  EXPECT_EQ(a.stats().cache_claims, 0);
+  EXPECT_EQ(a.stats().cache_claim_ns, 0);
+  // A second thread with a cache: a block its fast path handed out, freed here, is found by
+  // claiming its cache; the stats() call that reads the count claims once more.
+  void* x = nullptr;
+  std::latch handed(1), done(1);
+  std::thread owner([&] {
+    a.deallocate(a.allocate(64 * KiB));  // a cache of its own, holding a block
+    x = a.allocate(64 * KiB);            // from that cache: only the owner knows it
+    handed.count_down();
+    done.wait();
+  });
+  handed.wait();
+  a.deallocate(x);
+  const auto s = a.stats();
+  EXPECT_EQ(s.allocated_bytes.current, 0);
+  EXPECT_GE(s.cache_claims, 2);
+  EXPECT_LE(s.cache_claims, 3);
+  EXPECT_GT(s.cache_claim_ns, 0);
+  done.count_down();
+  owner.join();
+  const nlohmann::json j = a.stats();
+  EXPECT_GE(j.at("cache_claims").get<std::int64_t>(), s.cache_claims);
+  EXPECT_GE(j.at("cache_claim_ns").get<std::int64_t>(), s.cache_claim_ns);
 }
 
 TEST(AllocatorV2, OtherThreadsCachedBlocksServeARequestBeforeTheBackendIsAsked) {

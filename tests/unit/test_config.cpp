@@ -15,6 +15,7 @@
 
 #include "gpu_basics/core/config.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/json.hpp"
 
 using namespace gpu_basics;
 
@@ -88,6 +89,42 @@ TEST(Config, LogLevelIsCaseInsensitive) {
   for (const char* s : {"trace", "Debug", "INFO", "Warn", "error", "WARNING"})
     EXPECT_TRUE(parse_log_level(s).has_value()) << s;
   EXPECT_FALSE(parse_log_level("verbose").has_value());
+}
+
+TEST(Config, StreamingStoresTakeADirectionAndTheOldBooleans) {
+  const std::pair<const char*, store_mode> cases[] = {{"off", store_mode::off},
+                                                      {"Uploads", store_mode::uploads},
+                                                      {"downloads", store_mode::downloads},
+                                                      {"both", store_mode::both},
+                                                      {"true", store_mode::both},
+                                                      {"false", store_mode::off}};
+  for (const auto& [text, mode] : cases) {
+    const config c =
+        load_text(std::string("transfer:\n  staging:\n    streaming_stores: ") + text + "\n");
+    EXPECT_EQ(c.transfer.staging.streaming_stores, mode) << text;
+    EXPECT_EQ(parse_store_mode(to_string(mode)), mode);
+  }
+  EXPECT_TRUE(streams_uploads(store_mode::both) && streams_downloads(store_mode::both));
+  EXPECT_TRUE(streams_uploads(store_mode::uploads) && !streams_downloads(store_mode::uploads));
+  EXPECT_TRUE(!streams_uploads(store_mode::downloads) && streams_downloads(store_mode::downloads));
+  EXPECT_TRUE(!streams_uploads(store_mode::off) && !streams_downloads(store_mode::off));
+
+  // In results: the name; true and false from files written before the mode had a direction.
+  EXPECT_EQ(nlohmann::json(store_mode::downloads), "downloads");
+  EXPECT_EQ(nlohmann::json(true).get<store_mode>(), store_mode::both);
+  EXPECT_EQ(nlohmann::json(false).get<store_mode>(), store_mode::off);
+  EXPECT_EQ(nlohmann::json("uploads").get<store_mode>(), store_mode::uploads);
+  for (const nlohmann::json& bad : {nlohmann::json("sideways"), nlohmann::json(1)}) {
+    store_mode m{};
+    try {
+      read_json(bad, m);
+      ADD_FAILURE() << bad.dump();
+    } catch (const json_path_error& e) {
+      EXPECT_NE(std::string(e.what()).find("expected off, uploads, downloads or both, got"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(Config, OverridesApplyWithTheSameParsing) {
@@ -220,6 +257,9 @@ INSTANTIATE_TEST_SUITE_P(
                   "transfer.tensor_shapes[0][1]", 2, "got \"x\""},
         bad_input{"bad_dtype", "transfer:\n  dtype: float13\n", "transfer.dtype", 2,
                   "expected one of float32, float16"},
+        bad_input{"bad_store_mode", "transfer:\n  staging:\n    streaming_stores: sideways\n",
+                  "transfer.staging.streaming_stores", 3,
+                  "expected off, uploads, downloads or both (true: both), got \"sideways\""},
         bad_input{"bad_log_level", "logging:\n  level: loud\n", "logging.level", 2,
                   "expected one of trace, debug, info, warn, error, got \"loud\""},
         bad_input{"bad_bool", "memory:\n  use_pinned_memory: maybe\n", "memory.use_pinned_memory",

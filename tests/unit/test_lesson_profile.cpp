@@ -649,6 +649,18 @@ TEST(LessonProfile, CostTableRanksCallsAndSplitsTheThreadsCost) {
   EXPECT_FALSE(any_contains(cad, "Power, temperature, the memory clock"));
   // The result round-trips with its calls.
   EXPECT_EQ(nlohmann::json(r).get<profile_result>(), r);
+
+  // Power on the averaged cadence: named apart, with its interval and why.
+  s.calls[2].cadence = "averaged";
+  s.calls[2].interval_ms = 1000;
+  s.calls.push_back(
+      {"nvmlDeviceGetTemperature", {"temperature_c"}, "medium", 100, 12, 3, 4.0, std::nullopt});
+  s.averaged_interval_ms = 1000;
+  EXPECT_TRUE(any_contains(notes_for(explain_profile(r, h200()), "nvml"),
+                           "nvmlDeviceGetMemoryInfo; nvmlDeviceGetTemperature every 100 ms; "
+                           "nvmlDeviceGetPowerUsage every 1000 ms, as NVML itself averages power "
+                           "over the last second: each call costs"));
+  EXPECT_EQ(nlohmann::json(r).get<profile_result>(), r);
 }
 
 TEST(LessonProfile, ChangedEveryIsTheMedianGapBetweenChanges) {

@@ -697,8 +697,8 @@ staging_variant variant(const std::string& name, const staging_figures& base, do
 TEST(LessonTransfer, StagingVariantsTableAndNotesComeFromTheirFigures) {
   transfer_result r = sample();
   auto& st = *r.pageable_upload;
-  auto nt = variant("streaming stores", st, 30.1e9, 20.0e9);
-  nt.streaming_stores = true;
+  auto nt = variant("streaming stores both ways", st, 30.1e9, 20.0e9);
+  nt.streaming_stores = store_mode::both;
   auto half = variant("8 threads", st, 22.0e9, 25.5e9);
   half.threads = 8;
   st.variants = {nt, half};
@@ -711,13 +711,14 @@ TEST(LessonTransfer, StagingVariantsTableAndNotesComeFromTheirFigures) {
   EXPECT_DOUBLE_EQ(cell(t, 1, 8), 30.1e9 / rate(st.staged_up));
   EXPECT_DOUBLE_EQ(cell(t, 2, 9), 25.5e9 / rate(st.staged_down));
   EXPECT_DOUBLE_EQ(cell(t, 2, 1), 8.0);
-  EXPECT_EQ(std::get<std::string>(t.rows[1][4]), "yes");
-  EXPECT_EQ(std::get<std::string>(t.rows[2][4]), "no");
+  EXPECT_EQ(std::get<std::string>(t.rows[1][4]), "both");
+  EXPECT_EQ(std::get<std::string>(t.rows[2][4]), "off");
 
   const auto notes = explain_transfer(r, h200_facts());
   const double up0 = rate(st.staged_up), down0 = rate(st.staged_down);
   EXPECT_NE(note_with(notes, "staging_variants",
-                      fmt::format("the fastest upload is \"streaming stores\": {:.1f} GB/s, "
+                      fmt::format("the fastest upload is \"streaming stores both ways\": {:.1f} "
+                                  "GB/s, "
                                   "{:.2f}x the configured {:.1f} GB/s",
                                   30.1, 30.1e9 / up0, up0 / 1e9)),
             "");
@@ -729,9 +730,17 @@ TEST(LessonTransfer, StagingVariantsTableAndNotesComeFromTheirFigures) {
                                   100.0 * 30.1e9 / rate(*st.pinned_up), rate(*st.pinned_up) / 1e9)),
             "");
   EXPECT_NE(note_with(notes, "staging_variants",
-                      fmt::format("Turning streaming stores on changed the upload by {:+.0f}% and "
-                                  "the download by {:+.0f}%",
-                                  100.0 * (30.1e9 / up0 - 1), 100.0 * (20.0e9 / down0 - 1))),
+                      fmt::format("the upload ran at {:.1f} GB/s with plain stores and 30.1 GB/s "
+                                  "with streaming stores ({:+.0f}%); the download ran at {:.1f} "
+                                  "GB/s with plain stores and 20.0 GB/s with streaming stores "
+                                  "({:+.0f}%)",
+                                  up0 / 1e9, 100.0 * (30.1e9 / up0 - 1), down0 / 1e9,
+                                  100.0 * (20.0e9 / down0 - 1))),
+            "");
+
+  EXPECT_NE(note_with(notes, "staging_variants",
+                      "On this machine `transfer.staging.streaming_stores: uploads` would be "
+                      "faster than the configured `off`."),
             "");
 
   // No variant 3% faster: said so, naming the best.
@@ -743,10 +752,61 @@ TEST(LessonTransfer, StagingVariantsTableAndNotesComeFromTheirFigures) {
                                   1.01)),
             "");
   for (const auto& text : notes_of(flat, "staging_variants"))
-    EXPECT_EQ(text.find("Turning streaming"), std::string::npos) << text;
+    EXPECT_EQ(text.find("Streaming stores, one direction"), std::string::npos) << text;
 
   // Without variants (older results): no table, no notes.
   st.variants.clear();
   for (const auto& tb : present_transfer(r)) EXPECT_NE(tb.id, "staging_variants");
   for (const auto& n : explain_transfer(r, h200_facts())) EXPECT_NE(n.table_id, "staging_variants");
+}
+
+TEST(LessonTransfer, EachDirectionsStoresAreJudgedByTheVariantThatFlipsThem) {
+  transfer_result r = sample();
+  auto& st = *r.pageable_upload;
+  st.streaming_stores = store_mode::downloads;
+  const double up0 = rate(st.staged_up), down0 = rate(st.staged_down);
+  // Plain stores change only the download; streaming both ways only the upload.
+  auto plain = variant("plain stores", st, up0, 0.8 * down0);
+  plain.streaming_stores = store_mode::off;
+  auto both = variant("streaming stores both ways", st, 0.9 * up0, down0);
+  both.streaming_stores = store_mode::both;
+  auto huge = variant("streaming stores both ways, huge-page ring", st, 2 * up0, 2 * down0);
+  huge.streaming_stores = store_mode::both;
+  huge.huge_pages = true;  // changes more than the stores: never the stores' comparison
+  st.variants = {huge, plain, both};
+  const auto stores = [&] {
+    for (const auto& text : notes_of(explain_transfer(r, h200_facts()), "staging_variants"))
+      if (text.find("Streaming stores, one direction") != std::string::npos) return text;
+    return std::string();
+  };
+  const std::string said = stores();
+  EXPECT_NE(said.find(fmt::format("the upload ran at {:.1f} GB/s with plain stores and {:.1f} "
+                                  "GB/s with streaming stores (-10%)",
+                                  up0 / 1e9, 0.9 * up0 / 1e9)),
+            std::string::npos)
+      << said;
+  EXPECT_NE(said.find(fmt::format("the download ran at {:.1f} GB/s with plain stores and {:.1f} "
+                                  "GB/s with streaming stores (+25%)",
+                                  0.8 * down0 / 1e9, down0 / 1e9)),
+            std::string::npos)
+      << said;
+  EXPECT_NE(said.find("The configured `streaming_stores: downloads` is the faster choice here."),
+            std::string::npos)
+      << said;
+
+  // Plain downloads 10% faster: the advice turns to off.
+  st.variants[1].down = fig("D2H", "pageable", st.bytes, 1.1 * down0);
+  EXPECT_NE(stores().find("`transfer.staging.streaming_stores: off` would be faster than the "
+                          "configured `downloads`"),
+            std::string::npos);
+  // Within 3%: the configured choice stands.
+  st.variants[1].down = fig("D2H", "pageable", st.bytes, 1.02 * down0);
+  EXPECT_NE(stores().find("The configured `streaming_stores: downloads`"), std::string::npos);
+
+  // Only the upload's variant measured: its clause alone, and no advice.
+  st.variants = {both};
+  const std::string one = stores();
+  EXPECT_NE(one.find("the upload ran at"), std::string::npos) << one;
+  EXPECT_EQ(one.find("the download ran at"), std::string::npos) << one;
+  EXPECT_EQ(one.find("faster"), std::string::npos) << one;
 }

@@ -121,8 +121,7 @@ TEST(Sampler, ReadsMediumMetricsAtTheirOwnInterval) {
   auto src = std::make_shared<fake_metric_source>([](std::size_t n) {
     gpu_sample s = scripted(n);
     s[gpu_metric::sm_clock_mhz] = {metric_status::ok, 1980.0};
-    s[gpu_metric::power_w] = {metric_status::ok, 400.0 + static_cast<double>(n)};
-    s[gpu_metric::temperature_c] = {metric_status::ok, 40.0};
+    s[gpu_metric::temperature_c] = {metric_status::ok, 40.0 + static_cast<double>(n)};
     s[gpu_metric::clock_event_reasons] = {metric_status::ok, 0.0};
     return s;
   });
@@ -133,26 +132,69 @@ TEST(Sampler, ReadsMediumMetricsAtTheirOwnInterval) {
   s.stop();
   const auto samples = s.samples();
   ASSERT_GE(samples.size(), 40u);
-  // First, about every 50 ms over 320 ms, and the last: 5 to 9 reads with power and the other
-  // medium metrics, each one of the samples that hold them.
+  // First, about every 50 ms over 320 ms, and the last: 5 to 9 reads with the medium metrics,
+  // each one of the samples that hold them.
   EXPECT_GE(src->medium_reads(), 5u);
   EXPECT_LE(src->medium_reads(), 9u);
-  std::size_t with_power = 0;
+  std::size_t with_medium = 0;
   for (const auto& x : samples) {
     EXPECT_TRUE(x[gpu_metric::sm_clock_mhz].ok());
-    with_power += x[gpu_metric::power_w].ok();
-    EXPECT_EQ(x[gpu_metric::power_w].ok(), x[gpu_metric::gpu_util_percent].ok());
-    EXPECT_EQ(x[gpu_metric::power_w].ok(), x[gpu_metric::memory_used_bytes].ok());
-    EXPECT_EQ(x[gpu_metric::power_w].ok(), x[gpu_metric::temperature_c].ok());
-    EXPECT_EQ(x[gpu_metric::power_w].ok(), x[gpu_metric::clock_event_reasons].ok());
+    with_medium += x[gpu_metric::temperature_c].ok();
+    EXPECT_EQ(x[gpu_metric::temperature_c].ok(), x[gpu_metric::gpu_util_percent].ok());
+    EXPECT_EQ(x[gpu_metric::temperature_c].ok(), x[gpu_metric::memory_used_bytes].ok());
+    EXPECT_EQ(x[gpu_metric::temperature_c].ok(), x[gpu_metric::clock_event_reasons].ok());
   }
-  EXPECT_EQ(with_power, src->medium_reads());
-  EXPECT_TRUE(samples.front()[gpu_metric::power_w].ok());
-  EXPECT_TRUE(samples.back()[gpu_metric::power_w].ok());
-  EXPECT_FALSE(samples[1][gpu_metric::power_w].ok());
-  // The medium interval is kept between the sample interval and the slow one.
+  EXPECT_EQ(with_medium, src->medium_reads());
+  EXPECT_TRUE(samples.front()[gpu_metric::temperature_c].ok());
+  EXPECT_TRUE(samples.back()[gpu_metric::temperature_c].ok());
+  EXPECT_FALSE(samples[1][gpu_metric::temperature_c].ok());
+  // The medium interval is kept between the sample interval and the slow one; the averaged
+  // interval between the medium and the slow one.
   EXPECT_EQ(sampler(src, 10, 100, 5000, 1).medium_interval_ms(), 10);
   EXPECT_EQ(sampler(src, 10, 100, 200, 1000).medium_interval_ms(), 200);
+  EXPECT_EQ(sampler(src, 10, 100, 5000, 200, 50).averaged_interval_ms(), 200);
+  EXPECT_EQ(sampler(src, 10, 100, 500, 200, 1000).averaged_interval_ms(), 500);
+  EXPECT_EQ(sampler(src, 10).averaged_interval_ms(), 1000);
+  EXPECT_EQ(sampler(src, 10).interval_ms_of(metric_cadence::averaged), 1000);
+  EXPECT_EQ(sampler(src, 10).interval_ms_of(metric_cadence::medium), 200);
+}
+
+TEST(Sampler, ReadsPowerAtTheAveragedIntervalWithTheMediumMetrics) {
+  // NVML averages power over a second on Ampere and newer: it has a cadence of its own.
+  EXPECT_EQ(cadence_of(gpu_metric::power_w), metric_cadence::averaged);
+  EXPECT_EQ(cadence_of(gpu_metric::gpu_util_percent), metric_cadence::medium);
+  EXPECT_EQ(to_string(metric_cadence::averaged), "averaged");
+  EXPECT_LT(metric_cadence::medium, metric_cadence::averaged);
+  EXPECT_LT(metric_cadence::averaged, metric_cadence::slow);
+
+  auto src = std::make_shared<fake_metric_source>([](std::size_t n) {
+    gpu_sample s = scripted(n);
+    s[gpu_metric::power_w] = {metric_status::ok, 400.0};
+    s[gpu_metric::energy_j] = {metric_status::ok, 1.0 * static_cast<double>(n)};
+    return s;
+  });
+  sampler s(src, 2, 100000, 10000, 20, 100);
+  s.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(430));
+  s.stop();
+  const auto samples = s.samples();
+  ASSERT_GE(samples.size(), 60u);
+  // First, about every 100 ms over 430 ms, and the last: 5 to 7 reads with power; medium ones
+  // about every 20 ms (power's among them), slow ones only at the ends.
+  EXPECT_GE(src->averaged_reads(), 5u);
+  EXPECT_LE(src->averaged_reads(), 7u);
+  EXPECT_GE(src->medium_reads(), 3 * src->averaged_reads());
+  EXPECT_EQ(src->slow_reads(), 2u);
+  std::size_t with_power = 0;
+  for (const auto& x : samples) {
+    with_power += x[gpu_metric::power_w].ok();
+    // A read of a cadence includes the more frequent ones.
+    EXPECT_TRUE(!x[gpu_metric::power_w].ok() || x[gpu_metric::gpu_util_percent].ok());
+    EXPECT_TRUE(!x[gpu_metric::energy_j].ok() || x[gpu_metric::power_w].ok());
+  }
+  EXPECT_EQ(with_power, src->averaged_reads());
+  EXPECT_TRUE(samples.front()[gpu_metric::power_w].ok());
+  EXPECT_TRUE(samples.back()[gpu_metric::power_w].ok());
 }
 
 TEST(Sampler, EnergyNeedsTwoReadingsAndKeepsTheirStatus) {
@@ -174,6 +216,8 @@ TEST(Sampler, RejectsBadSettings) {
   EXPECT_THROW(sampler(src, 10, 100, 60001), logic_error);
   EXPECT_THROW(sampler(src, 10, 100, 5000, 0), logic_error);
   EXPECT_THROW(sampler(src, 10, 100, 5000, 60001), logic_error);
+  EXPECT_THROW(sampler(src, 10, 100, 5000, 200, 0), logic_error);
+  EXPECT_THROW(sampler(src, 10, 100, 5000, 200, 60001), logic_error);
 }
 
 TEST(Nvml, MissingLibraryOrDriverIsOneClearReason) {

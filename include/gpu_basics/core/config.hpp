@@ -35,6 +35,28 @@ enum class dtype { float32, float16, bfloat16, float64, int8, uint8, int32, int6
 /// A level from its name, case-insensitive ("warning" for warn); nullopt for an unknown name.
 [[nodiscard]] std::optional<log_level> parse_log_level(std::string_view name);
 
+/// Which host copies of a staged copy write with streaming (non-temporal) stores: the copy into
+/// the staging ring on upload, the copy into the destination on download.
+enum class store_mode { off, uploads, downloads, both };
+/// The configuration file's name of `m` ("downloads"); "?" outside the enum.
+[[nodiscard]] std::string_view to_string(store_mode m) noexcept;
+/// A mode from its name, case-insensitive; also "true" (both) and "false" (off), the values of
+/// the key before it took a direction. nullopt for anything else.
+[[nodiscard]] std::optional<store_mode> parse_store_mode(std::string_view name);
+/// Whether uploads copy into the staging ring with streaming stores under `m`.
+[[nodiscard]] constexpr bool streams_uploads(store_mode m) noexcept {
+  return m == store_mode::uploads || m == store_mode::both;
+}
+/// Whether downloads copy into the destination with streaming stores under `m`.
+[[nodiscard]] constexpr bool streams_downloads(store_mode m) noexcept {
+  return m == store_mode::downloads || m == store_mode::both;
+}
+/// `m` by name in JSON; reads a name, or true/false from results written before the mode had a
+/// direction.
+/// @throws json_path_error for anything else.
+void to_json(nlohmann::json& j, store_mode m);
+void from_json(const nlohmann::json& j, store_mode& m);
+
 /// A tensor shape: dimensions as given (validation rejects non-positive ones).
 struct tensor_shape {
   std::vector<std::int64_t> dims;
@@ -125,7 +147,7 @@ struct config {
       std::uint64_t chunk_bytes = 8ull << 20;
       int buffers = 6;
       int threads = 0;  // 0: one per core, at most 16
-      bool streaming_stores = false;
+      store_mode streaming_stores = store_mode::downloads;
       bool huge_pages = false;
       bool variants = true;  // measure the staged copy's variants (the "staging_variants" table)
     } staging;

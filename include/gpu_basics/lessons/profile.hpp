@@ -117,7 +117,7 @@ GPU_BASICS_JSON(sampler_cost, cpu_s, wall_s, slow_cpu_s, slow_samples, samples_t
 struct nvml_call_row {
   std::string call;                  // "nvmlDeviceGetUtilizationRates"
   std::vector<std::string> metrics;  // metric_name()s it fills
-  std::string cadence;               // "fast", "medium", "slow"
+  std::string cadence;               // "fast", "medium", "averaged", "slow"
   int interval_ms = 0;               // how often the sampler made it
   std::uint64_t calls = 0;
   std::uint64_t timed = 0;  // of the calls, timed
@@ -152,10 +152,11 @@ inline constexpr const char* kSeriesMetrics[] = {"gpu_util_percent", "power_w", 
 /// What NVML saw during the matmuls.
 struct nvml_sampling {
   int interval_ms = 0;
-  std::optional<int> slow_interval_ms;    // the energy counter's period
-  std::optional<int> medium_interval_ms;  // power, temperature, memory clock, clock reasons
-  std::uint64_t samples = 0;              // kept
-  std::uint64_t dropped = 0;              // dropped from the ring (oldest first)
+  std::optional<int> slow_interval_ms;      // the energy counter's period
+  std::optional<int> medium_interval_ms;    // utilization, memory, temperature, clocks, reasons
+  std::optional<int> averaged_interval_ms;  // power (NVML averages it over a second)
+  std::uint64_t samples = 0;                // kept
+  std::uint64_t dropped = 0;                // dropped from the ring (oldest first)
   std::vector<nvml_metric_row> metrics;
   std::string energy_status = "unavailable";  // of the energy counter
   std::optional<double> energy_j;             // between the first and last counter reads
@@ -167,8 +168,9 @@ struct nvml_sampling {
 
   bool operator==(const nvml_sampling&) const = default;
 };
-GPU_BASICS_JSON(nvml_sampling, interval_ms, slow_interval_ms, medium_interval_ms, samples, dropped,
-                metrics, energy_status, energy_j, energy_s, cost, calls, samples_csv_path, series)
+GPU_BASICS_JSON(nvml_sampling, interval_ms, slow_interval_ms, medium_interval_ms,
+                averaged_interval_ms, samples, dropped, metrics, energy_status, energy_j, energy_s,
+                cost, calls, samples_csv_path, series)
 
 /// The median time between changes of `metric`'s value over `samples`, in ms (only samples that
 /// read it count); nullopt with fewer than two changes.

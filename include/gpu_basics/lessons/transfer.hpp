@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_basics/core/config.hpp"
 #include "gpu_basics/core/json.hpp"
 #include "gpu_basics/core/stats.hpp"
 #include "gpu_basics/lessons/double_buffer.hpp"
@@ -87,7 +88,7 @@ struct staging_variant {
   std::uint64_t chunk_bytes = 0;
   int buffers = 0;
   int threads = 0;
-  bool streaming_stores = false;
+  store_mode streaming_stores = store_mode::off;
   bool huge_pages = false;
   copy_figure up, down;
 
@@ -110,9 +111,9 @@ struct staging_figures {
   std::optional<copy_figure> pinned_up;  // cudaMemcpyAsync from pinned, when pinned memory is used
   copy_figure plain_down;                // cudaMemcpy to pageable
   copy_figure staged_down;
-  bool streaming_stores = false;          // transfer.staging.streaming_stores
-  bool huge_pages = false;                // transfer.staging.huge_pages
-  std::vector<staging_variant> variants;  // empty unless transfer.staging.variants
+  store_mode streaming_stores = store_mode::off;  // transfer.staging.streaming_stores
+  bool huge_pages = false;                        // transfer.staging.huge_pages
+  std::vector<staging_variant> variants;          // empty unless transfer.staging.variants
 
   bool operator==(const staging_figures&) const = default;
 };

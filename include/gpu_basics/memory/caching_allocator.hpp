@@ -125,11 +125,17 @@ struct allocator_stats {
   std::int64_t device_frees = 0;
   std::int64_t alloc_retries = 0;  // allocations that needed the cache freed first
   std::int64_t ooms = 0;
-  std::int64_t device_syncs = 0;      // device synchronisations made by the allocator
-  std::int64_t device_call_ns = 0;    // host time inside backend calls (allocate, map, unmap, free,
-                                      // synchronise): what the allocator costs beyond bookkeeping
-  std::int64_t pages_retired = 0;     // expandable pages retired (deferred release)
-  std::int64_t pages_reclaimed = 0;   // retired pages a new block took back before their unmap
+  std::int64_t device_syncs = 0;     // device synchronisations made by the allocator
+  std::int64_t device_call_ns = 0;   // host time inside backend calls (allocate, map, unmap, free,
+                                     // synchronise): what the allocator costs beyond bookkeeping
+  std::int64_t pages_retired = 0;    // expandable pages retired (deferred release)
+  std::int64_t pages_reclaimed = 0;  // retired pages a new block took back before their unmap
+  // Claims of other live threads' caches by the lock holder (one heavy fence each: membarrier
+  // where the kernel has it), and the host time they took: what frees from another thread
+  // (PyTorch's autograd thread) and shared-cache operations cost once several threads allocate.
+  // stats() claims too, once per call when other threads have caches.
+  std::int64_t cache_claims = 0;
+  std::int64_t cache_claim_ns = 0;
   std::size_t cached_free_bytes = 0;  // free bytes in the cache
   std::size_t largest_free_block = 0;
   double fragmentation = 0;  // 1 - largest free block / total free (0 with nothing free)

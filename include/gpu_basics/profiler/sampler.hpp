@@ -61,13 +61,15 @@ struct gpu_sample {
 ///   or thermal capping);
 /// - medium: at most every medium interval (200 ms by default): utilization (NVML refreshes it
 ///   about every 200 ms on an H200: 19 reads in 20 at 10 ms repeated the last), memory used and
-///   total, power (NVML's own average; 270-350 us per call on an H200), temperature, the memory
-///   clock and the clock-event reasons;
+///   total, temperature, the memory clock and the clock-event reasons;
+/// - averaged: at most every averaged interval (1 s by default), for what the driver itself
+///   averages over about a second: power (NVML's docs: on Ampere and newer, except GA100, the
+///   power reading is the average over the last second; 270-620 us per call on an H200);
 /// - slow: at most every slow interval, for what costs milliseconds per reading: the energy
 ///   counter and PCIe throughput.
-enum class metric_cadence { fast, medium, slow };
+enum class metric_cadence { fast, medium, averaged, slow };
 [[nodiscard]] metric_cadence cadence_of(gpu_metric m) noexcept;
-/// "fast", "medium", "slow".
+/// "fast", "medium", "averaged", "slow".
 [[nodiscard]] std::string_view to_string(metric_cadence c) noexcept;
 /// cadence_of(m) == metric_cadence::slow.
 [[nodiscard]] bool is_slow_metric(gpu_metric m) noexcept;
@@ -139,8 +141,10 @@ class fake_metric_source final : public metric_source {
   gpu_sample read(metric_cadence deepest) override;
   /// Reads so far.
   [[nodiscard]] std::size_t reads() const noexcept { return reads_; }
-  /// Reads so far that included the medium-cadence metrics (slow reads among them).
+  /// Reads so far that included the medium-cadence metrics (averaged and slow reads among them).
   [[nodiscard]] std::size_t medium_reads() const noexcept { return medium_reads_; }
+  /// Reads so far that included the averaged metrics (slow reads among them).
+  [[nodiscard]] std::size_t averaged_reads() const noexcept { return averaged_reads_; }
   /// Reads so far that included the slow metrics.
   [[nodiscard]] std::size_t slow_reads() const noexcept { return slow_reads_; }
   /// What call_costs() returns.
@@ -150,7 +154,7 @@ class fake_metric_source final : public metric_source {
  private:
   std::vector<call_cost> costs_;
   std::function<gpu_sample(std::size_t)> script_;
-  std::atomic<std::size_t> reads_{0}, medium_reads_{0}, slow_reads_{0};
+  std::atomic<std::size_t> reads_{0}, medium_reads_{0}, averaged_reads_{0}, slow_reads_{0};
 };
 
 struct metric_summary {
@@ -175,19 +179,21 @@ struct energy_use {
 /// so the sampler reads it on its first and last samples); unavailable with fewer than two.
 [[nodiscard]] energy_use energy_between(const std::vector<gpu_sample>& samples);
 
-/// Samples a source on its own thread every interval_ms. Medium and slow metrics
-/// (metric_cadence) are read on the first sample, then at most every medium_interval_ms and
-/// slow_interval_ms, and on a last sample taken by stop(), so a 100 Hz sampler stays well under
-/// 1% of a core while counters such as energy still span the run (the energy used comes from
-/// the first and last readings; those between only draw its curve).
+/// Samples a source on its own thread every interval_ms. Medium, averaged and slow metrics
+/// (metric_cadence) are read on the first sample, then at most every medium_interval_ms,
+/// averaged_interval_ms and slow_interval_ms, and on a last sample taken by stop(), so a 100 Hz
+/// sampler stays well under 1% of a core while counters such as energy still span the run (the
+/// energy used comes from the first and last readings; those between only draw its curve).
 class sampler {
  public:
-  /// interval_ms in 1..1000, slow_interval_ms in interval_ms..60000, medium_interval_ms in
-  /// 1..60000 (used within interval_ms..slow_interval_ms); at most `capacity` samples kept
-  /// (oldest dropped first).
+  /// interval_ms in 1..1000, slow_interval_ms in interval_ms..60000, medium_interval_ms and
+  /// averaged_interval_ms in 1..60000 (used within interval_ms..slow_interval_ms, the averaged
+  /// one no shorter than the medium one); at most `capacity` samples kept (oldest dropped
+  /// first).
   /// @throws logic_error when source is null or a bound is out of range.
   sampler(std::shared_ptr<metric_source> source, int interval_ms, std::size_t capacity = 100000,
-          int slow_interval_ms = 5000, int medium_interval_ms = 200);
+          int slow_interval_ms = 10000, int medium_interval_ms = 200,
+          int averaged_interval_ms = 1000);
   /// Stops the thread (stop()).
   ~sampler();
   sampler(const sampler&) = delete;
@@ -217,11 +223,21 @@ class sampler {
   [[nodiscard]] int slow_interval_ms() const noexcept { return slow_interval_ms_; }
   /// The medium metrics' interval, as used (within interval..slow interval).
   [[nodiscard]] int medium_interval_ms() const noexcept { return medium_interval_ms_; }
-  /// The interval of a cadence: the sample interval, the medium or the slow interval.
+  /// The averaged metrics' interval, as used (within medium interval..slow interval).
+  [[nodiscard]] int averaged_interval_ms() const noexcept { return averaged_interval_ms_; }
+  /// The interval of a cadence: the sample interval, the medium, averaged or slow interval.
   [[nodiscard]] int interval_ms_of(metric_cadence c) const noexcept {
-    return c == metric_cadence::slow     ? slow_interval_ms_
-           : c == metric_cadence::medium ? medium_interval_ms_
-                                         : interval_ms_;
+    switch (c) {
+      case metric_cadence::slow:
+        return slow_interval_ms_;
+      case metric_cadence::averaged:
+        return averaged_interval_ms_;
+      case metric_cadence::medium:
+        return medium_interval_ms_;
+      case metric_cadence::fast:
+        break;
+    }
+    return interval_ms_;
   }
   /// The source's call costs (source().call_costs()); read them once the sampler stopped.
   [[nodiscard]] const metric_source& source() const noexcept { return *source_; }
@@ -234,6 +250,7 @@ class sampler {
   std::size_t capacity_;
   int slow_interval_ms_;
   int medium_interval_ms_;
+  int averaged_interval_ms_;
   mutable std::mutex mutex_;
   std::deque<gpu_sample> ring_;
   std::thread thread_;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "gpu_basics/core/config.hpp"
 #include "gpu_basics/core/cuda.hpp"
 #include "gpu_basics/core/thread_pool.hpp"
 
@@ -17,9 +18,9 @@ struct staging_options {
   std::size_t chunk_bytes = 8u << 20;
   unsigned buffers = 6;  // >= 2
   unsigned threads = 0;  // 0: default_thread_count()
-  /// The host copies write with non-temporal stores (host_copy.hpp): into the ring on upload,
+  /// Which host copies write with non-temporal stores (host_copy.hpp): into the ring on upload,
   /// into the destination on download.
-  bool streaming_stores = false;
+  store_mode streaming_stores = store_mode::downloads;
   /// The ring in transparent huge pages, pinned with cudaHostRegister (huge_pinned_memory),
   /// instead of cudaHostAlloc's 4 KiB pages.
   bool huge_pages = false;
@@ -55,7 +56,7 @@ class staged_copier {
   void set_wait_for_dma_for_testing(bool wait) noexcept { wait_for_dma_ = wait; }
 
  private:
-  void copy_parallel(void* dst, const void* src, std::size_t bytes);
+  void copy_parallel(void* dst, const void* src, std::size_t bytes, bool streaming);
 
   staging_options o_;
   thread_pool pool_;
