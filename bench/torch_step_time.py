@@ -9,8 +9,9 @@ The loop is examples/torch_pluggable.py (an 8-layer decoder-only transformer und
 by default, a random sequence length each step). For our allocator it also reports what the
 expandable pages cost: device maps and unmaps (num_device_alloc / num_device_free), device
 synchronisations, host time inside those calls, and pages retired and taken back (deferred
-release); and how often the lock holder claimed other threads' caches (a heavy fence each, paid
-when the autograd thread frees what the main thread's fast path handed out), with its time. The medians are over the repetitions' median step times.
+release); and how often the lock holder claimed other threads' caches (a heavy fence each: the
+autograd thread's frees of what the main thread's fast path handed out, shared-cache sweeps, and
+the stats call itself), with its time. A library built before the count existed shows 0. The medians are over the repetitions' median step times.
 """
 import argparse
 import json

@@ -488,7 +488,9 @@ config_schema make_builtin() {
       "on upload, into the destination on download",
       [](config& c, const YAML::Node& n, const parse_context& ctx) {
         const std::string expect = "off, uploads, downloads or both (true: both)";
-        const auto m = parse_store_mode(read_string(n, ctx, expect));
+        auto m = parse_store_mode(read_string(n, ctx, expect));
+        bool b = false;  // the key's old values: any YAML boolean (yes, on, ...)
+        if (!m && YAML::convert<bool>::decode(n, b)) m = b ? store_mode::both : store_mode::off;
         if (!m) fail(ctx, "expected " + expect + ", got " + describe(n));
         c.transfer.staging.streaming_stores = *m;
       },
@@ -532,6 +534,12 @@ config_schema make_builtin() {
   s.add(int_key("profiler.sample_interval_ms", GB_FIELD(int, profiler.sample_interval_ms), 1, 1000,
                 "ms", "NVML sampling period during the profile lesson",
                 "an integer in 1..1000 (milliseconds)"));
+  s.add(int_key("profiler.power_interval_ms", GB_FIELD(int, profiler.power_interval_ms), 1, 60000,
+                "ms",
+                "how often the sampler reads power (a call of hundreds of microseconds; NVML "
+                "averages it over the last second on Ampere and newer, GA100 aside); used within "
+                "200 ms..10 s",
+                "an integer in 1..60000 (milliseconds)"));
   s.add(custom_key(
       "profiler.matmul.shapes", "a list of [m, n, k] shapes, e.g. [[8192, 8192, 8192]]", "",
       "GEMM shapes `[m, n, k]` (each 1..65536)",

@@ -332,13 +332,19 @@ std::optional<note> cadence_note(const nvml_sampling& s) {
     }
     if (c.call == "nvmlDeviceGetUtilizationRates") util = &c;
   }
+  if (averaged_ms <= *s.medium_interval_ms) {  // clamped to the medium interval: read with it
+    medium.insert(medium.end(), averaged.begin(), averaged.end());
+    averaged.clear();
+  }
   if (fast.empty() || medium.empty()) return std::nullopt;
   std::string text =
       fmt::format("- Every {} ms the sampler calls only {}; {} every {} ms", s.interval_ms,
                   fmt::join(fast, ", "), fmt::join(medium, ", "), *s.medium_interval_ms);
-  if (!averaged.empty() && averaged_ms > *s.medium_interval_ms)
-    text += fmt::format("; {} every {} ms, as NVML itself averages power over the last second",
-                        fmt::join(averaged, ", "), averaged_ms);
+  if (!averaged.empty())
+    text += fmt::format(
+        "; {} every {} ms (a costly call, and NVML averages power over the last second on "
+        "Ampere and newer GPUs, GA100 aside)",
+        fmt::join(averaged, ", "), averaged_ms);
   text += fmt::format(
       ": each call costs tens of microseconds of CPU (the next table), and reading a value {}x "
       "as often as it changes only repeats it.",

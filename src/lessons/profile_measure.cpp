@@ -154,7 +154,9 @@ std::shared_ptr<sampler> make_sampler(const context& ctx, std::string* why) {
     return nullptr;
   }
   return std::make_shared<sampler>(std::make_shared<nvml_metric_source>(ctx.nv, h.value),
-                                   ctx.cfg.profiler.sample_interval_ms);
+                                   ctx.cfg.profiler.sample_interval_ms, sampler::kCapacity,
+                                   sampler::kSlowIntervalMs, sampler::kMediumIntervalMs,
+                                   ctx.cfg.profiler.power_interval_ms);
 }
 
 struct checked_precision {

@@ -97,12 +97,15 @@ TEST(Config, StreamingStoresTakeADirectionAndTheOldBooleans) {
                                                       {"downloads", store_mode::downloads},
                                                       {"both", store_mode::both},
                                                       {"true", store_mode::both},
+                                                      {"yes", store_mode::both},
+                                                      {"on", store_mode::both},
+                                                      {"no", store_mode::off},
                                                       {"false", store_mode::off}};
   for (const auto& [text, mode] : cases) {
     const config c =
         load_text(std::string("transfer:\n  staging:\n    streaming_stores: ") + text + "\n");
     EXPECT_EQ(c.transfer.staging.streaming_stores, mode) << text;
-    EXPECT_EQ(parse_store_mode(to_string(mode)), mode);
+    EXPECT_EQ(parse_store_mode(to_string(c.transfer.staging.streaming_stores)), mode);
   }
   EXPECT_TRUE(streams_uploads(store_mode::both) && streams_downloads(store_mode::both));
   EXPECT_TRUE(streams_uploads(store_mode::uploads) && !streams_downloads(store_mode::uploads));

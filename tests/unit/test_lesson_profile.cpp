@@ -658,8 +658,13 @@ TEST(LessonProfile, CostTableRanksCallsAndSplitsTheThreadsCost) {
   s.averaged_interval_ms = 1000;
   EXPECT_TRUE(any_contains(notes_for(explain_profile(r, h200()), "nvml"),
                            "nvmlDeviceGetMemoryInfo; nvmlDeviceGetTemperature every 100 ms; "
-                           "nvmlDeviceGetPowerUsage every 1000 ms, as NVML itself averages power "
-                           "over the last second: each call costs"));
+                           "nvmlDeviceGetPowerUsage every 1000 ms (a costly call, and NVML "
+                           "averages power over the last second on Ampere and newer GPUs, GA100 "
+                           "aside): each call costs"));
+  // Clamped to the medium interval: power is named with the medium calls.
+  s.calls[2].interval_ms = 100;
+  EXPECT_TRUE(any_contains(notes_for(explain_profile(r, h200()), "nvml"),
+                           "nvmlDeviceGetTemperature, nvmlDeviceGetPowerUsage every 100 ms: "));
   EXPECT_EQ(nlohmann::json(r).get<profile_result>(), r);
 }
 

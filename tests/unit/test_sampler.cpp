@@ -154,13 +154,14 @@ TEST(Sampler, ReadsMediumMetricsAtTheirOwnInterval) {
   EXPECT_EQ(sampler(src, 10, 100, 200, 1000).medium_interval_ms(), 200);
   EXPECT_EQ(sampler(src, 10, 100, 5000, 200, 50).averaged_interval_ms(), 200);
   EXPECT_EQ(sampler(src, 10, 100, 500, 200, 1000).averaged_interval_ms(), 500);
-  EXPECT_EQ(sampler(src, 10).averaged_interval_ms(), 1000);
-  EXPECT_EQ(sampler(src, 10).interval_ms_of(metric_cadence::averaged), 1000);
+  EXPECT_EQ(sampler(src, 10).averaged_interval_ms(), 500);
+  EXPECT_EQ(sampler(src, 10).interval_ms_of(metric_cadence::averaged), 500);
+  EXPECT_EQ(sampler(src, 10).slow_interval_ms(), 10000);
   EXPECT_EQ(sampler(src, 10).interval_ms_of(metric_cadence::medium), 200);
 }
 
 TEST(Sampler, ReadsPowerAtTheAveragedIntervalWithTheMediumMetrics) {
-  // NVML averages power over a second on Ampere and newer: it has a cadence of its own.
+  // Power costs hundreds of microseconds a read and NVML smooths it: a cadence of its own.
   EXPECT_EQ(cadence_of(gpu_metric::power_w), metric_cadence::averaged);
   EXPECT_EQ(cadence_of(gpu_metric::gpu_util_percent), metric_cadence::medium);
   EXPECT_EQ(to_string(metric_cadence::averaged), "averaged");
@@ -183,7 +184,7 @@ TEST(Sampler, ReadsPowerAtTheAveragedIntervalWithTheMediumMetrics) {
   // about every 20 ms (power's among them), slow ones only at the ends.
   EXPECT_GE(src->averaged_reads(), 5u);
   EXPECT_LE(src->averaged_reads(), 7u);
-  EXPECT_GE(src->medium_reads(), 3 * src->averaged_reads());
+  EXPECT_GE(src->medium_reads(), 2 * src->averaged_reads());
   EXPECT_EQ(src->slow_reads(), 2u);
   std::size_t with_power = 0;
   for (const auto& x : samples) {

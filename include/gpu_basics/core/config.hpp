@@ -161,6 +161,7 @@ struct config {
 
   struct profiler_section {
     int sample_interval_ms = 10;
+    int power_interval_ms = 500;  // the sampler's averaged cadence (power)
     struct matmul_section {
       std::vector<tensor_shape> shapes = {{{8192, 8192, 8192}}};
       std::vector<std::string> precisions = {"fp16", "bf16", "tf32", "fp32"};

@@ -154,7 +154,7 @@ struct nvml_sampling {
   int interval_ms = 0;
   std::optional<int> slow_interval_ms;      // the energy counter's period
   std::optional<int> medium_interval_ms;    // utilization, memory, temperature, clocks, reasons
-  std::optional<int> averaged_interval_ms;  // power (NVML averages it over a second)
+  std::optional<int> averaged_interval_ms;  // power (profiler.power_interval_ms, as used)
   std::uint64_t samples = 0;                // kept
   std::uint64_t dropped = 0;                // dropped from the ring (oldest first)
   std::vector<nvml_metric_row> metrics;

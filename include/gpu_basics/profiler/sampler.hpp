@@ -62,9 +62,10 @@ struct gpu_sample {
 /// - medium: at most every medium interval (200 ms by default): utilization (NVML refreshes it
 ///   about every 200 ms on an H200: 19 reads in 20 at 10 ms repeated the last), memory used and
 ///   total, temperature, the memory clock and the clock-event reasons;
-/// - averaged: at most every averaged interval (1 s by default), for what the driver itself
-///   averages over about a second: power (NVML's docs: on Ampere and newer, except GA100, the
-///   power reading is the average over the last second; 270-620 us per call on an H200);
+/// - averaged: at most every averaged interval (500 ms by default), for a costly reading that
+///   the driver smooths itself: power (270-620 us per call on an H200; NVML's docs: on Ampere
+///   and newer, GA100 aside, the reading is the average over the last second, so reads closer
+///   together than that overlap mostly);
 /// - slow: at most every slow interval, for what costs milliseconds per reading: the energy
 ///   counter and PCIe throughput.
 enum class metric_cadence { fast, medium, averaged, slow };
@@ -191,9 +192,11 @@ class sampler {
   /// one no shorter than the medium one); at most `capacity` samples kept (oldest dropped
   /// first).
   /// @throws logic_error when source is null or a bound is out of range.
-  sampler(std::shared_ptr<metric_source> source, int interval_ms, std::size_t capacity = 100000,
-          int slow_interval_ms = 10000, int medium_interval_ms = 200,
-          int averaged_interval_ms = 1000);
+  static constexpr std::size_t kCapacity = 100000;
+  static constexpr int kSlowIntervalMs = 10000, kMediumIntervalMs = 200, kAveragedIntervalMs = 500;
+  sampler(std::shared_ptr<metric_source> source, int interval_ms, std::size_t capacity = kCapacity,
+          int slow_interval_ms = kSlowIntervalMs, int medium_interval_ms = kMediumIntervalMs,
+          int averaged_interval_ms = kAveragedIntervalMs);
   /// Stops the thread (stop()).
   ~sampler();
   sampler(const sampler&) = delete;
