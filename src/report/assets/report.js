@@ -45,11 +45,13 @@
         };
         scale.ticks = Object.assign({}, scale.ticks, { callback: (v) => format(v) });
       } else {
-        // Label 1, 2 and 5 times a power of ten only, as Chart.js does, in the axis' unit.
+        // Label 1, 2 and 5 times a power of ten only, in the axis' unit. (Chart.js's own log
+        // formatter also labels every tick in the top fifth of the axis, which crowds it.)
         scale.ticks = Object.assign({}, scale.ticks, {
-          callback: function (v, i, ticks) {
-            const plain = Chart.Ticks.formatters.logarithmic.call(this, v, i, ticks);
-            return plain === '' ? '' : format(v);
+          callback: (v) => {
+            if (!(v > 0)) return '';
+            const mantissa = Math.round((v / 10 ** Math.floor(Math.log10(v))) * 1000) / 1000;
+            return [1, 2, 5, 10].includes(mantissa) ? format(v) : '';
           },
         });
       }
