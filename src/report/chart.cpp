@@ -113,6 +113,19 @@ json reference_line(double value, const std::string& label, const std::string& c
 }
 
 void annotate(json& config, const std::string& key, json annotation) {
+  // A horizontal line labelled above itself needs room above it inside the chart: the label is
+  // kept inside the chart area, so a line near the top would draw its label over itself.
+  const bool horizontal = annotation.contains("yMin") && annotation.contains("yMax");
+  const bool label_above = annotation.contains("label") &&
+                           annotation["label"].value("yAdjust", 0.0) < 0 &&
+                           annotation["label"].value("position", "") != "start";
+  if (horizontal && label_above && annotation["yMax"].is_number()) {
+    json& y = config["options"]["scales"]["y"];
+    const bool log = y.value("type", "") == "logarithmic";
+    const double room = annotation["yMax"].get<double>() * (log ? 1.6 : 1.1);
+    if (room > 0 && (!y.contains("suggestedMax") || y["suggestedMax"].get<double>() < room))
+      y["suggestedMax"] = room;
+  }
   config["options"]["plugins"]["annotation"]["annotations"][key] = std::move(annotation);
 }
 

@@ -114,9 +114,6 @@ figure sweep_figure(const runs_t& runs) {
     ceilings.push_back(pinned_ceiling(r));
   }
   reference_lines(c.config, "link", links, "link, theoretical:", "#7f7f7f", "center");
-  if (!links.empty())  // room above the link's line for its label
-    c.config["options"]["scales"]["y"]["suggestedMax"] =
-        1.6 * *std::max_element(links.begin(), links.end());
   reference_lines(c.config, "ceiling", ceilings, "measured pinned ceiling:", "#0072b2", "start");
   c.height = "tall";
   return {"transfer-bandwidth",
