@@ -25,6 +25,8 @@ constexpr double MiB = 1 << 20;
 // PCIe packets: the payload most hosts allow per TLP (Max_Payload_Size),
 // and what each TLP adds on the wire: header 12-16 bytes, sequence number 2, LCRC 4, framing.
 constexpr double kTlpPayloadBytes = 256;
+// Above this interquartile range (a share of the median) a staged copy's run was disturbed.
+constexpr double kNoisySpread = 0.25;
 constexpr double kTlpOverheadBytes = 24;
 
 // ---- small helpers ------------------------------------------------------------------------
@@ -428,6 +430,25 @@ void explain_pageable_upload(const staging_figures& s, const std::optional<doubl
       {id,
        "- Pageable copies vary from run to run more than pinned ones (page-cache state, the OS "
        "scheduling the copying threads): compare their medians, not single runs."});
+  // A run whose staged copies swung widely says so: its variants' ranking is not to be trusted.
+  std::vector<std::string> wide;
+  const auto swing = [&](const char* what, const copy_figure& f) {
+    const summary& b = f.bandwidth_bytes_per_s;
+    if (b.rel_spread > kNoisySpread && b.median > 0)
+      wide.push_back(
+          fmt::format("the {} from {:.1f} to {:.1f} GB/s (median {:.1f}, interquartile "
+                      "range {:.0f}% of it)",
+                      what, b.min / GB, b.max / GB, b.median / GB, 100.0 * b.rel_spread));
+  };
+  swing("upload", s.staged_up);
+  swing("download", s.staged_down);
+  if (!wide.empty())
+    n.push_back(
+        {id, fmt::format("- The staged copies swung widely in this run: {}. Something else "
+                         "was using the host's cores or memory bandwidth; run the lesson "
+                         "again before trusting its staged figures or the ranking of the "
+                         "variants.",
+                         wide.size() > 1 ? wide.front() + "; " + wide.back() : wide.front())});
   n.push_back(
       {id,
        "- cudaMemcpy does the same with one CPU thread and a small driver buffer; the staged "
@@ -451,16 +472,25 @@ const staging_variant* stores_variant(const staging_figures& s, bool upload) {
   return nullptr;
 }
 
+/// Whether `a` ran faster than `b` beyond the repetitions' spread: by 3% or more at the medians,
+/// with a's interquartile range wholly above b's (where both have one).
+bool clearly_faster(const copy_figure& a, const copy_figure& b) {
+  const summary &x = a.bandwidth_bytes_per_s, &y = b.bandwidth_bytes_per_s;
+  const bool spreads = x.p75 > 0 && y.p75 > 0;
+  return x.median >= 1.03 * y.median && (!spreads || x.p25 > y.p75);
+}
+
 /// One direction's copy with plain and with streaming stores: the configured figure and its
 /// stores variant's, or nullopt when the variant was not measured.
 struct stores_pair {
-  double plain = 0, streaming = 0;
+  const copy_figure* plain = nullptr;
+  const copy_figure* streaming = nullptr;
 };
 std::optional<stores_pair> stores_of(const staging_figures& s, bool upload) {
   const staging_variant* v = stores_variant(s, upload);
   if (!v) return std::nullopt;
-  const double configured = bw(upload ? s.staged_up : s.staged_down);
-  const double changed = bw(upload ? v->up : v->down);
+  const copy_figure* configured = upload ? &s.staged_up : &s.staged_down;
+  const copy_figure* changed = upload ? &v->up : &v->down;
   if (streams(s.streaming_stores, upload)) return stores_pair{changed, configured};
   return stores_pair{configured, changed};
 }
@@ -471,11 +501,16 @@ void explain_stores(const staging_figures& s, std::vector<note>& n) {
   if (!up && !down) return;
   std::vector<std::string> said;
   const auto clause = [&](const char* what, const std::optional<stores_pair>& p) {
-    if (p && p->plain > 0)
-      said.push_back(fmt::format(
-          "the {} ran at {:.1f} GB/s with plain stores and {:.1f} GB/s with streaming stores "
-          "({:+.0f}%)",
-          what, p->plain / GB, p->streaming / GB, 100.0 * (p->streaming / p->plain - 1.0)));
+    if (!p || !(bw(*p->plain) > 0)) return;
+    const double plain = bw(*p->plain), streaming = bw(*p->streaming);
+    const bool apart =
+        clearly_faster(*p->plain, *p->streaming) || clearly_faster(*p->streaming, *p->plain);
+    said.push_back(fmt::format(
+        "the {} ran at {:.1f} GB/s with plain stores and {:.1f} GB/s with streaming stores "
+        "({:+.0f}%{})",
+        what, plain / GB, streaming / GB, 100.0 * (streaming / plain - 1.0),
+        apart || std::abs(streaming / plain - 1.0) < 0.03 ? ""
+                                                          : ", within the repetitions' spread"));
   };
   clause("upload", up);
   clause("download", down);
@@ -488,10 +523,11 @@ void explain_stores(const staging_figures& s, std::vector<note>& n) {
                      "keep the staging ring out of the cache that the DMA could have read it "
                      "from.";
   if (up && down) {
-    // A direction streams when that was 3% faster; otherwise the configured choice stands.
+    // A direction streams when that was faster beyond the repetitions' spread (and by 3% or
+    // more); otherwise the configured choice stands.
     const auto pick = [&](const stores_pair& p, bool upload) {
-      if (p.streaming > 1.03 * p.plain) return true;
-      if (p.plain > 1.03 * p.streaming) return false;
+      if (clearly_faster(*p.streaming, *p.plain)) return true;
+      if (clearly_faster(*p.plain, *p.streaming)) return false;
       return streams(s.streaming_stores, upload);
     };
     const bool su = pick(*up, true), sd = pick(*down, false);
@@ -522,19 +558,26 @@ void explain_staging_variants(const staging_figures& s, std::vector<note>& n) {
       best([](const staging_variant& v) -> const copy_figure& { return v.up; });
   const staging_variant* down =
       best([](const staging_variant& v) -> const copy_figure& { return v.down; });
-  const auto verdict = [](const char* what, const staging_variant& v, double gbps, double base) {
+  const auto verdict = [](const char* what, const staging_variant& v, const copy_figure& fastest,
+                          const copy_figure& configured) {
+    const double gbps = bw(fastest), base = bw(configured);
     const double x = gbps / base;
     if (x < 1.03)
       return fmt::format(
           "no change sped the {} up by 3% or more (the best, \"{}\", ran at "
           "{:.2f}x the configured {:.1f} GB/s)",
           what, v.name, x, base / GB);
+    if (!clearly_faster(fastest, configured))
+      return fmt::format(
+          "no change sped the {} up beyond the repetitions' spread (the best, \"{}\", ran at "
+          "{:.2f}x the configured {:.1f} GB/s, but their interquartile ranges overlap)",
+          what, v.name, x, base / GB);
     return fmt::format("the fastest {} is \"{}\": {:.1f} GB/s, {:.2f}x the configured {:.1f} GB/s",
                        what, v.name, gbps / GB, x, base / GB);
   };
   n.push_back({id, fmt::format("- Of {} variants, {}; {}.", s.variants.size(),
-                               verdict("upload", *up, bw(up->up), up0),
-                               verdict("download", *down, bw(down->down), down0))});
+                               verdict("upload", *up, up->up, s.staged_up),
+                               verdict("download", *down, down->down, s.staged_down))});
   if (s.pinned_up && bw(*s.pinned_up) > 0) {
     const double pinned = bw(*s.pinned_up);
     const double best_up = std::max(up0, bw(up->up));

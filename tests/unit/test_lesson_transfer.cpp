@@ -810,3 +810,55 @@ TEST(LessonTransfer, EachDirectionsStoresAreJudgedByTheVariantThatFlipsThem) {
   EXPECT_EQ(one.find("the download ran at"), std::string::npos) << one;
   EXPECT_EQ(one.find("faster"), std::string::npos) << one;
 }
+
+TEST(LessonTransfer, AWinnerMustBeFasterBeyondTheSpreadAndASwingingRunSaysSo) {
+  transfer_result r = sample();
+  auto& st = *r.pageable_upload;
+  st.streaming_stores = store_mode::downloads;
+  const double up0 = rate(st.staged_up), down0 = rate(st.staged_down);
+  auto plain = variant("plain stores", st, up0, 1.10 * down0);
+  plain.streaming_stores = store_mode::off;
+  auto both = variant("streaming stores both ways", st, 0.8 * up0, down0);
+  both.streaming_stores = store_mode::both;
+  st.variants = {plain, both};
+  const auto said = [&](const std::string& what) {
+    for (const auto& text : notes_of(explain_transfer(r, h200_facts()), "staging_variants"))
+      if (text.find(what) != std::string::npos) return true;
+    return false;
+  };
+  // Apart: plain downloads 10% faster with interquartile ranges apart win.
+  ASSERT_TRUE(said("the fastest download is \"plain stores\""));
+  ASSERT_TRUE(said("`transfer.staging.streaming_stores: off` would be faster"));
+  ASSERT_FALSE(said("within the repetitions' spread"));
+
+  // The same medians, but the plain run's lower quartile under the configured's upper one.
+  st.variants[0].down.bandwidth_bytes_per_s.p25 = 0.95 * down0;
+  EXPECT_TRUE(
+      said("no change sped the download up beyond the repetitions' spread (the best, "
+           "\"plain stores\", ran at 1.10x"));
+  EXPECT_TRUE(said("streaming stores (-9%, within the repetitions' spread)"));
+  EXPECT_TRUE(said("The configured `streaming_stores: downloads` is the faster choice here."));
+  EXPECT_FALSE(said("would be faster"));
+
+  // A calm run says nothing of swings; one whose upload swung from 5.7 to 47.6 GB/s does.
+  const auto swung = [&] {
+    for (const auto& text : notes_of(explain_transfer(r, h200_facts()), "pageable_upload"))
+      if (text.find("swung widely") != std::string::npos) return text;
+    return std::string();
+  };
+  EXPECT_EQ(swung(), "");
+  summary& b = st.staged_up.bandwidth_bytes_per_s;
+  b.median = 31.9e9;
+  b.min = 5.7e9;
+  b.max = 47.6e9;
+  b.p25 = 20e9;
+  b.p75 = 40e9;
+  b.iqr = b.p75 - b.p25;
+  b.rel_spread = b.iqr / b.median;
+  const std::string text = swung();
+  EXPECT_NE(text.find("the upload from 5.7 to 47.6 GB/s (median 31.9, interquartile range 63% of "
+                      "it). Something else"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("download"), std::string::npos) << text;
+}
