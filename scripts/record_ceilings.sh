@@ -1,23 +1,56 @@
 #!/usr/bin/env bash
-# Records what the ceilings work is judged by, on a GPU machine (the H200), after
-# scripts/record_unified.sh (or scripts/build.sh) has built the default preset: the transfer
-# lesson's staged copies and their variants, the profile lesson's sampler cost, the allocator's
-# single-thread pair against glibc and its batches freed by another thread, and the GPU suite.
-# Logs go to the directory given (default: results/record_ceilings), packed into one archive.
+# Records what the ceilings work is judged by, on a GPU machine (the H200), in phases that each
+# fit one call of at most 10 minutes there (times from an H100 host with 16 cores):
 #
-#   scripts/record_ceilings.sh [LOG_DIR]
+#   lessons  builds the default preset if needed (about 2 min), then the transfer lesson's staged
+#            copies and their variants (about 100 s), the profile lesson's sampler cost (10 s),
+#            the allocator's single-thread pair against glibc and its batches freed by another
+#            thread, and the GPU suite without the PyTorch tests (about 100 s);
+#   torch    the PyTorch tests of the GPU suite (about 6 min);
+#   step     the training loop's step time, PyTorch's allocator against ours, 7 interleaved
+#            repetitions; with BEFORE_LIB=PATH also a library built from an earlier commit.
+#
+# Put PyTorch's Python first on PATH before the first phase (its build finds PyTorch from it), e.g.
+# `export PATH=/opt/torch/.venv/bin:$PATH`. Logs go to the directory given (default:
+# results/record_ceilings), packed into one archive.
+#
+#   scripts/record_ceilings.sh [lessons|torch|step|all] [LOG_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-logs="${1:-results/record_ceilings}"
+phase="${1:-lessons}"
+logs="${2:-results/record_ceilings}"
+case "$phase" in
+  lessons | torch | step | all) ;;
+  *)
+    echo "record_ceilings.sh: unknown phase '$phase' (lessons, torch, step or all)" >&2
+    exit 2
+    ;;
+esac
 mkdir -p "$logs"
+if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
 source scripts/record_step.sh
-[[ -x build/default/gpu-basics ]] || { echo "build the default preset first"; exit 1; }
-step transfer build/default/gpu-basics transfer --json "$logs/transfer.json"
-step profile build/default/gpu-basics profile --json "$logs/profile.json"
-step allocator build/default/bench/gpu_basics_bench_allocator \
-  --benchmark_filter='Pair_Fake/512$|GlibcMallocFree/512$|Fake_Threads|OneStream|Batch' \
-  --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
-step gpu_tests ctest --test-dir build/default -L gpu --output-on-failure
+if [[ ! -x build/default/gpu-basics ]]; then
+  step build bash -c "cmake --preset default && cmake --build build/default -j$(nproc)" || exit 1
+fi
+if [[ $phase == lessons || $phase == all ]]; then
+  step transfer build/default/gpu-basics transfer --json "$logs/transfer.json"
+  step profile build/default/gpu-basics profile --json "$logs/profile.json"
+  step allocator build/default/bench/gpu_basics_bench_allocator \
+    --benchmark_filter='Pair_Fake/512$|GlibcMallocFree/512$|Fake_Threads|OneStream|Batch' \
+    --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+  step gpu_tests ctest --test-dir build/default -L gpu -E '^torch\.' --output-on-failure
+fi
+if [[ $phase == torch || $phase == all ]]; then
+  step torch_tests ctest --test-dir build/default -L gpu -R '^torch\.' --output-on-failure
+fi
+if [[ $phase == step || $phase == all ]]; then
+  also=()
+  [[ -n ${BEFORE_LIB:-} ]] && also=(--also-lib "before=$BEFORE_LIB")
+  step torch_step_time python3 bench/torch_step_time.py --reps 7 --only pytorch --only ours \
+    "${also[@]}" --json "$logs/torch_step_time.json"
+fi
 tar -czf "$logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")"
 echo "logs: $logs.tar.gz"
-exit $status
+exit "$status"
