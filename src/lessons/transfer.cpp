@@ -434,7 +434,7 @@ void explain_pageable_upload(const staging_figures& s, const std::optional<doubl
   std::vector<std::string> wide;
   const auto swing = [&](const char* what, const copy_figure& f) {
     const summary& b = f.bandwidth_bytes_per_s;
-    if (b.rel_spread > kNoisySpread && b.median > 0)
+    if (b.rel_spread > kNoisySpread && b.median > 0 && b.max > 0)
       wide.push_back(
           fmt::format("the {} from {:.1f} to {:.1f} GB/s (median {:.1f}, interquartile "
                       "range {:.0f}% of it)",
@@ -443,12 +443,11 @@ void explain_pageable_upload(const staging_figures& s, const std::optional<doubl
   swing("upload", s.staged_up);
   swing("download", s.staged_down);
   if (!wide.empty())
-    n.push_back(
-        {id, fmt::format("- The staged copies swung widely in this run: {}. Something else "
-                         "was using the host's cores or memory bandwidth; run the lesson "
-                         "again before trusting its staged figures or the ranking of the "
-                         "variants.",
-                         wide.size() > 1 ? wide.front() + "; " + wide.back() : wide.front())});
+    n.push_back({id, fmt::format("- The staged copies swung widely in this run: {}. Something else "
+                                 "was using the host's cores or memory bandwidth; run the lesson "
+                                 "again before trusting its staged figures{}.",
+                                 wide.size() > 1 ? wide.front() + "; " + wide.back() : wide.front(),
+                                 s.variants.empty() ? "" : " or the ranking of the variants")});
   n.push_back(
       {id,
        "- cudaMemcpy does the same with one CPU thread and a small driver buffer; the staged "
@@ -505,12 +504,13 @@ void explain_stores(const staging_figures& s, std::vector<note>& n) {
     const double plain = bw(*p->plain), streaming = bw(*p->streaming);
     const bool apart =
         clearly_faster(*p->plain, *p->streaming) || clearly_faster(*p->streaming, *p->plain);
+    // 3% apart at the medians (clearly_faster's first test) but not beyond the spread.
+    const bool overlap = !apart && (streaming >= 1.03 * plain || plain >= 1.03 * streaming);
     said.push_back(fmt::format(
         "the {} ran at {:.1f} GB/s with plain stores and {:.1f} GB/s with streaming stores "
         "({:+.0f}%{})",
         what, plain / GB, streaming / GB, 100.0 * (streaming / plain - 1.0),
-        apart || std::abs(streaming / plain - 1.0) < 0.03 ? ""
-                                                          : ", within the repetitions' spread"));
+        overlap ? ", within the repetitions' spread" : ""));
   };
   clause("upload", up);
   clause("download", down);
@@ -525,6 +525,9 @@ void explain_stores(const staging_figures& s, std::vector<note>& n) {
   if (up && down) {
     // A direction streams when that was faster beyond the repetitions' spread (and by 3% or
     // more); otherwise the configured choice stands.
+    const auto decided = [](const stores_pair& p) {
+      return clearly_faster(*p.streaming, *p.plain) || clearly_faster(*p.plain, *p.streaming);
+    };
     const auto pick = [&](const stores_pair& p, bool upload) {
       if (clearly_faster(*p.streaming, *p.plain)) return true;
       if (clearly_faster(*p.plain, *p.streaming)) return false;
@@ -533,13 +536,23 @@ void explain_stores(const staging_figures& s, std::vector<note>& n) {
     const bool su = pick(*up, true), sd = pick(*down, false);
     const store_mode best = su ? (sd ? store_mode::both : store_mode::uploads)
                                : (sd ? store_mode::downloads : store_mode::off);
-    text += best == s.streaming_stores
-                ? fmt::format(" The configured `streaming_stores: {}` is the faster choice here.",
-                              to_string(best))
-                : fmt::format(
-                      " On this machine `transfer.staging.streaming_stores: {}` would be "
-                      "faster than the configured `{}`.",
-                      to_string(best), to_string(s.streaming_stores));
+    const bool up_told = decided(*up), down_told = decided(*down);
+    if (best != s.streaming_stores)
+      text += fmt::format(
+          " On this machine `transfer.staging.streaming_stores: {}` would be faster than the "
+          "configured `{}`.",
+          to_string(best), to_string(s.streaming_stores));
+    else if (up_told && down_told)
+      text += fmt::format(" The configured `streaming_stores: {}` is the faster choice here.",
+                          to_string(best));
+    else
+      text += fmt::format(
+          " The configured `streaming_stores: {}` stands: {} beyond the repetitions' spread.",
+          to_string(best),
+          !up_told && !down_told
+              ? "in neither direction was one kind of store faster than the other"
+              : fmt::format("the {} was not faster with one kind of store than the other",
+                            up_told ? "download" : "upload"));
   }
   n.push_back({"staging_variants", std::move(text)});
 }
@@ -548,16 +561,22 @@ void explain_staging_variants(const staging_figures& s, std::vector<note>& n) {
   const std::string id = "staging_variants";
   const double up0 = bw(s.staged_up), down0 = bw(s.staged_down);
   if (s.variants.empty() || !(up0 > 0) || !(down0 > 0)) return;
-  const auto best = [&](auto get) {
-    const staging_variant* b = &s.variants.front();
+  // The fastest of the variants faster than the configured copy beyond the spread; when none
+  // is, the fastest by median (for the "no change" wording).
+  const auto best = [&](auto get, const copy_figure& configured) {
+    const staging_variant* b = nullptr;
+    for (const auto& v : s.variants)
+      if (clearly_faster(get(v), configured) && (!b || bw(get(v)) > bw(get(*b)))) b = &v;
+    if (b) return b;
+    b = &s.variants.front();
     for (const auto& v : s.variants)
       if (bw(get(v)) > bw(get(*b))) b = &v;
     return b;
   };
   const staging_variant* up =
-      best([](const staging_variant& v) -> const copy_figure& { return v.up; });
+      best([](const staging_variant& v) -> const copy_figure& { return v.up; }, s.staged_up);
   const staging_variant* down =
-      best([](const staging_variant& v) -> const copy_figure& { return v.down; });
+      best([](const staging_variant& v) -> const copy_figure& { return v.down; }, s.staged_down);
   const auto verdict = [](const char* what, const staging_variant& v, const copy_figure& fastest,
                           const copy_figure& configured) {
     const double gbps = bw(fastest), base = bw(configured);

@@ -116,11 +116,12 @@ void annotate(json& config, const std::string& key, json annotation) {
   // A horizontal line labelled above itself needs room above it inside the chart: the label is
   // kept inside the chart area, so a line near the top would draw its label over itself.
   const bool horizontal = annotation.contains("yMin") && annotation.contains("yMax");
-  const bool label_above = annotation.contains("label") &&
-                           annotation["label"].value("yAdjust", 0.0) < 0 &&
-                           annotation["label"].value("position", "") != "start";
-  if (horizontal && label_above && annotation["yMax"].is_number()) {
-    json& y = config["options"]["scales"]["y"];
+  const bool label_above = annotation.contains("label") && annotation["label"].is_object() &&
+                           annotation["label"].value("yAdjust", 0.0) < 0;
+  const std::string axis = annotation.value("yScaleID", std::string("y"));
+  auto& scales = config["options"]["scales"];
+  if (horizontal && label_above && annotation["yMax"].is_number() && scales.contains(axis)) {
+    json& y = scales[axis];
     const bool log = y.value("type", "") == "logarithmic";
     const double room = annotation["yMax"].get<double>() * (log ? 1.6 : 1.1);
     if (room > 0 && (!y.contains("suggestedMax") || y["suggestedMax"].get<double>() < room))

@@ -153,9 +153,14 @@ figure d2d_figure(const runs_t& runs) {
         line_dataset(series_name(rr.label, "D2D copy"), color(0), rr.index, xy));
     if (!l2) l2 = rr.result.beliefs->d2d->l2_bytes;
   }
-  if (l2 && *l2 > 0)
-    annotate(c.config, "l2",
-             reference_line(static_cast<double>(*l2), "L2 " + format_bytes(*l2), color(3), true));
+  if (l2 && *l2 > 0) {
+    json l2_line =
+        reference_line(static_cast<double>(*l2), "L2 " + format_bytes(*l2), color(3), true);
+    // At the top, right of the line: the L2 sets' peak lies just left of it.
+    l2_line["label"]["xAdjust"] = 34;
+    l2_line["label"]["yAdjust"] = 0;
+    annotate(c.config, "l2", std::move(l2_line));
+  }
   json course = reference_line(lessons::kCourseHbmBytesPerS / 2 / 1e9,
                                "course (H100): 3.35 TB/s r+w", color(2));
   course["label"]["position"] = "start";  // at the left, under the L2 rates, clear of HBM's

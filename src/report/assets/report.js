@@ -47,12 +47,17 @@
       } else {
         // Label 1, 2 and 5 times a power of ten only, in the axis' unit. (Chart.js's own log
         // formatter also labels every tick in the top fifth of the axis, which crowds it.)
+        const round = (v) => {
+          if (!(v > 0)) return false;
+          const mantissa = Math.round((v / 10 ** Math.floor(Math.log10(v))) * 1000) / 1000;
+          return [1, 2, 5, 10].includes(mantissa);
+        };
         scale.ticks = Object.assign({}, scale.ticks, {
-          callback: (v) => {
-            if (!(v > 0)) return '';
-            const mantissa = Math.round((v / 10 ** Math.floor(Math.log10(v))) * 1000) / 1000;
-            return [1, 2, 5, 10].includes(mantissa) ? format(v) : '';
-          },
+          // An axis too narrow for any such tick labels its ends.
+          callback: (v, i, ticks) =>
+            round(v) || (!ticks.some((t) => round(t.value)) && (i === 0 || i === ticks.length - 1))
+              ? format(v)
+              : '',
         });
       }
     } else {
