@@ -482,12 +482,13 @@ config_schema make_builtin() {
   s.add(int_key("transfer.staging.threads", GB_FIELD(int, transfer.staging.threads), 0, 256, "",
                 "host threads filling them (0 = one per core, at most 16)",
                 "an integer in 0..256 (0 = one per core, at most 16)"));
+  static constexpr const char* kStoreModes = "off, uploads, downloads or both (true: both)";
   s.add(custom_key(
-      "transfer.staging.streaming_stores", "off, uploads, downloads or both (true: both)", "",
+      "transfer.staging.streaming_stores", kStoreModes, "",
       "which host copies write with non-temporal stores (no read-for-ownership): into the ring "
       "on upload, into the destination on download",
       [](config& c, const YAML::Node& n, const parse_context& ctx) {
-        const std::string expect = "off, uploads, downloads or both (true: both)";
+        const std::string expect = kStoreModes;
         auto m = parse_store_mode(read_string(n, ctx, expect));
         bool b = false;  // the key's old values: any YAML boolean (yes, on, ...)
         if (!m && YAML::convert<bool>::decode(n, b)) m = b ? store_mode::both : store_mode::off;

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "gpu_basics/core/hardware.hpp"
 #include "gpu_basics/transfer/plan.hpp"
@@ -25,9 +26,9 @@ constexpr double MiB = 1 << 20;
 // PCIe packets: the payload most hosts allow per TLP (Max_Payload_Size),
 // and what each TLP adds on the wire: header 12-16 bytes, sequence number 2, LCRC 4, framing.
 constexpr double kTlpPayloadBytes = 256;
+constexpr double kTlpOverheadBytes = 24;
 // Above this interquartile range (a share of the median) a staged copy's run was disturbed.
 constexpr double kNoisySpread = 0.25;
-constexpr double kTlpOverheadBytes = 24;
 
 // ---- small helpers ------------------------------------------------------------------------
 
@@ -446,7 +447,7 @@ void explain_pageable_upload(const staging_figures& s, const std::optional<doubl
     n.push_back({id, fmt::format("- The staged copies swung widely in this run: {}. Something else "
                                  "was using the host's cores or memory bandwidth; run the lesson "
                                  "again before trusting its staged figures{}.",
-                                 wide.size() > 1 ? wide.front() + "; " + wide.back() : wide.front(),
+                                 fmt::join(wide, "; "),
                                  s.variants.empty() ? "" : " or the ranking of the variants")});
   n.push_back(
       {id,
@@ -494,6 +495,14 @@ std::optional<stores_pair> stores_of(const staging_figures& s, bool upload) {
   return stores_pair{configured, changed};
 }
 
+/// Which stores ran faster beyond the spread: true for streaming, false for plain, nullopt when
+/// the two were not told apart.
+std::optional<bool> faster_stores(const stores_pair& p) {
+  if (clearly_faster(*p.streaming, *p.plain)) return true;
+  if (clearly_faster(*p.plain, *p.streaming)) return false;
+  return std::nullopt;
+}
+
 /// What streaming stores did to each direction, and the mode that would be fastest.
 void explain_stores(const staging_figures& s, std::vector<note>& n) {
   const auto up = stores_of(s, true), down = stores_of(s, false);
@@ -502,10 +511,9 @@ void explain_stores(const staging_figures& s, std::vector<note>& n) {
   const auto clause = [&](const char* what, const std::optional<stores_pair>& p) {
     if (!p || !(bw(*p->plain) > 0)) return;
     const double plain = bw(*p->plain), streaming = bw(*p->streaming);
-    const bool apart =
-        clearly_faster(*p->plain, *p->streaming) || clearly_faster(*p->streaming, *p->plain);
     // 3% apart at the medians (clearly_faster's first test) but not beyond the spread.
-    const bool overlap = !apart && (streaming >= 1.03 * plain || plain >= 1.03 * streaming);
+    const bool overlap =
+        !faster_stores(*p) && (streaming >= 1.03 * plain || plain >= 1.03 * streaming);
     said.push_back(fmt::format(
         "the {} ran at {:.1f} GB/s with plain stores and {:.1f} GB/s with streaming stores "
         "({:+.0f}%{})",
@@ -515,28 +523,22 @@ void explain_stores(const staging_figures& s, std::vector<note>& n) {
   clause("upload", up);
   clause("download", down);
   if (said.empty()) return;
-  std::string text = "- Streaming stores, one direction at a time: " + said.front() +
-                     (said.size() > 1 ? "; " + said.back() : std::string()) +
-                     ". An ordinary store reads each destination line before writing it "
-                     "(read-for-ownership), so a memcpy moves three bytes of DRAM traffic per "
-                     "byte copied; streaming stores skip that read, but on upload they also "
-                     "keep the staging ring out of the cache that the DMA could have read it "
-                     "from.";
+  std::string text =
+      fmt::format("- Streaming stores, one direction at a time: {}", fmt::join(said, "; ")) +
+      ". An ordinary store reads each destination line before writing it "
+      "(read-for-ownership), so a memcpy moves three bytes of DRAM traffic per "
+      "byte copied; streaming stores skip that read, but on upload they also "
+      "keep the staging ring out of the cache that the DMA could have read it "
+      "from.";
   if (up && down) {
     // A direction streams when that was faster beyond the repetitions' spread (and by 3% or
     // more); otherwise the configured choice stands.
-    const auto decided = [](const stores_pair& p) {
-      return clearly_faster(*p.streaming, *p.plain) || clearly_faster(*p.plain, *p.streaming);
-    };
-    const auto pick = [&](const stores_pair& p, bool upload) {
-      if (clearly_faster(*p.streaming, *p.plain)) return true;
-      if (clearly_faster(*p.plain, *p.streaming)) return false;
-      return streams(s.streaming_stores, upload);
-    };
-    const bool su = pick(*up, true), sd = pick(*down, false);
+    const std::optional<bool> fu = faster_stores(*up), fd = faster_stores(*down);
+    const bool su = fu.value_or(streams_uploads(s.streaming_stores));
+    const bool sd = fd.value_or(streams_downloads(s.streaming_stores));
     const store_mode best = su ? (sd ? store_mode::both : store_mode::uploads)
                                : (sd ? store_mode::downloads : store_mode::off);
-    const bool up_told = decided(*up), down_told = decided(*down);
+    const bool up_told = fu.has_value(), down_told = fd.has_value();
     if (best != s.streaming_stores)
       text += fmt::format(
           " On this machine `transfer.staging.streaming_stores: {}` would be faster than the "
