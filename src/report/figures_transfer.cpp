@@ -24,10 +24,11 @@ double gbps(const copy_figure& f) {
   return f.bandwidth_bytes_per_s.median / kGB;
 }
 
-/// A reference line per distinct value (several runs of one GPU share one line).
+/// A reference line per distinct value (several runs of one GPU share one line), its label at
+/// `position` along it, above it or `below` it.
 void reference_lines(json& config, const std::string& key, const std::vector<double>& values,
                      const std::string& label, const std::string& colour,
-                     const std::string& position = "end") {
+                     const std::string& position = "end", bool below = false) {
   // Values within 2% of each other (several runs of one kind of node) share one line, labelled
   // with their range: lines that close would draw their labels over each other.
   std::vector<std::pair<double, double>> groups;  // min, max
@@ -48,7 +49,7 @@ void reference_lines(json& config, const std::string& key, const std::vector<dou
                                    : fmt::format("{:.1f}-{:.1f} GB/s", lo, hi);
     auto line = reference_line(hi, label + " " + figure, colour);
     line["label"]["position"] = position;
-    if (position == "start") line["label"]["yAdjust"] = 9;  // below the line
+    if (below) line["label"]["yAdjust"] = 9;
     annotate(config, key + std::to_string(i), std::move(line));
   }
 }
@@ -114,7 +115,8 @@ figure sweep_figure(const runs_t& runs) {
     ceilings.push_back(pinned_ceiling(r));
   }
   reference_lines(c.config, "link", links, "link, theoretical:", "#7f7f7f", "center");
-  reference_lines(c.config, "ceiling", ceilings, "measured pinned ceiling:", "#0072b2", "start");
+  reference_lines(c.config, "ceiling", ceilings, "measured pinned ceiling:", "#0072b2", "start",
+                  true);
   c.height = "tall";
   return {"transfer-bandwidth",
           "transfer",
@@ -179,7 +181,8 @@ figure streams_figure(const runs_t& runs) {
     if (rr.result.link_bytes_per_s) links.push_back(*rr.result.link_bytes_per_s / kGB);
   }
   c.config["data"]["labels"] = labels;
-  reference_lines(c.config, "link", links, "link, theoretical:", "#7f7f7f");
+  // At the left, above the one-direction bars: the bidirectional bar at the right crosses it.
+  reference_lines(c.config, "link", links, "link, theoretical:", "#7f7f7f", "start");
   return {"transfer-streams", "transfer", "Streams and copy engines", {std::move(c)}, {"streams"}};
 }
 
