@@ -418,45 +418,61 @@ sync_async_measurement copy_bench::sync_vs_async(copy_direction d, host_memory m
 
 copy_measurement copy_bench::staged(copy_direction d, std::uint64_t bytes,
                                     const staging_options& o) {
+  return std::move(staged(d, bytes, std::span<const staging_options>(&o, 1)).front());
+}
+
+std::vector<copy_measurement> copy_bench::staged(copy_direction d, std::uint64_t bytes,
+                                                 std::span<const staging_options> options) {
   GPU_BASICS_EXPECTS(d != copy_direction::d2d, "staged copies are host<->device");
+  GPU_BASICS_EXPECTS(!options.empty(), "no staging options to measure");
   auto& b = *b_;
   b.ensure(d, host_memory::pageable, bytes);
-  staged_copier copier(o);
-  copy_measurement r;
-  r.direction = d;
-  r.memory = host_memory::pageable;
-  r.bytes = r.bytes_moved = bytes;
+  std::vector<std::unique_ptr<staged_copier>> copiers;
+  std::vector<copy_measurement> out(options.size());
+  for (std::size_t k = 0; k < options.size(); ++k) {
+    copiers.push_back(std::make_unique<staged_copier>(options[k]));
+    out[k].direction = d;
+    out[k].memory = host_memory::pageable;
+    out[k].bytes = out[k].bytes_moved = bytes;
+  }
   const std::uint32_t sd = b.fill_source(d, host_memory::pageable, bytes);
   void* src = b.src(d, host_memory::pageable);
   void* dst = b.dst(d, host_memory::pageable);
-  std::size_t bad = 0;
+  std::vector<std::size_t> bad(options.size(), 0);
+  // One copy of each choice per round: a slow stretch of the host lands on every choice.
   for (int i = 0; i < o_.warmup_iterations + o_.iterations; ++i) {
-    if (d == copy_direction::h2d) {
-      enqueue_fill_zero(dst, bytes, b.s0);
-      b.s0.synchronize();
-      const double t0 = host_seconds();
-      copier.upload(dst, src, bytes, b.s0);
-      b.s0.synchronize();
-      const double t1 = host_seconds();
-      b.reset_counter();
-      enqueue_count_mismatches(dst, bytes, sd, b.counter.get(), b.s0);
-      bad += b.read_counter();
-      if (i >= o_.warmup_iterations) r.seconds.push_back(t1 - t0);
-    } else {
-      b.pool.parallel_ranges(bytes, 4096, [&](std::size_t off, std::size_t n) {
-        std::memset(static_cast<std::byte*>(dst) + off, 0, n);
-      });
-      const double t0 = host_seconds();
-      copier.download(dst, src, bytes, b.s0);
-      const double t1 = host_seconds();
-      bad += b.host_mismatches(dst, bytes, sd);
-      if (i >= o_.warmup_iterations) r.seconds.push_back(t1 - t0);
+    for (std::size_t k = 0; k < options.size(); ++k) {
+      staged_copier& copier = *copiers[k];
+      double seconds = 0;
+      if (d == copy_direction::h2d) {
+        enqueue_fill_zero(dst, bytes, b.s0);
+        b.s0.synchronize();
+        const double t0 = host_seconds();
+        copier.upload(dst, src, bytes, b.s0);
+        b.s0.synchronize();
+        seconds = host_seconds() - t0;
+        b.reset_counter();
+        enqueue_count_mismatches(dst, bytes, sd, b.counter.get(), b.s0);
+        bad[k] += b.read_counter();
+      } else {
+        b.pool.parallel_ranges(bytes, 4096, [&](std::size_t off, std::size_t n) {
+          std::memset(static_cast<std::byte*>(dst) + off, 0, n);
+        });
+        const double t0 = host_seconds();
+        copier.download(dst, src, bytes, b.s0);
+        seconds = host_seconds() - t0;
+        bad[k] += b.host_mismatches(dst, bytes, sd);
+      }
+      if (i >= o_.warmup_iterations) out[k].seconds.push_back(seconds);
     }
   }
-  check(bad, r, "staged");
-  r.verified_bytes = bytes * static_cast<std::uint64_t>(o_.warmup_iterations + o_.iterations);
-  finish(r);
-  return r;
+  for (std::size_t k = 0; k < options.size(); ++k) {
+    check(bad[k], out[k], "staged");
+    out[k].verified_bytes =
+        bytes * static_cast<std::uint64_t>(o_.warmup_iterations + o_.iterations);
+    finish(out[k]);
+  }
+  return out;
 }
 
 copy_measurement copy_bench::host_memcpy(std::uint64_t bytes, unsigned threads,

@@ -182,6 +182,32 @@ TEST(GpuStaged, StagedUploadBeatsPageableCudaMemcpy) {
   EXPECT_GT(staged.bandwidth_bytes_per_s.median, plain.bandwidth_bytes_per_s.median);
 }
 
+TEST(GpuStaged, InterleavedChoicesEachGetTheirOwnVerifiedRepetitions) {
+  SKIP_WITHOUT_GPU();
+  copy_bench bench({2, 4});
+  const std::uint64_t bytes = (24u << 20) + 4093;  // not a whole number of chunks or pages
+  staging_options a, b, c;
+  b.threads = 1;
+  b.chunk_bytes = 256u << 10;
+  c.streaming_stores = store_mode::both;
+  c.buffers = 2;
+  const std::vector<staging_options> choices{a, b, c};
+  for (const auto d : {copy_direction::h2d, copy_direction::d2h}) {
+    const auto m = bench.staged(d, bytes, choices);
+    ASSERT_EQ(m.size(), choices.size());
+    for (const auto& x : m) {
+      EXPECT_EQ(x.direction, d);
+      EXPECT_EQ(x.bytes, bytes);
+      EXPECT_EQ(x.seconds.size(), 4u);  // the repetitions, not the warm-ups
+      EXPECT_EQ(x.verified_bytes, bytes * 6);
+      EXPECT_GT(x.bandwidth_bytes_per_s.median, 0.0);
+    }
+  }
+  EXPECT_THROW(bench.staged(copy_direction::h2d, bytes, std::span<const staging_options>{}),
+               std::logic_error);
+  EXPECT_THROW(bench.staged(copy_direction::d2d, bytes, choices), std::logic_error);
+}
+
 TEST(GpuCli, TransferLessonWritesEveryTable) {
   SKIP_WITHOUT_GPU();
   const auto dir = std::filesystem::temp_directory_path() / "gpu_basics_cli_transfer";

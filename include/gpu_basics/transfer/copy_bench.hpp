@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -87,6 +88,12 @@ class copy_bench {
   /// @throws verification_error when a copy did not deliver the pattern; out_of_memory,
   /// cuda_error; logic_error for D2D or staging options staged_copier rejects.
   copy_measurement staged(copy_direction d, std::uint64_t bytes, const staging_options& o);
+  /// The same for several staging choices at once, their repetitions interleaved (one copy of
+  /// each choice per round), so that a disturbance of the host slows every choice alike rather
+  /// than the one measured while it lasted. One measurement per choice, in the order given.
+  /// @throws as staged(); logic_error when `options` is empty.
+  std::vector<copy_measurement> staged(copy_direction d, std::uint64_t bytes,
+                                       std::span<const staging_options> options);
   /// The host-side ceiling of a staged upload: a multi-threaded memcpy of `bytes` of pageable
   /// memory into pinned memory with `threads` threads, host clock. With ring_bytes > 0 the
   /// destination is a ring of that size written chunk by chunk (chunk_bytes), as the staging
