@@ -500,6 +500,10 @@ config_schema make_builtin() {
       }));
   s.add(bool_key("transfer.staging.huge_pages", GB_FIELD(bool, transfer.staging.huge_pages),
                  "the ring in transparent huge pages, pinned with cudaHostRegister"));
+  s.add(int_key("transfer.staging.pieces_per_thread",
+                GB_FIELD(int, transfer.staging.pieces_per_thread), 1, 64, "",
+                "ranges each thread's share of a chunk is cut into, handed out one at a time (1: "
+                "one fixed range per thread, which a thread slowed by the OS holds up)"));
   s.add(bool_key("transfer.staging.variants", GB_FIELD(bool, transfer.staging.variants),
                  "also time the staged copy with each choice changed (threads, chunk, ring, "
                  "streaming stores, huge pages): what bounds it"));

@@ -101,11 +101,13 @@ void thread_pool::parallel_for(std::size_t tasks, const std::function<void(std::
 }
 
 void thread_pool::parallel_ranges(std::size_t bytes, std::size_t align,
-                                  const std::function<void(std::size_t, std::size_t)>& fn) {
+                                  const std::function<void(std::size_t, std::size_t)>& fn,
+                                  unsigned pieces_per_thread) {
   if (bytes == 0) return;
   align = std::max<std::size_t>(1, align);
   const std::size_t units = (bytes + align - 1) / align;
-  const std::size_t parts = std::min<std::size_t>(size(), units);
+  const std::size_t parts =
+      std::min<std::size_t>(std::size_t{size()} * std::max(1u, pieces_per_thread), units);
   parallel_for(parts, [&](std::size_t p) {
     const std::size_t begin = std::min(bytes, units * p / parts * align);
     const std::size_t end = std::min(bytes, units * (p + 1) / parts * align);

@@ -153,6 +153,7 @@ staging_options staging_of(const config& cfg) {
                                             : default_thread_count();
   so.streaming_stores = cfg.transfer.staging.streaming_stores;
   so.huge_pages = cfg.transfer.staging.huge_pages;
+  so.pieces_per_thread = static_cast<unsigned>(cfg.transfer.staging.pieces_per_thread);
   return so;
 }
 
@@ -182,6 +183,10 @@ std::vector<std::pair<std::string, staging_options>> staging_variants(const stag
       o.streaming_stores = store_mode::both;
       o.huge_pages = true;
     });
+  if (base.pieces_per_thread > 1)
+    add("one range per thread", [](staging_options& o) { o.pieces_per_thread = 1; });
+  else
+    add("4 pieces per thread", [](staging_options& o) { o.pieces_per_thread = 4; });
   if (base.threads >= 2)
     add(fmt::format("{} threads", base.threads / 2),
         [](staging_options& o) { o.threads = o.threads / 2; });
@@ -205,6 +210,7 @@ void record_options(Figures& f, const staging_options& o) {
   f.threads = static_cast<int>(o.threads);
   f.streaming_stores = o.streaming_stores;
   f.huge_pages = o.huge_pages;
+  f.pieces_per_thread = static_cast<int>(o.pieces_per_thread);
 }
 
 staging_figures measure_staging(context& ctx, copy_bench& bench) {
@@ -236,8 +242,8 @@ staging_figures measure_staging(context& ctx, copy_bench& bench) {
   // The staged copy's host side: pageable reads into a cache-sized ring, as the staging does;
   // beside it a memcpy into a whole pinned buffer, whose writes go to DRAM too.
   step("host memcpy into the ring");
-  s.ring_memcpy =
-      figure_of(bench.host_memcpy(bytes, so.threads, so.chunk_bytes * so.buffers, so.chunk_bytes));
+  s.ring_memcpy = figure_of(bench.host_memcpy(bytes, so.threads, so.chunk_bytes * so.buffers,
+                                              so.chunk_bytes, so.pieces_per_thread));
   step("host memcpy into a whole buffer");
   s.dram_memcpy = figure_of(bench.host_memcpy(bytes, so.threads));
   if (ctx.cfg.memory.use_pinned_memory) {

@@ -476,7 +476,8 @@ std::vector<copy_measurement> copy_bench::staged(copy_direction d, std::uint64_t
 }
 
 copy_measurement copy_bench::host_memcpy(std::uint64_t bytes, unsigned threads,
-                                         std::uint64_t ring_bytes, std::uint64_t chunk_bytes) {
+                                         std::uint64_t ring_bytes, std::uint64_t chunk_bytes,
+                                         unsigned pieces_per_thread) {
   auto& b = *b_;
   const bool ring = ring_bytes > 0 && chunk_bytes > 0 && ring_bytes < bytes;
   b.ensure(copy_direction::h2d, host_memory::pageable, bytes);
@@ -496,9 +497,12 @@ copy_measurement copy_bench::host_memcpy(std::uint64_t bytes, unsigned threads,
   for (int i = 0; i < o_.warmup_iterations + o_.iterations; ++i) {
     const double t0 = host_seconds();
     for (std::size_t c = 0; c < chunks.size(); ++c)
-      pool.parallel_ranges(chunks[c].bytes, 64, [&](std::size_t off, std::size_t n) {
-        std::memcpy(dst + slot_offset(c) + off, src + chunks[c].offset + off, n);
-      });
+      pool.parallel_ranges(
+          chunks[c].bytes, 64,
+          [&](std::size_t off, std::size_t n) {
+            std::memcpy(dst + slot_offset(c) + off, src + chunks[c].offset + off, n);
+          },
+          pieces_per_thread);
     const double t1 = host_seconds();
     if (i >= o_.warmup_iterations) r.seconds.push_back(t1 - t0);
   }

@@ -11,6 +11,7 @@ staged_copier::staged_copier(staging_options o)
     : o_(o), pool_(o.threads ? o.threads : default_thread_count()) {
   GPU_BASICS_EXPECTS(o_.buffers >= 2, "the staging ring needs at least 2 buffers");
   GPU_BASICS_EXPECTS(o_.chunk_bytes >= 4096, "staging chunks of at least 4 KiB");
+  GPU_BASICS_EXPECTS(o_.pieces_per_thread >= 1, "at least one piece per thread");
   o_.threads = pool_.size();
   for (unsigned i = 0; i < o_.buffers; ++i) {
     if (o_.huge_pages) {
@@ -32,14 +33,17 @@ staged_copier::~staged_copier() {
 
 void staged_copier::copy_parallel(void* dst, const void* src, std::size_t bytes, bool streaming) {
   // Split on 64-byte lines so no two threads write the same cache line.
-  pool_.parallel_ranges(bytes, 64, [&](std::size_t off, std::size_t n) {
-    auto* d = static_cast<std::byte*>(dst) + off;
-    const auto* s = static_cast<const std::byte*>(src) + off;
-    if (streaming)
-      copy_streaming(d, s, n);
-    else
-      std::memcpy(d, s, n);
-  });
+  pool_.parallel_ranges(
+      bytes, 64,
+      [&](std::size_t off, std::size_t n) {
+        auto* d = static_cast<std::byte*>(dst) + off;
+        const auto* s = static_cast<const std::byte*>(src) + off;
+        if (streaming)
+          copy_streaming(d, s, n);
+        else
+          std::memcpy(d, s, n);
+      },
+      o_.pieces_per_thread);
 }
 
 void staged_copier::upload(void* dst, const void* src, std::size_t bytes, stream_view s) {

@@ -71,20 +71,34 @@ TEST(GpuPipeline, WithoutTheReleaseWaitTheChecksumsCatchTheRace) {
   EXPECT_EQ(wrong_checksums(pipe, b, 20000, false), 0);
 }
 
-TEST(GpuPipeline, CopiesOverlapComputeAndBeatSerial) {
+TEST(GpuPipeline, CopiesOverlapComputeAndTheOverlapShortensTheRun) {
   SKIP_WITHOUT_GPU();
   batches b(32u << 20, 8);
   prefetch_pipeline pipe(b.bytes, 2), ser(b.bytes, 1);
   pipeline_run dbl, serial;
-  ASSERT_EQ(wrong_checksums(pipe, b, 200, false, &dbl), 0);
-  ASSERT_EQ(wrong_checksums(ser, b, 200, true, &serial), 0);
+  // Compute comparable to the copy, so that overlapping them saves a share of the run far above
+  // the events' jitter; the first runs warm both pipelines up.
+  constexpr unsigned k = 2000;
+  ASSERT_EQ(wrong_checksums(pipe, b, k, false), 0);
+  ASSERT_EQ(wrong_checksums(ser, b, k, true), 0);
+  ASSERT_EQ(wrong_checksums(pipe, b, k, false, &dbl), 0);
+  ASSERT_EQ(wrong_checksums(ser, b, k, true, &serial), 0);
   int overlapped = 0;
   for (std::size_t i = 0; i + 1 < dbl.batches.size(); ++i)
     overlapped += dbl.batches[i + 1].copy_start_s < dbl.batches[i].compute_end_s;
   EXPECT_GT(overlapped, 0);
   for (std::size_t i = 0; i + 1 < serial.batches.size(); ++i)  // serial never overlaps
     EXPECT_GE(serial.batches[i + 1].copy_start_s, serial.batches[i].compute_end_s - 1e-6);
-  EXPECT_LT(dbl.total_s, serial.total_s);
+  // Not a speed target: the pipelined run's wall time is shorter than its own copies and
+  // computes laid end to end, which only overlap achieves (the serial run cannot).
+  const auto busy = [](const pipeline_run& r) {
+    double t = 0;
+    for (const auto& x : r.batches)
+      t += (x.copy_end_s - x.copy_start_s) + (x.compute_end_s - x.compute_start_s);
+    return t;
+  };
+  EXPECT_LT(dbl.total_s, 0.9 * busy(dbl)) << "serial run: " << serial.total_s << " s";
+  EXPECT_GE(serial.total_s, busy(serial) - 1e-6);
 }
 
 TEST(GpuCli, TransferWritesTheDoubleBufferTableAndTrace) {

@@ -204,8 +204,8 @@ TEST(GpuStaged, InterleavedChoicesEachGetTheirOwnVerifiedRepetitions) {
     }
   }
   EXPECT_THROW(bench.staged(copy_direction::h2d, bytes, std::span<const staging_options>{}),
-               std::logic_error);
-  EXPECT_THROW(bench.staged(copy_direction::d2d, bytes, choices), std::logic_error);
+               gpu_basics::logic_error);
+  EXPECT_THROW(bench.staged(copy_direction::d2d, bytes, choices), gpu_basics::logic_error);
 }
 
 TEST(GpuCli, TransferLessonWritesEveryTable) {

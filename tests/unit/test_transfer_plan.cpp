@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -151,6 +152,43 @@ TEST(ThreadPool, RangesCoverTheBufferAndCopyIt) {
   });
   EXPECT_EQ(count_pattern_mismatches_host(dst.data(), n, 77), 0u);
   EXPECT_EQ(dst[n], 0);
+}
+
+TEST(ThreadPool, PiecesPerThreadCutTheBufferIntoThatManyAlignedRangesCoveringIt) {
+  thread_pool pool(3);
+  std::vector<std::uint8_t> src(1 << 20), dst(src.size(), 0);
+  fill_pattern_host(src.data(), src.size(), 5);
+  const std::size_t n = src.size() - 100;
+  std::mutex m;
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  pool.parallel_ranges(
+      n, 64,
+      [&](std::size_t off, std::size_t len) {
+        std::memcpy(dst.data() + off, src.data() + off, len);
+        std::lock_guard lock(m);
+        ranges.emplace_back(off, len);
+      },
+      4);
+  EXPECT_EQ(ranges.size(), 12u);  // 3 threads x 4
+  std::sort(ranges.begin(), ranges.end());
+  std::size_t at = 0;
+  for (const auto& [off, len] : ranges) {
+    EXPECT_EQ(off, at);
+    EXPECT_EQ(off % 64, 0u);
+    at += len;
+  }
+  EXPECT_EQ(at, n);
+  EXPECT_EQ(count_pattern_mismatches_host(dst.data(), n, 5), 0u);
+  // Never more ranges than aligned units.
+  ranges.clear();
+  pool.parallel_ranges(
+      200, 64,
+      [&](std::size_t off, std::size_t len) {
+        std::lock_guard lock(m);
+        ranges.emplace_back(off, len);
+      },
+      8);
+  EXPECT_EQ(ranges.size(), 4u);
 }
 
 TEST(ThreadPool, ExceptionsReachTheCaller) {

@@ -149,6 +149,7 @@ struct config {
       int threads = 0;  // 0: one per core, at most 16
       store_mode streaming_stores = store_mode::downloads;
       bool huge_pages = false;
+      int pieces_per_thread = 4;  // ranges per thread in each chunk, handed out one at a time
       bool variants = true;  // measure the staged copy's variants (the "staging_variants" table)
     } staging;
     struct multi_gpu_section {

@@ -42,10 +42,14 @@ class thread_pool {
   /// to be called from two threads at once.
   void parallel_for(std::size_t tasks, const std::function<void(std::size_t)>& fn);
 
-  /// Splits [0, bytes) into one contiguous range per thread (aligned to `align` bytes) and runs
-  /// fn(offset, length) for each. A range's exception is rethrown as by parallel_for().
+  /// Splits [0, bytes) into `pieces_per_thread` contiguous ranges per thread (aligned to `align`
+  /// bytes) and runs fn(offset, length) for each. With one range per thread a thread that the OS
+  /// slows (another runnable thread on its core) holds the whole loop up; with several, the
+  /// others take its share, as parallel_for() hands ranges out one at a time. A range's
+  /// exception is rethrown as by parallel_for().
   void parallel_ranges(std::size_t bytes, std::size_t align,
-                       const std::function<void(std::size_t, std::size_t)>& fn);
+                       const std::function<void(std::size_t, std::size_t)>& fn,
+                       unsigned pieces_per_thread = 1);
 
  private:
   void worker_loop();

@@ -97,11 +97,12 @@ class copy_bench {
   /// The host-side ceiling of a staged upload: a multi-threaded memcpy of `bytes` of pageable
   /// memory into pinned memory with `threads` threads, host clock. With ring_bytes > 0 the
   /// destination is a ring of that size written chunk by chunk (chunk_bytes), as the staging
-  /// ring is: it stays in the CPU's cache, so only the pageable reads reach DRAM.
+  /// ring is: it stays in the CPU's cache, so only the pageable reads reach DRAM. Each chunk is
+  /// cut into `pieces_per_thread` ranges per thread, as the staged copier cuts it.
   /// @throws verification_error when the destination does not hold the pattern; out_of_memory,
   /// cuda_error.
   copy_measurement host_memcpy(std::uint64_t bytes, unsigned threads, std::uint64_t ring_bytes = 0,
-                               std::uint64_t chunk_bytes = 0);
+                               std::uint64_t chunk_bytes = 0, unsigned pieces_per_thread = 1);
   /// cudaHostRegister / cudaHostUnregister of a pageable buffer, `repeats` times, and H2D copies
   /// from it while registered.
   /// @throws cuda_error when registering fails; verification_error when a copy did not deliver

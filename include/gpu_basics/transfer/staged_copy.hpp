@@ -24,6 +24,9 @@ struct staging_options {
   /// The ring in transparent huge pages, pinned with cudaHostRegister (huge_pinned_memory),
   /// instead of cudaHostAlloc's 4 KiB pages.
   bool huge_pages = false;
+  /// Ranges each thread's share of a chunk is cut into, handed out one at a time: a thread the
+  /// OS slows then holds up one small range, not a 16th of the chunk.
+  unsigned pieces_per_thread = 4;  // >= 1
 };
 
 class staged_copier {
