@@ -1,6 +1,7 @@
 #include "gpu_basics/core/thread_pool.hpp"
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "gpu_basics/core/cpu_relax.hpp"
@@ -31,7 +32,11 @@ void thread_pool::await(std::condition_variable& cv, std::atomic<int>& sleepers,
     for (unsigned i = 1;; ++i) {
       cpu_relax();
       if (ready()) return;
-      if (i % 64 == 0 && std::chrono::steady_clock::now() >= until) break;
+      if (i % 64 == 0) {
+        if (std::chrono::steady_clock::now() >= until) break;
+        // A thread of this pool that the OS put on this core gets it while this one waits.
+        std::this_thread::yield();
+      }
     }
   }
   std::unique_lock lock(mutex_);
@@ -48,29 +53,48 @@ void thread_pool::wake(std::condition_variable& cv, const std::atomic<int>& slee
   cv.notify_all();
 }
 
-void thread_pool::run_tasks() {
-  const auto* job = job_;
-  const std::size_t tasks = tasks_;
-  for (std::size_t i = next_.fetch_add(1, std::memory_order_relaxed); i < tasks;
-       i = next_.fetch_add(1, std::memory_order_relaxed)) {
+namespace {
+// The low half of thread_pool::state_ while the caller sets the next loop up: no task index.
+constexpr std::uint32_t kClosed = 0xffffffffu;
+}  // namespace
+
+void thread_pool::run_tasks(std::uint32_t generation) {
+  std::uint64_t s = state_.load(std::memory_order_acquire);
+  for (;;) {
+    if (static_cast<std::uint32_t>(s >> 32) != generation) return;  // a newer loop
+    // tasks_ may already be a newer loop's (acquire: then this thread also sees the newer loop's
+    // closing of state_, which came first, and the exchange below fails).
+    const std::size_t tasks = tasks_.load(std::memory_order_acquire);
+    const std::size_t i = static_cast<std::uint32_t>(s);
+    if (i >= tasks) return;  // all taken, or closed
+    if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire))
+      continue;
+    // Task i of this loop is ours: the loop cannot finish, nor job_ change, before it is done.
     try {
-      (*job)(i);
+      (*job_.load(std::memory_order_relaxed))(i);
     } catch (...) {
       std::lock_guard lock(mutex_);
       if (!error_) error_ = std::current_exception();
     }
+    // Release: the task's writes happen before the caller's acquire of the count.
+    if (done_tasks_.fetch_add(1) + 1 == tasks) wake(done_, sleeping_callers_);
+    s = state_.load(std::memory_order_acquire);
   }
 }
 
 void thread_pool::worker_loop() {
-  std::uint64_t seen = 0;
+  std::uint32_t seen = 0;
+  // The generation of the loop published last; a loop still being set up is not published yet.
+  const auto published = [&] {
+    const std::uint64_t s = state_.load();
+    return static_cast<std::uint32_t>(s) == kClosed ? seen : static_cast<std::uint32_t>(s >> 32);
+  };
   for (;;) {
-    await(wake_, sleeping_workers_, [&] { return stop_.load() || generation_.load() != seen; });
+    await(wake_, sleeping_workers_, [&] { return stop_.load() || published() != seen; });
     if (stop_.load()) return;
-    seen = generation_.load();
-    run_tasks();
-    // Release: the tasks' writes happen before the caller's acquire of the count.
-    if (checked_out_.fetch_add(1) + 1 == workers_.size()) wake(done_, sleeping_callers_);
+    seen = published();
+    run_tasks(seen);
   }
 }
 
@@ -80,18 +104,25 @@ void thread_pool::parallel_for(std::size_t tasks, const std::function<void(std::
     for (std::size_t i = 0; i < tasks; ++i) fn(i);
     return;
   }
-  // Every worker checked out of the last loop, so none reads these while they change.
-  job_ = &fn;
-  tasks_ = tasks;
-  next_.store(0, std::memory_order_relaxed);
-  checked_out_.store(0, std::memory_order_relaxed);
-  error_ = nullptr;
-  generation_.fetch_add(1);  // publishes the loop (seq_cst, so a release)
-  wake(wake_, sleeping_workers_);
-  run_tasks();
-  const std::size_t workers = workers_.size();
-  await(done_, sleeping_callers_, [&] { return checked_out_.load() == workers; });
-  job_ = nullptr;
+  // Task indices share state_ with the generation: larger loops run in rounds.
+  constexpr std::size_t kMaxTasks = kClosed - 1;
+  for (std::size_t first = 0, n = 0; first < tasks; first += n) {
+    n = std::min(kMaxTasks, tasks - first);
+    const std::function<void(std::size_t)> shifted = [&](std::size_t i) { fn(first + i); };
+    const auto* job = first == 0 && n == tasks ? &fn : &shifted;
+    // Closed first: a worker that read the previous loop's state before this can no longer take
+    // a task with it, whatever tasks_ it then reads (short of stalling through 2^32 loops, when
+    // the 32-bit generation comes round again).
+    const std::uint32_t g = ++generation_;
+    state_.store(std::uint64_t{g} << 32 | kClosed);
+    job_.store(job, std::memory_order_relaxed);
+    tasks_.store(n, std::memory_order_release);
+    done_tasks_.store(0, std::memory_order_relaxed);
+    state_.store(std::uint64_t{g} << 32);  // publishes the loop (seq_cst, so a release)
+    wake(wake_, sleeping_workers_);
+    run_tasks(g);
+    await(done_, sleeping_callers_, [&] { return done_tasks_.load() == n; });
+  }
   std::exception_ptr failure;
   {
     std::lock_guard lock(mutex_);

@@ -2,7 +2,9 @@
 // Threads are created once, so a loop costs a wake-up, not a thread start; between loops that
 // follow each other closely (a staged copy's chunks) the workers spin for a short while instead
 // of sleeping, so the hand-over costs about a microsecond instead of a futex round trip per
-// thread. Host-only.
+// thread, and yield while they spin, so a thread of the pool that the OS put on the same core
+// gets it. A loop ends when its tasks are done, whether or not every worker has looked in: a
+// worker the OS has not scheduled holds nothing up. Host-only.
 #pragma once
 
 #include <atomic>
@@ -53,7 +55,9 @@ class thread_pool {
 
  private:
   void worker_loop();
-  void run_tasks();
+  /// Runs the tasks of loop `generation` that are still untaken; stops at the first taken-out
+  /// or stale one.
+  void run_tasks(std::uint32_t generation);
   /// Spins up to spin_, then sleeps on `cv` (counted in `sleepers`) until `ready()` holds.
   template <class Ready>
   void await(std::condition_variable& cv, std::atomic<int>& sleepers, Ready ready);
@@ -61,14 +65,16 @@ class thread_pool {
 
   std::vector<std::thread> workers_;
   std::chrono::microseconds spin_;
-  // A loop is published by bumping generation_ after job_, tasks_ and next_ are set; every
-  // worker checks out of each generation (checked_out_), so none can still be taking tasks of
-  // an old loop when the next one resets next_.
-  std::atomic<std::uint64_t> generation_{0};
-  const std::function<void(std::size_t)>* job_ = nullptr;
-  std::size_t tasks_ = 0;
-  std::atomic<std::size_t> next_{0};
-  std::atomic<std::size_t> checked_out_{0};
+  // A loop is published by storing {generation, 0} into state_ (release) after job_ and tasks_
+  // are set. A task is taken by a compare-exchange of {generation, i} to {generation, i + 1}, so
+  // a worker still holding an old generation can never take a task of a newer loop. The caller
+  // waits for the tasks to be done, not for every worker to look in: a worker the OS has not
+  // scheduled (another thread on its core) then holds nothing up, and the others take its share.
+  std::atomic<std::uint64_t> state_{0};  // generation << 32 | next task
+  std::uint32_t generation_ = 0;         // the caller's
+  std::atomic<const std::function<void(std::size_t)>*> job_{nullptr};
+  std::atomic<std::size_t> tasks_{0};
+  std::atomic<std::size_t> done_tasks_{0};
   std::atomic<bool> stop_{false};
   std::mutex mutex_;              // guards sleeping and error_
   std::condition_variable wake_;  // workers wait here for a new generation
