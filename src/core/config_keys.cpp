@@ -541,7 +541,7 @@ config_schema make_builtin() {
                 "an integer in 1..1000 (milliseconds)"));
   s.add(int_key("profiler.power_interval_ms", GB_FIELD(int, profiler.power_interval_ms), 1, 60000,
                 "ms",
-                "how often the sampler reads power (a call of hundreds of microseconds; NVML "
+                "how often the sampler reads power (a call of 4 us to hundreds, by driver; NVML "
                 "averages it over the last second on Ampere and newer, GA100 aside); used within "
                 "200 ms..10 s",
                 "an integer in 1..60000 (milliseconds)"));
