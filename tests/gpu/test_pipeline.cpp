@@ -98,7 +98,7 @@ TEST(GpuPipeline, CopiesOverlapComputeAndTheOverlapShortensTheRun) {
     return t;
   };
   EXPECT_LT(dbl.total_s, 0.9 * busy(dbl)) << "serial run: " << serial.total_s << " s";
-  EXPECT_GE(serial.total_s, busy(serial) - 1e-6);
+  EXPECT_GE(serial.total_s, busy(serial) - 1e-5);  // events resolve about 0.5 us
 }
 
 TEST(GpuCli, TransferWritesTheDoubleBufferTableAndTrace) {
