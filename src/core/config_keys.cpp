@@ -506,7 +506,8 @@ config_schema make_builtin() {
                 "one fixed range per thread, which a thread slowed by the OS holds up)"));
   s.add(bool_key("transfer.staging.variants", GB_FIELD(bool, transfer.staging.variants),
                  "also time the staged copy with each choice changed (threads, chunk, ring, "
-                 "streaming stores, huge pages): what bounds it"));
+                 "streaming stores, huge pages, pieces per thread), interleaved with it: what "
+                 "bounds it"));
   s.add(custom_key(
       "transfer.tensor_shapes",
       "a list of shapes, each a list of positive integers, e.g. [[1024, 1024]]", "",
