@@ -2,6 +2,8 @@
 
 #include <time.h>
 
+#include <cerrno>
+
 #include <algorithm>
 #include <chrono>
 
@@ -46,6 +48,17 @@ std::string_view metric_name(gpu_metric m) noexcept {
 }
 
 namespace {
+// One absolute sleep on the monotonic clock (steady_clock's), without the clock reads that
+// std::this_thread::sleep_until adds around it; restarted when a signal interrupts it.
+void sleep_until_monotonic(std::chrono::steady_clock::time_point t) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(ns.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(ns.count() % 1000000000);
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
+}
+
 double thread_cpu_s() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -311,9 +324,8 @@ void sampler::loop() {
     if (deepest >= metric_cadence::medium) next_medium = now + medium_period;
     read(deepest);
     next += period;
-    const auto after = std::chrono::steady_clock::now();
-    if (next < after) next = after;  // fell behind: do not burst to catch up
-    std::this_thread::sleep_until(next);
+    if (next < now) next = now + period;  // fell behind: do not burst to catch up
+    sleep_until_monotonic(next);
   }
   read(metric_cadence::slow);  // the last sample closes the window of the slow counters
   slow_cpu_s_ = slow_cpu;
