@@ -98,10 +98,21 @@ void thread_pool::worker_loop() {
   }
 }
 
-void thread_pool::parallel_for(std::size_t tasks, const std::function<void(std::size_t)>& fn) {
-  if (tasks == 0) return;
-  if (workers_.empty() || tasks == 1) {
+void thread_pool::parallel_for(std::size_t tasks, const std::function<void(std::size_t)>& fn,
+                               const std::function<void()>& caller_first) {
+  std::exception_ptr first_failed;
+  const auto run_caller_first = [&] {
+    if (!caller_first) return;
+    try {
+      caller_first();
+    } catch (...) {
+      first_failed = std::current_exception();  // the tasks reference this frame: finish them
+    }
+  };
+  if (workers_.empty() || tasks <= 1) {
+    run_caller_first();
     for (std::size_t i = 0; i < tasks; ++i) fn(i);
+    if (first_failed) std::rethrow_exception(first_failed);
     return;
   }
   // Task indices share state_ with the generation: larger loops run in rounds.
@@ -120,6 +131,7 @@ void thread_pool::parallel_for(std::size_t tasks, const std::function<void(std::
     done_tasks_.store(0, std::memory_order_relaxed);
     state_.store(std::uint64_t{g} << 32);  // publishes the loop (seq_cst, so a release)
     wake(wake_, sleeping_workers_);
+    if (first == 0) run_caller_first();
     run_tasks(g);
     await(done_, sleeping_callers_, [&] { return done_tasks_.load() == n; });
   }
@@ -128,22 +140,30 @@ void thread_pool::parallel_for(std::size_t tasks, const std::function<void(std::
     std::lock_guard lock(mutex_);
     failure = std::exchange(error_, nullptr);
   }
+  if (first_failed) std::rethrow_exception(first_failed);
   if (failure) std::rethrow_exception(failure);
 }
 
 void thread_pool::parallel_ranges(std::size_t bytes, std::size_t align,
                                   const std::function<void(std::size_t, std::size_t)>& fn,
-                                  unsigned pieces_per_thread) {
-  if (bytes == 0) return;
+                                  unsigned pieces_per_thread,
+                                  const std::function<void()>& caller_first) {
+  if (bytes == 0) {
+    if (caller_first) caller_first();
+    return;
+  }
   align = std::max<std::size_t>(1, align);
   const std::size_t units = (bytes + align - 1) / align;
   const std::size_t parts =
       std::min<std::size_t>(std::size_t{size()} * std::max(1u, pieces_per_thread), units);
-  parallel_for(parts, [&](std::size_t p) {
-    const std::size_t begin = std::min(bytes, units * p / parts * align);
-    const std::size_t end = std::min(bytes, units * (p + 1) / parts * align);
-    if (end > begin) fn(begin, end - begin);
-  });
+  parallel_for(
+      parts,
+      [&](std::size_t p) {
+        const std::size_t begin = std::min(bytes, units * p / parts * align);
+        const std::size_t end = std::min(bytes, units * (p + 1) / parts * align);
+        if (end > begin) fn(begin, end - begin);
+      },
+      caller_first);
 }
 
 unsigned default_thread_count(unsigned cap) {

@@ -31,7 +31,8 @@ staged_copier::~staged_copier() {
     if (pending_[i]) GPU_BASICS_CUDA_TRY_NOTHROW(cudaEventSynchronize(dma_done_[i].value()));
 }
 
-void staged_copier::copy_parallel(void* dst, const void* src, std::size_t bytes, bool streaming) {
+void staged_copier::copy_parallel(void* dst, const void* src, std::size_t bytes, bool streaming,
+                                  const std::function<void()>& caller_first) {
   // Split on 64-byte lines so no two threads write the same cache line.
   pool_.parallel_ranges(
       bytes, 64,
@@ -43,22 +44,38 @@ void staged_copier::copy_parallel(void* dst, const void* src, std::size_t bytes,
         else
           std::memcpy(d, s, n);
       },
-      o_.pieces_per_thread);
+      o_.pieces_per_thread, caller_first);
 }
 
 void staged_copier::upload(void* dst, const void* src, std::size_t bytes, stream_view s) {
   const auto chunks = split_fixed(bytes, o_.chunk_bytes);
-  for (std::size_t c = 0; c < chunks.size(); ++c) {
+  const auto dma = [&](std::size_t c) {
     const std::size_t b = c % staging_.size();
-    if (pending_[b] && wait_for_dma_) dma_done_[b].synchronize();  // its previous DMA read it
-    copy_parallel(staging_[b], static_cast<const std::byte*>(src) + chunks[c].offset,
-                  chunks[c].bytes, streams_uploads(o_.streaming_stores));
     GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(static_cast<std::byte*>(dst) + chunks[c].offset,
                                         staging_[b], chunks[c].bytes, cudaMemcpyHostToDevice,
                                         s.value()));
     dma_done_[b].record(s);
     pending_[b] = true;
+  };
+  // The DMA of chunk c - 1 is enqueued by this thread while the workers copy chunk c: the few
+  // microseconds of the copy call and the event record no longer leave them idle each chunk.
+  // Chunk c's buffer is never c - 1's (the ring has 2 or more). When chunk c must first wait for
+  // its buffer's last DMA, c - 1's is enqueued before the wait, so the copy engine never idles.
+  const std::function<void()> none;
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    const std::size_t b = c % staging_.size();
+    bool previous_queued = c == 0;
+    if (pending_[b] && wait_for_dma_ && !dma_done_[b].query()) {
+      if (!previous_queued) dma(c - 1);
+      previous_queued = true;
+      dma_done_[b].synchronize();  // its previous DMA read it
+    }
+    const std::function<void()> previous = [&] { dma(c - 1); };
+    copy_parallel(staging_[b], static_cast<const std::byte*>(src) + chunks[c].offset,
+                  chunks[c].bytes, streams_uploads(o_.streaming_stores),
+                  previous_queued ? none : previous);
   }
+  if (!chunks.empty()) dma(chunks.size() - 1);
 }
 
 void staged_copier::download(void* dst, const void* src, std::size_t bytes, stream_view s) {

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <numeric>
 #include <random>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gpu_basics/core/config.hpp"
@@ -201,6 +203,61 @@ TEST(ThreadPool, ExceptionsReachTheCaller) {
   std::atomic<int> n{0};
   pool.parallel_for(10, [&](std::size_t) { ++n; });  // still usable
   EXPECT_EQ(n.load(), 10);
+}
+
+TEST(ThreadPool, CallerFirstRunsOnceOnTheCallerWhileTheWorkersTakeTasks) {
+  thread_pool pool(4);
+  const auto me = std::this_thread::get_id();
+  std::atomic<int> done{0};
+  int calls = 0;
+  bool workers_ran_meanwhile = false;
+  pool.parallel_for(
+      200, [&](std::size_t) { ++done; },
+      [&] {
+        ++calls;
+        EXPECT_EQ(std::this_thread::get_id(), me);
+        // The loop is already handed out: the workers finish tasks while this runs.
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (done.load() == 0 && std::chrono::steady_clock::now() < until)
+          std::this_thread::yield();
+        workers_ran_meanwhile = done.load() > 0;
+      });
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(workers_ran_meanwhile);
+  EXPECT_EQ(done.load(), 200);
+  // Without workers, or without tasks, it still runs once, first.
+  for (const auto& [threads, tasks] : {std::pair{1u, 5u}, std::pair{4u, 0u}, std::pair{4u, 1u}}) {
+    thread_pool small(threads);
+    std::vector<int> order;
+    small.parallel_for(
+        tasks, [&](std::size_t) { order.push_back(1); }, [&] { order.push_back(0); });
+    ASSERT_EQ(order.size(), tasks + 1);
+    EXPECT_EQ(order.front(), 0);
+  }
+}
+
+TEST(ThreadPool, CallerFirstsExceptionComesAfterEveryTaskIsDone) {
+  thread_pool pool(4);
+  std::atomic<int> done{0};
+  int done_when_caught = -1;
+  try {
+    pool.parallel_ranges(
+        1 << 20, 64, [&](std::size_t, std::size_t) { ++done; }, 4,
+        [] { throw std::runtime_error("enqueue failed"); });
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "enqueue failed");
+    done_when_caught = done.load();
+  }
+  EXPECT_EQ(done_when_caught, 16);  // 4 threads x 4 pieces, all finished first
+  // Still usable.
+  pool.parallel_for(10, [&](std::size_t) { ++done; });
+  EXPECT_EQ(done.load(), 26);
+  // The same on the caller alone.
+  thread_pool one(1);
+  EXPECT_THROW(one.parallel_for(
+                   3, [&](std::size_t) { ++done; }, [] { throw std::runtime_error("x"); }),
+               std::runtime_error);
+  EXPECT_EQ(done.load(), 29);
 }
 
 TEST(ThreadPool, SingleThreadRunsOnTheCaller) {

@@ -42,16 +42,23 @@ class thread_pool {
   /// taken one at a time, so uneven tasks balance. The first exception thrown by a task is
   /// rethrown here (the other tasks still finish). One loop at a time: not reentrant, and not
   /// to be called from two threads at once.
-  void parallel_for(std::size_t tasks, const std::function<void(std::size_t)>& fn);
+  ///
+  /// `caller_first`, when set, runs once on the calling thread after the loop is handed to the
+  /// workers and before the caller takes tasks: work that must run on this thread (a CUDA call
+  /// on its stream) then overlaps the loop instead of holding the workers up. Its exception is
+  /// rethrown once the tasks are done, before any task's.
+  void parallel_for(std::size_t tasks, const std::function<void(std::size_t)>& fn,
+                    const std::function<void()>& caller_first = {});
 
   /// Splits [0, bytes) into `pieces_per_thread` contiguous ranges per thread (aligned to `align`
   /// bytes) and runs fn(offset, length) for each. With one range per thread a thread that the OS
   /// slows (another runnable thread on its core) holds the whole loop up; with several, the
   /// others take its share, as parallel_for() hands ranges out one at a time. A range's
-  /// exception is rethrown as by parallel_for().
+  /// exception is rethrown as by parallel_for(); `caller_first` runs as there.
   void parallel_ranges(std::size_t bytes, std::size_t align,
                        const std::function<void(std::size_t, std::size_t)>& fn,
-                       unsigned pieces_per_thread = 1);
+                       unsigned pieces_per_thread = 1,
+                       const std::function<void()>& caller_first = {});
 
  private:
   void worker_loop();

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "gpu_basics/core/config.hpp"
@@ -59,7 +60,10 @@ class staged_copier {
   void set_wait_for_dma_for_testing(bool wait) noexcept { wait_for_dma_ = wait; }
 
  private:
-  void copy_parallel(void* dst, const void* src, std::size_t bytes, bool streaming);
+  /// Copies with the pool; `caller_first` runs on this thread while the workers start (see
+  /// thread_pool::parallel_for).
+  void copy_parallel(void* dst, const void* src, std::size_t bytes, bool streaming,
+                     const std::function<void()>& caller_first = {});
 
   staging_options o_;
   thread_pool pool_;
