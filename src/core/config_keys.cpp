@@ -504,10 +504,14 @@ config_schema make_builtin() {
                 GB_FIELD(int, transfer.staging.pieces_per_thread), 1, 64, "",
                 "ranges each thread's share of a chunk is cut into, handed out one at a time (1: "
                 "one fixed range per thread, which a thread slowed by the OS holds up)"));
+  s.add(bool_key("transfer.staging.enqueue_while_copying",
+                 GB_FIELD(bool, transfer.staging.enqueue_while_copying),
+                 "on upload, the calling thread enqueues a chunk's DMA while the threads copy the "
+                 "next chunk (false: between chunks, the threads idle meanwhile)"));
   s.add(bool_key("transfer.staging.variants", GB_FIELD(bool, transfer.staging.variants),
                  "also time the staged copy with each choice changed (threads, chunk, ring, "
-                 "streaming stores, huge pages, pieces per thread), interleaved with it: what "
-                 "bounds it"));
+                 "streaming stores, huge pages, pieces per thread, DMA enqueue), interleaved with "
+                 "it: what bounds it"));
   s.add(custom_key(
       "transfer.tensor_shapes",
       "a list of shapes, each a list of positive integers, e.g. [[1024, 1024]]", "",

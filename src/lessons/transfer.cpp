@@ -210,6 +210,7 @@ table staging_variants_table(const staging_figures& s) {
                {"streaming_stores", "streaming stores"},
                {"huge_pages", "huge pages"},
                {"pieces_per_thread", "pieces per thread", 1.0, 0},
+               {"upload_dma_enqueued", "upload DMA enqueued"},
                {"h2d_bytes_per_s", "H2D GB/s", 1 / GB, 1},
                {"d2h_bytes_per_s", "D2H GB/s", 1 / GB, 1},
                {"h2d_vs_configured", "H2D x configured", 1.0, 2},
@@ -219,18 +220,19 @@ table staging_variants_table(const staging_figures& s) {
     return base > 0 ? value(x / base) : value(std::monostate{});
   };
   const auto row = [&](std::string name, int threads, std::uint64_t chunk, int buffers,
-                       store_mode streaming, bool huge, int pieces, const copy_figure& up,
-                       const copy_figure& down) {
+                       store_mode streaming, bool huge, int pieces, bool while_copying,
+                       const copy_figure& up, const copy_figure& down) {
     t.add_row({std::move(name), static_cast<double>(threads), format_bytes(chunk),
                static_cast<double>(buffers), std::string(to_string(streaming)), yes_no(huge),
-               static_cast<double>(pieces), bw(up), bw(down), ratio(bw(up), up0),
-               ratio(bw(down), down0)});
+               static_cast<double>(pieces),
+               std::string(while_copying ? "while copying" : "between chunks"), bw(up), bw(down),
+               ratio(bw(up), up0), ratio(bw(down), down0)});
   };
   row("as configured", s.threads, s.chunk_bytes, s.buffers, s.streaming_stores, s.huge_pages,
-      s.pieces_per_thread, s.staged_up, s.staged_down);
+      s.pieces_per_thread, s.enqueue_while_copying, s.staged_up, s.staged_down);
   for (const auto& v : s.variants)
     row(v.name, v.threads, v.chunk_bytes, v.buffers, v.streaming_stores, v.huge_pages,
-        v.pieces_per_thread, v.up, v.down);
+        v.pieces_per_thread, v.enqueue_while_copying, v.up, v.down);
   return t;
 }
 

@@ -154,6 +154,7 @@ staging_options staging_of(const config& cfg) {
   so.streaming_stores = cfg.transfer.staging.streaming_stores;
   so.huge_pages = cfg.transfer.staging.huge_pages;
   so.pieces_per_thread = static_cast<unsigned>(cfg.transfer.staging.pieces_per_thread);
+  so.enqueue_while_copying = cfg.transfer.staging.enqueue_while_copying;
   return so;
 }
 
@@ -188,6 +189,9 @@ std::vector<std::pair<std::string, staging_options>> staging_variants(const stag
   if (base.pieces_per_thread * 4 <= 64)
     add(fmt::format("{} pieces per thread", base.pieces_per_thread * 4),
         [](staging_options& o) { o.pieces_per_thread *= 4; });
+  add(base.enqueue_while_copying ? "upload DMA enqueued between chunks"
+                                 : "upload DMA enqueued while copying",
+      [](staging_options& o) { o.enqueue_while_copying = !o.enqueue_while_copying; });
   if (base.threads >= 2)
     add(fmt::format("{} threads", base.threads / 2),
         [](staging_options& o) { o.threads = o.threads / 2; });
@@ -212,6 +216,7 @@ void record_options(Figures& f, const staging_options& o) {
   f.streaming_stores = o.streaming_stores;
   f.huge_pages = o.huge_pages;
   f.pieces_per_thread = static_cast<int>(o.pieces_per_thread);
+  f.enqueue_while_copying = o.enqueue_while_copying;
 }
 
 staging_figures measure_staging(context& ctx, copy_bench& bench) {

@@ -61,10 +61,11 @@ void staged_copier::upload(void* dst, const void* src, std::size_t bytes, stream
   // microseconds of the copy call and the event record no longer leave them idle each chunk.
   // Chunk c's buffer is never c - 1's (the ring has 2 or more). When chunk c must first wait for
   // its buffer's last DMA, c - 1's is enqueued before the wait, so the copy engine never idles.
+  // Without enqueue_while_copying, each chunk's DMA is enqueued right after its copy.
   const std::function<void()> none;
   for (std::size_t c = 0; c < chunks.size(); ++c) {
     const std::size_t b = c % staging_.size();
-    bool previous_queued = c == 0;
+    bool previous_queued = c == 0 || !o_.enqueue_while_copying;
     if (pending_[b] && wait_for_dma_ && !dma_done_[b].query()) {
       if (!previous_queued) dma(c - 1);
       previous_queued = true;
@@ -74,8 +75,9 @@ void staged_copier::upload(void* dst, const void* src, std::size_t bytes, stream
     copy_parallel(staging_[b], static_cast<const std::byte*>(src) + chunks[c].offset,
                   chunks[c].bytes, streams_uploads(o_.streaming_stores),
                   previous_queued ? none : previous);
+    if (!o_.enqueue_while_copying) dma(c);
   }
-  if (!chunks.empty()) dma(chunks.size() - 1);
+  if (!chunks.empty() && o_.enqueue_while_copying) dma(chunks.size() - 1);
 }
 
 void staged_copier::download(void* dst, const void* src, std::size_t bytes, stream_view s) {

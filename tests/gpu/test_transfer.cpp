@@ -115,6 +115,8 @@ TEST(GpuStaged, UploadAndDownloadAreByteExactForAnySizeAndStores) {
     o.buffers = 2;
     o.threads = 4;
     o.streaming_stores = m;
+    // The upload's DMA enqueued while copying the next chunk, and (plain stores) between chunks.
+    o.enqueue_while_copying = m != store_mode::off;
     staged_copier copier(o);
     cuda_stream s;
     for (std::size_t bytes : {std::size_t{1}, std::size_t{4095}, std::size_t{(1u << 20) + 1},

@@ -79,6 +79,7 @@ transfer_result sample(std::uint64_t large = GiB) {
   st.buffers = 3;
   st.threads = 16;
   st.pieces_per_thread = 4;
+  st.enqueue_while_copying = true;
   st.plain_up = fig("H2D", "pageable", large, 6.2e9);
   st.staged_up = fig("H2D", "pageable", large, 24.3e9);
   st.ring_memcpy = fig("H2D", "pageable", large, 31.6e9, 0);
@@ -498,6 +499,7 @@ TEST(LessonTransfer, FromV1RebuildsTheResultFromTablesAndExtras) {
   for (auto& p : *r.sweep)  // measured since schema 2 only: a schema-1 file never has them
     p.d2h_pageable.reset(), p.h2d_staged.reset(), p.d2h_staged.reset();
   r.pageable_upload->pieces_per_thread = 1;  // schema 1 predates the split: one range a thread
+  r.pageable_upload->enqueue_while_copying = false;  // and the DMA enqueued while copying
   transfer_result back = transfer_from_v1(v1_block(r));
 
   ASSERT_TRUE(back.link_bytes_per_s && back.hbm_bytes_per_s);
@@ -708,11 +710,13 @@ TEST(LessonTransfer, StagingVariantsTableAndNotesComeFromTheirFigures) {
   const auto& t = table_named(ts, "staging_variants");
   ASSERT_EQ(t.rows.size(), 3u);
   EXPECT_EQ(std::get<std::string>(t.rows[0][0]), "as configured");
-  EXPECT_DOUBLE_EQ(cell(t, 0, 7), rate(st.staged_up));
-  EXPECT_DOUBLE_EQ(cell(t, 1, 7), 30.1e9);
-  EXPECT_DOUBLE_EQ(cell(t, 1, 9), 30.1e9 / rate(st.staged_up));
-  EXPECT_DOUBLE_EQ(cell(t, 2, 10), 25.5e9 / rate(st.staged_down));
-  EXPECT_DOUBLE_EQ(cell(t, 0, 6), 4.0);  // the configured split
+  EXPECT_DOUBLE_EQ(cell(t, 0, 8), rate(st.staged_up));
+  EXPECT_DOUBLE_EQ(cell(t, 1, 8), 30.1e9);
+  EXPECT_DOUBLE_EQ(cell(t, 1, 10), 30.1e9 / rate(st.staged_up));
+  EXPECT_DOUBLE_EQ(cell(t, 2, 11), 25.5e9 / rate(st.staged_down));
+  EXPECT_EQ(std::get<std::string>(t.rows[0][7]), "while copying");   // as configured
+  EXPECT_EQ(std::get<std::string>(t.rows[1][7]), "between chunks");  // recorded before the choice
+  EXPECT_DOUBLE_EQ(cell(t, 0, 6), 4.0);                              // the configured split
   EXPECT_DOUBLE_EQ(cell(t, 1, 6), 1.0);  // a variant recorded before the split existed
   EXPECT_DOUBLE_EQ(cell(t, 2, 1), 8.0);
   EXPECT_EQ(std::get<std::string>(t.rows[1][4]), "both");

@@ -90,13 +90,14 @@ struct staging_variant {
   int threads = 0;
   store_mode streaming_stores = store_mode::off;
   bool huge_pages = false;
-  int pieces_per_thread = 1;  // absent from results written before the key: one range each
+  int pieces_per_thread = 1;           // absent from results written before the key: one range each
+  bool enqueue_while_copying = false;  // absent from results written before it: between chunks
   copy_figure up, down;
 
   bool operator==(const staging_variant&) const = default;
 };
 GPU_BASICS_JSON(staging_variant, name, chunk_bytes, buffers, threads, streaming_stores, huge_pages,
-                pieces_per_thread, up, down)
+                pieces_per_thread, enqueue_while_copying, up, down)
 
 /// Pageable copies: cudaMemcpy vs the staged copier, and the host-side ceilings
 /// ("pageable_upload" table).
@@ -115,13 +116,14 @@ struct staging_figures {
   store_mode streaming_stores = store_mode::off;  // transfer.staging.streaming_stores
   bool huge_pages = false;                        // transfer.staging.huge_pages
   int pieces_per_thread = 1;  // transfer.staging.pieces_per_thread (1 in results written before it)
+  bool enqueue_while_copying = false;  // transfer.staging.enqueue_while_copying (false before it)
   std::vector<staging_variant> variants;  // empty unless transfer.staging.variants
 
   bool operator==(const staging_figures&) const = default;
 };
 GPU_BASICS_JSON(staging_figures, bytes, chunk_bytes, buffers, threads, plain_up, staged_up,
                 ring_memcpy, dram_memcpy, pinned_up, plain_down, staged_down, streaming_stores,
-                huge_pages, pieces_per_thread, variants)
+                huge_pages, pieces_per_thread, enqueue_while_copying, variants)
 
 /// cudaHostRegister of the pageable buffer, and uploads from it ("host_register" table).
 struct host_register_figures {
