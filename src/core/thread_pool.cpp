@@ -110,9 +110,18 @@ void thread_pool::parallel_for(std::size_t tasks, const std::function<void(std::
     }
   };
   if (workers_.empty() || tasks <= 1) {
+    // As on the pool: every task runs, then caller_first's exception, else the first task's.
     run_caller_first();
-    for (std::size_t i = 0; i < tasks; ++i) fn(i);
+    std::exception_ptr task_failed;
+    for (std::size_t i = 0; i < tasks; ++i) {
+      try {
+        fn(i);
+      } catch (...) {
+        if (!task_failed) task_failed = std::current_exception();
+      }
+    }
     if (first_failed) std::rethrow_exception(first_failed);
+    if (task_failed) std::rethrow_exception(task_failed);
     return;
   }
   // Task indices share state_ with the generation: larger loops run in rounds.

@@ -567,22 +567,31 @@ void explain_staging_variants(const staging_figures& s, std::vector<note>& n) {
   const std::string id = "staging_variants";
   const double up0 = bw(s.staged_up), down0 = bw(s.staged_down);
   if (s.variants.empty() || !(up0 > 0) || !(down0 > 0)) return;
+  // A variant that changes only when the upload's DMA is enqueued downloads as configured: its
+  // download is the configured one measured again, and is not ranked.
+  const auto upload_only = [&](const staging_variant& v) {
+    return v.enqueue_while_copying != s.enqueue_while_copying && v.threads == s.threads &&
+           v.chunk_bytes == s.chunk_bytes && v.buffers == s.buffers &&
+           v.streaming_stores == s.streaming_stores && v.huge_pages == s.huge_pages &&
+           v.pieces_per_thread == s.pieces_per_thread;
+  };
   // The fastest of the variants faster than the configured copy beyond the spread; when none
   // is, the fastest by median (for the "no change" wording).
-  const auto best = [&](auto get, const copy_figure& configured) {
+  const auto best = [&](auto get, const copy_figure& configured, bool upload) {
+    const auto ranked = [&](const staging_variant& v) { return upload || !upload_only(v); };
     const staging_variant* b = nullptr;
     for (const auto& v : s.variants)
-      if (clearly_faster(get(v), configured) && (!b || bw(get(v)) > bw(get(*b)))) b = &v;
+      if (ranked(v) && clearly_faster(get(v), configured) && (!b || bw(get(v)) > bw(get(*b))))
+        b = &v;
     if (b) return b;
-    b = &s.variants.front();
     for (const auto& v : s.variants)
-      if (bw(get(v)) > bw(get(*b))) b = &v;
+      if (ranked(v) && (!b || bw(get(v)) > bw(get(*b)))) b = &v;
     return b;
   };
   const staging_variant* up =
-      best([](const staging_variant& v) -> const copy_figure& { return v.up; }, s.staged_up);
-  const staging_variant* down =
-      best([](const staging_variant& v) -> const copy_figure& { return v.down; }, s.staged_down);
+      best([](const staging_variant& v) -> const copy_figure& { return v.up; }, s.staged_up, true);
+  const staging_variant* down = best(
+      [](const staging_variant& v) -> const copy_figure& { return v.down; }, s.staged_down, false);
   const auto verdict = [](const char* what, const staging_variant& v, const copy_figure& fastest,
                           const copy_figure& configured) {
     const double gbps = bw(fastest), base = bw(configured);
@@ -602,7 +611,8 @@ void explain_staging_variants(const staging_figures& s, std::vector<note>& n) {
   };
   n.push_back({id, fmt::format("- Of {} variants, {}; {}.", s.variants.size(),
                                verdict("upload", *up, up->up, s.staged_up),
-                               verdict("download", *down, down->down, s.staged_down))});
+                               down ? verdict("download", *down, down->down, s.staged_down)
+                                    : std::string("none changed the download"))});
   if (s.pinned_up && bw(*s.pinned_up) > 0) {
     const double pinned = bw(*s.pinned_up);
     const double best_up = std::max(up0, bw(up->up));

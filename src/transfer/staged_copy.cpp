@@ -60,7 +60,8 @@ void staged_copier::upload(void* dst, const void* src, std::size_t bytes, stream
   // The DMA of chunk c - 1 is enqueued by this thread while the workers copy chunk c: the few
   // microseconds of the copy call and the event record no longer leave them idle each chunk.
   // Chunk c's buffer is never c - 1's (the ring has 2 or more). When chunk c must first wait for
-  // its buffer's last DMA, c - 1's is enqueued before the wait, so the copy engine never idles.
+  // its buffer's last DMA, c - 1's is enqueued before the wait: the copy engine is not left
+  // without work for the whole wait. (Otherwise it may wait the microseconds of the hand-over.)
   // Without enqueue_while_copying, each chunk's DMA is enqueued right after its copy.
   const std::function<void()> none;
   for (std::size_t c = 0; c < chunks.size(); ++c) {

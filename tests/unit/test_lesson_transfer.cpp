@@ -499,7 +499,7 @@ TEST(LessonTransfer, FromV1RebuildsTheResultFromTablesAndExtras) {
   for (auto& p : *r.sweep)  // measured since schema 2 only: a schema-1 file never has them
     p.d2h_pageable.reset(), p.h2d_staged.reset(), p.d2h_staged.reset();
   r.pageable_upload->pieces_per_thread = 1;  // schema 1 predates the split: one range a thread
-  r.pageable_upload->enqueue_while_copying = false;  // and the DMA enqueued while copying
+  r.pageable_upload->enqueue_while_copying = false;  // and each DMA enqueued between chunks
   transfer_result back = transfer_from_v1(v1_block(r));
 
   ASSERT_TRUE(back.link_bytes_per_s && back.hbm_bytes_per_s);
@@ -761,6 +761,25 @@ TEST(LessonTransfer, StagingVariantsTableAndNotesComeFromTheirFigures) {
             "");
   for (const auto& text : notes_of(flat, "staging_variants"))
     EXPECT_EQ(text.find("Streaming stores, one direction"), std::string::npos) << text;
+
+  // A variant that only moves the upload's DMA enqueue is ranked for uploads alone: its download
+  // is the configured one measured again, however fast it came out.
+  auto between = variant("upload DMA enqueued between chunks", st, up0 * 1.2, down0 * 1.3);
+  between.pieces_per_thread = st.pieces_per_thread;
+  between.enqueue_while_copying = !st.enqueue_while_copying;
+  auto eight = variant("8 threads", st, up0 * 0.9, down0 * 1.18);
+  eight.threads = 8;
+  eight.pieces_per_thread = st.pieces_per_thread;
+  st.variants = {between, eight};
+  const auto enq = explain_transfer(r, h200_facts());
+  EXPECT_NE(note_with(enq, "staging_variants",
+                      "the fastest upload is \"upload DMA enqueued between chunks\""),
+            "");
+  EXPECT_NE(note_with(enq, "staging_variants", "the fastest download is \"8 threads\""), "");
+  st.variants = {between};
+  EXPECT_NE(note_with(explain_transfer(r, h200_facts()), "staging_variants",
+                      "; none changed the download."),
+            "");
 
   // Without variants (older results): no table, no notes.
   st.variants.clear();

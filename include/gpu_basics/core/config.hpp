@@ -150,8 +150,7 @@ struct config {
       store_mode streaming_stores = store_mode::downloads;
       bool huge_pages = false;
       int pieces_per_thread = 4;  // ranges per thread in each chunk, handed out one at a time
-      bool enqueue_while_copying =
-          true;              // upload: chunk c - 1's DMA enqueued during chunk c's copy
+      bool enqueue_while_copying = true;  // upload: a chunk's DMA enqueued during the next copy
       bool variants = true;  // measure the staged copy's variants (the "staging_variants" table)
     } staging;
     struct multi_gpu_section {
