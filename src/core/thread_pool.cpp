@@ -157,10 +157,7 @@ void thread_pool::parallel_ranges(std::size_t bytes, std::size_t align,
                                   const std::function<void(std::size_t, std::size_t)>& fn,
                                   unsigned pieces_per_thread,
                                   const std::function<void()>& caller_first) {
-  if (bytes == 0) {
-    if (caller_first) caller_first();
-    return;
-  }
+  // No bytes: no parts, and parallel_for() still runs caller_first.
   align = std::max<std::size_t>(1, align);
   const std::size_t units = (bytes + align - 1) / align;
   const std::size_t parts =
