@@ -6,7 +6,7 @@
 #            copies and their variants (about 100 s), the profile lesson's sampler cost (10 s),
 #            the allocator's single-thread pair against glibc and its batches freed by another
 #            thread, and the GPU suite without the PyTorch tests (about 100 s);
-#   torch    the PyTorch tests of the GPU suite (about 6 min);
+#   torch    the PyTorch tests of the GPU suite (about 6 min), keeping torch.advise's snapshots;
 #   step     the training loop's step time, PyTorch's allocator against ours, 7 interleaved
 #            repetitions; with BEFORE_LIB=PATH also a library built from an earlier commit.
 #
@@ -51,6 +51,8 @@ if [[ $phase == lessons || $phase == all ]]; then
 fi
 if [[ $phase == torch || $phase == all ]]; then
   step torch_tests ctest --test-dir build/default -L gpu -R '^torch\.' --output-on-failure
+  # torch.advise's checks as JSON, its snapshots and, where PyTorch disagreed, its reruns'.
+  [[ -d build/default/tests/advise_work ]] && cp -r build/default/tests/advise_work "$logs/"
   # Without PyTorch's Python on PATH at configure time every torch test skips, and ctest passes.
   if grep -q 'Skipped' "$logs/torch_tests.log"; then
     echo "   torch tests skipped: configure with PyTorch's Python first on PATH"

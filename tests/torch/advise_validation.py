@@ -9,6 +9,12 @@ torch.cuda.set_per_process_memory_fraction at that limit plus and minus 2%. It m
 and raise torch.OutOfMemoryError at -2%, for both policies; and the recommendation's real peak
 reserved must be within one 2 MiB page of the predicted one.
 
+When a check fails, the same child runs RERUNS more times with PyTorch's memory history on, and
+the row says how often PyTorch agreed and where the reruns' traces part: from the recording in
+what the workload asked for (then the workload itself changed), or from each other in the
+segments PyTorch's allocator took (then the allocator's choices did, e.g. on cudaMalloc's
+addresses). Their snapshots stay in the work directory for `gpu-basics advise` or memory_viz.
+
     python advise_validation.py run --gpu-basics BUILD/gpu-basics --examples examples --work DIR
 
 Exit 0 when every check holds, 1 when one fails, 77 (skipped) without a GPU.
@@ -24,6 +30,7 @@ import time
 
 PAGE = 2 << 20
 MARGIN = 0.02
+RERUNS = 3
 
 
 # ---- the workloads (run in a child process) ------------------------------------------------
@@ -109,6 +116,79 @@ def child(args) -> int:
 
 # ---- the parent ------------------------------------------------------------------------------
 
+def trace_summary(trace) -> dict:
+    """What a snapshot's trace (one device's list of TraceEntry dicts) says of one run: the
+    workload's requests in order (to its first out-of-memory error), the allocator's segment
+    events in order, and how many segments cudaMalloc placed below one allocated before them (a
+    reused address)."""
+    requests = []
+    for e in trace:  # up to an out-of-memory error: after it the workload unwinds, not asks
+        if e["action"] == "oom":
+            break
+        if e["action"] in ("alloc", "free_requested"):
+            requests.append((e["action"], e["size"]))
+    segments = [(e["action"], e["size"]) for e in trace
+                if e["action"] in ("segment_alloc", "segment_free", "segment_map", "segment_unmap")]
+    highest, reused = None, 0
+    for e in trace:
+        if e["action"] in ("segment_alloc", "segment_map"):
+            if highest is not None and e["addr"] < highest:
+                reused += 1
+            highest = e["addr"] if highest is None else max(highest, e["addr"])
+    return {"requests": requests, "segments": segments, "reused_addresses": reused,
+            "oom": any(e["action"] == "oom" for e in trace)}
+
+
+def first_difference(a: list, b: list):
+    """The first index where two sequences differ, or where the shorter one ends; None if equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def describe_difference(what: str, a: list, b: list, a_name: str, b_name: str) -> str:
+    i = first_difference(a, b)
+    if i is None:
+        return f"{what}: the same {len(a)}"
+    show = lambda seq: (f"{seq[i][0]} {seq[i][1] / 2**20:.2f} MiB" if i < len(seq) else "the end")
+    return f"{what}: part at #{i} ({a_name}: {show(a)}; {b_name}: {show(b)})"
+
+
+def load_trace(path: str, device: int = 0) -> list:
+    import pickle  # a PyTorch snapshot is a plain pickle of dicts and lists
+
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    traces = snap.get("device_traces", [])
+    return traces[device] if device < len(traces) else []
+
+
+def rerun(args, workload, conf, limit, recording, tag) -> dict:
+    """The failed check's child again, RERUNS times with history: how often PyTorch ran out of
+    memory, and where the reruns' traces part from the recording's and from each other's."""
+    base = trace_summary(load_trace(recording))
+    runs = []
+    for k in range(RERUNS):
+        path = os.path.join(args.work, f"{workload}.{tag}.rerun{k}.pickle")
+        r = run_child(args, workload, conf=conf, limit=limit, record=path)
+        runs.append((path, r, trace_summary(load_trace(path))))
+    notes = []
+    for k, (path, r, t) in enumerate(runs):
+        n = len(t["requests"])
+        notes.append(f"rerun {k}: {'OOM' if r['oom'] else 'runs'}, max reserved "
+                     f"{r['max_reserved'] / 2**20:.1f} MiB, {t['reused_addresses']} segment(s) at "
+                     f"reused addresses; "
+                     + describe_difference("requests", base["requests"][:n], t["requests"],
+                                           "recording", f"rerun {k}"))
+        if k > 0:
+            notes.append(describe_difference(f"segments, rerun 0 vs {k}", runs[0][2]["segments"],
+                                             t["segments"], "rerun 0", f"rerun {k}"))
+    return {"outcomes": ["OOM" if r["oom"] else "runs" for _, r, _ in runs],
+            "max_reserved": [r["max_reserved"] for _, r, _ in runs],
+            "snapshots": [p for p, _, _ in runs], "notes": notes}
+
+
 def run_child(args, workload, conf=None, limit=None, record=None) -> dict:
     env = dict(os.environ)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
@@ -165,6 +245,9 @@ def validate(args, workload) -> list:
                          "detail": f"limit {limit / 2**20:.1f} MiB (smallest {smallest / 2**20:.0f}"
                                    f" MiB); max reserved {r['max_reserved'] / 2**20:.1f} MiB"
                                    + (f"; {r['message']}" if r["oom"] else "")})
+            if not rows[-1]["ok"]:
+                rows[-1]["reruns"] = rerun(args, workload, conf, limit, snap,
+                                           f"{who}{sign * 2:+d}pct")
     rec_conf = adv["recommendation"]["conf"]
     entry = next(e for e in adv["policies"] if e["conf"] == rec_conf)
     gc = "garbage_collection_threshold" in rec_conf
@@ -176,6 +259,9 @@ def validate(args, workload) -> list:
                  "ok": not r["oom"] and abs(entry["peak_reserved_bytes"] - r["max_reserved"]) <= PAGE,
                  "detail": f"defaults {rec['max_reserved'] / 2**20:.1f} MiB; step value "
                            f"{r.get('value', float('nan')):.4f} vs {rec.get('value', float('nan')):.4f}"})
+    if not rows[-1]["ok"]:
+        rows[-1]["reruns"] = rerun(args, workload, rec_conf,
+                                   adv["gc_reserved_limit_bytes"] if gc else None, snap, "peak")
     return rows
 
 
@@ -210,6 +296,12 @@ def main() -> int:
     for r in rows:
         print(f"| {r['workload']} | {r['check']} | {fmt(r['predicted'])} | {fmt(r['pytorch'])} | "
               f"{'yes' if r['ok'] else 'NO'} | {r['detail']} |")
+    for r in rows:
+        if "reruns" in r:
+            print(f"\n{r['workload']}, {r['check']}: PyTorch again, {RERUNS} times with history: "
+                  + ", ".join(r["reruns"]["outcomes"]))
+            for note in r["reruns"]["notes"]:
+                print(f"- {note}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
