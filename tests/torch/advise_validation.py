@@ -21,7 +21,6 @@ Exit 0 when every check holds, 1 when one fails, 77 (skipped) without a GPU.
 """
 import argparse
 import json
-import math
 import os
 import random
 import subprocess
