@@ -184,6 +184,8 @@ std::optional<table> nvml_cost_table(const profile_result& r) {
   if (s.cost && s.slow_interval_ms)
     if (const auto steady = steady_fraction(*s.cost, s.interval_ms, *s.slow_interval_ms)) {
       summary_row("waking, clock reads, storing (the rest)", std::max(0.0, *steady - sum));
+      if (s.cost->wake_floor_fraction)
+        summary_row("a thread that only wakes as often (the floor)", *s.cost->wake_floor_fraction);
       summary_row("the sampler thread, measured", *steady);
     }
   return t;
@@ -375,11 +377,18 @@ std::optional<note> call_cost_note(const nvml_sampling& s) {
         *top->changed_every_ms / top->interval_ms);
   if (s.cost && s.slow_interval_ms)
     if (const auto steady = steady_fraction(*s.cost, s.interval_ms, *s.slow_interval_ms);
-        steady && *steady > sum)
+        steady && *steady > sum) {
       text += fmt::format(
           " The rest of the thread's {:.3f}%, {:.3f}%, is waking up every {} ms, reading the "
           "clock and storing the sample.",
           100.0 * *steady, 100.0 * (*steady - sum), s.interval_ms);
+      if (const auto floor = s.cost->wake_floor_fraction)
+        text += fmt::format(
+            " A thread beside it that only slept to the same deadlines took {:.3f}% of a core: "
+            "that much is the OS waking a thread every {} ms on this machine, the floor under "
+            "any sampler at this interval; the sampler's own work above it is {:.3f}%.",
+            100.0 * *floor, s.interval_ms, 100.0 * std::max(0.0, *steady - *floor));
+    }
   return note{"nvml_cost", text};
 }
 

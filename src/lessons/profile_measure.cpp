@@ -243,8 +243,9 @@ std::vector<nvml_metric_row> metric_rows(const std::vector<gpu_sample>& samples)
   return out;
 }
 
-nvml_sampling sampling_of(const sampler& smp, const std::vector<gpu_sample>& samples,
-                          const config& cfg, double origin) {
+nvml_sampling sampling_of(const sampler& smp, const wake_floor& floor,
+                          const std::vector<gpu_sample>& samples, const config& cfg,
+                          double origin) {
   nvml_sampling r;
   r.interval_ms = cfg.profiler.sample_interval_ms;
   r.slow_interval_ms = smp.slow_interval_ms();
@@ -265,6 +266,7 @@ nvml_sampling sampling_of(const sampler& smp, const std::vector<gpu_sample>& sam
   c.slow_cpu_s = smp.slow_cpu_seconds();
   c.slow_samples = smp.slow_samples();
   c.samples_taken = samples.size() + smp.dropped();
+  if (floor.wall_seconds() > 0) c.wake_floor_fraction = floor.cpu_seconds() / floor.wall_seconds();
   r.cost = c;
   for (const auto& k : smp.source().call_costs()) {
     nvml_call_row row;
@@ -306,13 +308,19 @@ profile_result measure_profile(context& ctx) {
   gemm_runner gemm(cfg.profiler.matmul.workspace_bytes, kMaxCandidates);
   const auto checks = check_precisions(gemm, cfg, s);
   const double origin = host_seconds();
-  if (smp) smp->start();
+  // Beside the sampler, a thread that only wakes at the same interval: the floor under its cost.
+  wake_floor floor(cfg.profiler.sample_interval_ms);
+  if (smp) {
+    floor.start();
+    smp->start();
+  }
   r.matmul = measure_matmuls(ctx, s, gemm, checks, origin, prog);
   std::vector<gpu_sample> samples;
   if (smp) {
     smp->stop();
+    floor.stop();
     samples = smp->samples();
-    r.nvml = sampling_of(*smp, samples, cfg, origin);
+    r.nvml = sampling_of(*smp, floor, samples, cfg, origin);
   }
   if (trace) r.trace = write_trace(ctx, *trace, smp ? &samples : nullptr, nullptr);
   prog.finish();

@@ -334,6 +334,37 @@ void sampler::loop() {
   wall_s_ = host_seconds() - wall0;
 }
 
+wake_floor::wake_floor(int interval_ms) : interval_ms_(interval_ms) {
+  GPU_BASICS_EXPECTS(interval_ms >= 1 && interval_ms <= 1000, "wake interval outside 1..1000 ms");
+}
+
+wake_floor::~wake_floor() {
+  stop();
+}
+
+void wake_floor::start() {
+  if (running_.exchange(true)) return;
+  thread_ = std::thread([this] {
+    const double cpu0 = thread_cpu_s(), wall0 = host_seconds();
+    const auto period = std::chrono::milliseconds(interval_ms_);
+    auto next = std::chrono::steady_clock::now();
+    std::size_t n = 0;
+    while (running_.load()) {
+      next += period;
+      sleep_until_monotonic(next);
+      ++n;
+    }
+    wakes_ = n;
+    cpu_s_ = thread_cpu_s() - cpu0;
+    wall_s_ = host_seconds() - wall0;
+  });
+}
+
+void wake_floor::stop() {
+  if (!running_.exchange(false)) return;
+  if (thread_.joinable()) thread_.join();
+}
+
 double sampler::steady_cpu_fraction() const {
   std::size_t all = 0;
   {

@@ -75,7 +75,7 @@ profile_result sample_result() {
   s.energy_status = "ok";
   s.energy_j = 815.4;
   s.energy_s = 1.22;
-  s.cost = sampler_cost{0.0183, 1.22, 0.0092, 2, 125};
+  s.cost = sampler_cost{0.0183, 1.22, 0.0092, 2, 125, std::nullopt};
   s.samples_csv_path = "results/profile_samples.csv";
   s.series = {{"power_w", {0.0, 0.01, 0.02}, {119.4, 430.9, 699.0}, 3},
               {"sm_clock_mhz", {0.0, 0.02}, {1980.0, 1485.0}, 2400}};
@@ -639,6 +639,33 @@ TEST(LessonProfile, CostTableRanksCallsAndSplitsTheThreadsCost) {
                                       100.0 * steady, 100.0 * (steady - sum))),
             std::string::npos)
       << notes[0];
+  EXPECT_EQ(notes[0].find("only slept to the same deadlines"), std::string::npos) << notes[0];
+
+  // With the floor measured beside the sampler: its own row before the thread's, and the note
+  // parts the thread's cost into the OS's waking and the sampler's work above it.
+  s.cost->wake_floor_fraction = 0.003;
+  const auto tables_with_floor = present_profile(r);
+  const auto& tf = table_named(tables_with_floor, "nvml_cost");
+  ASSERT_EQ(tf.rows.size(), 8u);
+  EXPECT_EQ(std::get<std::string>(tf.rows[6][0]), "a thread that only wakes as often (the floor)");
+  EXPECT_DOUBLE_EQ(num(tf.rows[6][5]), 0.003);
+  EXPECT_NEAR(num(tf.rows[7][5]), steady, 1e-12);
+  const auto floor_note = notes_for(explain_profile(r, h200()), "nvml_cost");
+  ASSERT_EQ(floor_note.size(), 1u);
+  EXPECT_NE(floor_note[0].find(fmt::format(
+                "A thread beside it that only slept to the same deadlines took 0.300% of a core: "
+                "that much is the OS waking a thread every 10 ms on this machine, the floor under "
+                "any sampler at this interval; the sampler's own work above it is {:.3f}%.",
+                100.0 * (steady - 0.003))),
+            std::string::npos)
+      << floor_note[0];
+  EXPECT_EQ(nlohmann::json(r).get<profile_result>(), r);
+  // Results written before the floor existed load without it.
+  auto old_json = nlohmann::json(r);
+  old_json["nvml"]["cost"].erase("wake_floor_fraction");
+  EXPECT_FALSE(old_json.get<profile_result>().nvml->cost->wake_floor_fraction.has_value());
+  s.cost->wake_floor_fraction.reset();
+
   // With its calls, the result says which calls run at which cadence, and utilization's refresh.
   const auto cad = notes_for(explain_profile(r, h200()), "nvml");
   EXPECT_TRUE(any_contains(cad,

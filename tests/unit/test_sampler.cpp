@@ -85,6 +85,22 @@ TEST(Sampler, SamplesAtItsIntervalKeepsABoundedRingAndMeasuresItself) {
   EXPECT_LT(s.cpu_seconds(), 0.5 * s.wall_seconds());  // sleeping, not spinning
 }
 
+TEST(WakeFloor, WakesAtItsIntervalAndSleepsBetween) {
+  wake_floor f(10);
+  f.start();
+  f.start();  // nothing while it runs
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  f.stop();
+  f.stop();
+  EXPECT_GE(f.wakes(), 15u);  // ~30 at 10 ms; a loaded CI machine still gets half
+  EXPECT_LE(f.wakes(), 40u);
+  EXPECT_GT(f.wall_seconds(), 0.25);
+  EXPECT_GT(f.cpu_seconds(), 0.0);
+  EXPECT_LT(f.cpu_seconds(), 0.5 * f.wall_seconds());  // sleeping, not spinning
+  EXPECT_THROW(wake_floor(0), logic_error);
+  EXPECT_THROW(wake_floor(1001), logic_error);
+}
+
 TEST(Sampler, ReadsSlowMetricsFirstAtTheirIntervalAndLast) {
   auto src = std::make_shared<fake_metric_source>([](std::size_t n) {
     gpu_sample s = scripted(n);

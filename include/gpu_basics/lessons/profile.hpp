@@ -108,10 +108,15 @@ struct sampler_cost {
   double slow_cpu_s = 0;  // of cpu_s: the samples that also read the slow metrics (energy)
   std::uint64_t slow_samples = 0;
   std::uint64_t samples_taken = 0;  // every sample, kept or dropped from the ring
+  /// Share of a core (a fraction) of a bare thread that slept to the same deadlines beside the
+  /// sampler and did nothing else (wake_floor): the OS's cost of waking it (absent in older
+  /// results).
+  std::optional<double> wake_floor_fraction;
 
   bool operator==(const sampler_cost&) const = default;
 };
-GPU_BASICS_JSON(sampler_cost, cpu_s, wall_s, slow_cpu_s, slow_samples, samples_taken)
+GPU_BASICS_JSON(sampler_cost, cpu_s, wall_s, slow_cpu_s, slow_samples, samples_taken,
+                wake_floor_fraction)
 
 /// One NVML call's cost while the sampler ran (a row of the "nvml_cost" table).
 struct nvml_call_row {

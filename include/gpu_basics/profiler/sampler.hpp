@@ -263,6 +263,36 @@ class sampler {
   std::atomic<std::size_t> slow_samples_{0};
 };
 
+/// A thread that only sleeps to absolute deadlines every interval, as the sampler does, and
+/// wakes: what waking alone costs on this machine, the floor under any sampler at that interval
+/// (run beside the sampler, it sees the same load).
+class wake_floor {
+ public:
+  /// interval_ms in 1..1000.
+  /// @throws logic_error when it is out of range.
+  explicit wake_floor(int interval_ms);
+  /// Stops the thread (stop()).
+  ~wake_floor();
+  wake_floor(const wake_floor&) = delete;
+  wake_floor& operator=(const wake_floor&) = delete;
+
+  /// Starts the thread; nothing while it runs.
+  void start();
+  /// Joins the thread (after at most one interval); nothing when stopped.
+  void stop();
+  /// CPU time the thread used, wall time it ran, and its wake-ups (set when it stops).
+  [[nodiscard]] double cpu_seconds() const noexcept { return cpu_s_.load(); }
+  [[nodiscard]] double wall_seconds() const noexcept { return wall_s_.load(); }
+  [[nodiscard]] std::size_t wakes() const noexcept { return wakes_.load(); }
+
+ private:
+  int interval_ms_;
+  std::thread thread_;
+  std::atomic<bool> running_{false};
+  std::atomic<double> cpu_s_{0}, wall_s_{0};
+  std::atomic<std::size_t> wakes_{0};
+};
+
 /// CSV: time_s and one column per metric; empty where there was no value.
 [[nodiscard]] std::string samples_csv(const std::vector<gpu_sample>& samples);
 /// JSON: {"metrics": [names], "samples": [{"time_s", name: value|null}...]}
