@@ -52,6 +52,7 @@ fi
 if [[ $phase == torch || $phase == all ]]; then
   step torch_tests ctest --test-dir build/default -L gpu -R '^torch\.' --output-on-failure
   # torch.advise's checks as JSON, its snapshots and, where PyTorch disagreed, its reruns'.
+  rm -rf "$logs/advise_work"
   [[ -d build/default/tests/advise_work ]] && cp -r build/default/tests/advise_work "$logs/"
   # Without PyTorch's Python on PATH at configure time every torch test skips, and ctest passes.
   if grep -q 'Skipped' "$logs/torch_tests.log"; then

@@ -185,7 +185,8 @@ std::optional<table> nvml_cost_table(const profile_result& r) {
     if (const auto steady = steady_fraction(*s.cost, s.interval_ms, *s.slow_interval_ms)) {
       summary_row("waking, clock reads, storing (the rest)", std::max(0.0, *steady - sum));
       if (s.cost->wake_floor_fraction)
-        summary_row("a thread that only wakes as often (the floor)", *s.cost->wake_floor_fraction);
+        summary_row("of the rest: a thread that only wakes as often (the floor)",
+                    *s.cost->wake_floor_fraction);
       summary_row("the sampler thread, measured", *steady);
     }
   return t;
@@ -382,12 +383,19 @@ std::optional<note> call_cost_note(const nvml_sampling& s) {
           " The rest of the thread's {:.3f}%, {:.3f}%, is waking up every {} ms, reading the "
           "clock and storing the sample.",
           100.0 * *steady, 100.0 * (*steady - sum), s.interval_ms);
-      if (const auto floor = s.cost->wake_floor_fraction)
+      if (const auto floor = s.cost->wake_floor_fraction) {
         text += fmt::format(
             " A thread beside it that only slept to the same deadlines took {:.3f}% of a core: "
             "that much is the OS waking a thread every {} ms on this machine, the floor under "
-            "any sampler at this interval; the sampler's own work above it is {:.3f}%.",
-            100.0 * *floor, s.interval_ms, 100.0 * std::max(0.0, *steady - *floor));
+            "any sampler at this interval",
+            100.0 * *floor, s.interval_ms);
+        text += *floor < *steady - sum
+                    ? fmt::format("; the sampler's own work above it is {:.3f}%.",
+                                  100.0 * (*steady - *floor))
+                    : std::string(
+                          ", as much as the rest or more: at this precision the rest is "
+                          "all the OS waking the thread.");
+      }
     }
   return note{"nvml_cost", text};
 }

@@ -272,7 +272,12 @@ sampler::~sampler() {
 
 void sampler::start() {
   if (running_.exchange(true)) return;
-  thread_ = std::thread([this] { loop(); });
+  try {
+    thread_ = std::thread([this] { loop(); });
+  } catch (...) {
+    running_ = false;  // not started: a later start() tries again
+    throw;
+  }
 }
 
 void sampler::stop() {
@@ -344,20 +349,28 @@ wake_floor::~wake_floor() {
 
 void wake_floor::start() {
   if (running_.exchange(true)) return;
-  thread_ = std::thread([this] {
-    const double cpu0 = thread_cpu_s(), wall0 = host_seconds();
-    const auto period = std::chrono::milliseconds(interval_ms_);
-    auto next = std::chrono::steady_clock::now();
-    std::size_t n = 0;
-    while (running_.load()) {
-      next += period;
-      sleep_until_monotonic(next);
-      ++n;
-    }
-    wakes_ = n;
-    cpu_s_ = thread_cpu_s() - cpu0;
-    wall_s_ = host_seconds() - wall0;
-  });
+  try {
+    thread_ = std::thread([this] {
+      const double cpu0 = thread_cpu_s(), wall0 = host_seconds();
+      const auto period = std::chrono::milliseconds(interval_ms_);
+      auto next = std::chrono::steady_clock::now();
+      std::size_t n = 0;
+      while (running_.load()) {
+        // As the sampler's loop: one clock read a wake-up, and no burst after falling behind.
+        const auto now = std::chrono::steady_clock::now();
+        next += period;
+        if (next < now) next = now + period;
+        sleep_until_monotonic(next);
+        ++n;
+      }
+      wakes_ = n;
+      cpu_s_ = thread_cpu_s() - cpu0;
+      wall_s_ = host_seconds() - wall0;
+    });
+  } catch (...) {
+    running_ = false;  // not started: a later start() tries again
+    throw;
+  }
 }
 
 void wake_floor::stop() {

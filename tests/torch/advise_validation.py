@@ -9,11 +9,12 @@ torch.cuda.set_per_process_memory_fraction at that limit plus and minus 2%. It m
 and raise torch.OutOfMemoryError at -2%, for both policies; and the recommendation's real peak
 reserved must be within one 2 MiB page of the predicted one.
 
-When a check fails, the same child runs RERUNS more times with PyTorch's memory history on, and
-the row says how often PyTorch agreed and where the reruns' traces part: from the recording in
-what the workload asked for (then the workload itself changed), or from each other in the
-segments PyTorch's allocator took (then the allocator's choices did, e.g. on cudaMalloc's
-addresses). Their snapshots stay in the work directory for `gpu-basics advise` or memory_viz.
+When a check of a run under a limit or of the recommendation's peak fails, the same child runs
+RERUNS more times with PyTorch's memory history on (within RERUN_BUDGET_S in all), and the row
+says how many reruns agreed with the prediction and where their traces part: from the recording
+in what the workload asked for (then the workload itself changed), or from each other in the
+segments PyTorch's allocator took (then the allocator's choices did). Their snapshots stay in the
+work directory for `gpu-basics advise` or memory_viz.
 
     python advise_validation.py run --gpu-basics BUILD/gpu-basics --examples examples --work DIR
 
@@ -30,6 +31,7 @@ import time
 PAGE = 2 << 20
 MARGIN = 0.02
 RERUNS = 3
+RERUN_BUDGET_S = 300
 
 
 # ---- the workloads (run in a child process) ------------------------------------------------
@@ -118,8 +120,8 @@ def child(args) -> int:
 def trace_summary(trace) -> dict:
     """What a snapshot's trace (one device's list of TraceEntry dicts) says of one run: the
     workload's requests in order (to its first out-of-memory error), the allocator's segment
-    events in order, and how many segments cudaMalloc placed below one allocated before them (a
-    reused address)."""
+    events in order, and how many segments were placed in address ranges that an earlier
+    segment_free or segment_unmap had released (reused addresses)."""
     requests = []
     for e in trace:  # up to an out-of-memory error: after it the workload unwinds, not asks
         if e["action"] == "oom":
@@ -128,12 +130,14 @@ def trace_summary(trace) -> dict:
             requests.append((e["action"], e["size"]))
     segments = [(e["action"], e["size"]) for e in trace
                 if e["action"] in ("segment_alloc", "segment_free", "segment_map", "segment_unmap")]
-    highest, reused = None, 0
+    released, reused = [], 0
     for e in trace:
-        if e["action"] in ("segment_alloc", "segment_map"):
-            if highest is not None and e["addr"] < highest:
+        if e["action"] in ("segment_free", "segment_unmap"):
+            released.append((e["addr"], e["addr"] + e["size"]))
+        elif e["action"] in ("segment_alloc", "segment_map"):
+            lo, hi = e["addr"], e["addr"] + e["size"]
+            if any(lo < r_hi and r_lo < hi for r_lo, r_hi in released):
                 reused += 1
-            highest = e["addr"] if highest is None else max(highest, e["addr"])
     return {"requests": requests, "segments": segments, "reused_addresses": reused,
             "oom": any(e["action"] == "oom" for e in trace)}
 
@@ -150,7 +154,7 @@ def describe_difference(what: str, a: list, b: list, a_name: str, b_name: str) -
     i = first_difference(a, b)
     if i is None:
         return f"{what}: the same {len(a)}"
-    show = lambda seq: (f"{seq[i][0]} {seq[i][1] / 2**20:.2f} MiB" if i < len(seq) else "the end")
+    show = lambda seq: f"{seq[i][0]} {seq[i][1]} B" if i < len(seq) else "the end"
     return f"{what}: part at #{i} ({a_name}: {show(a)}; {b_name}: {show(b)})"
 
 
@@ -163,30 +167,40 @@ def load_trace(path: str, device: int = 0) -> list:
     return traces[device] if device < len(traces) else []
 
 
-def rerun(args, workload, conf, limit, recording, tag) -> dict:
-    """The failed check's child again, RERUNS times with history: how often PyTorch ran out of
-    memory, and where the reruns' traces part from the recording's and from each other's."""
+def rerun(args, workload, conf, limit, recording, tag, agrees, deadline=None) -> dict:
+    """The failed check's child again, RERUNS times with history: how many reruns agreed with the
+    prediction (`agrees(result)`), and where their traces part from the recording's (requests,
+    to a rerun's out-of-memory error) and from each other's (segments). A rerun that fails or
+    starts after `deadline` (time.monotonic()) is reported, not raised."""
     base = trace_summary(load_trace(recording))
-    runs = []
+    runs, notes, outcomes = [], [], []
     for k in range(RERUNS):
+        if deadline is not None and time.monotonic() > deadline:
+            notes.append(f"rerun {k} and later: skipped, the reruns' time budget is spent")
+            break
         path = os.path.join(args.work, f"{workload}.{tag}.rerun{k}.pickle")
-        r = run_child(args, workload, conf=conf, limit=limit, record=path)
-        runs.append((path, r, trace_summary(load_trace(path))))
-    notes = []
-    for k, (path, r, t) in enumerate(runs):
-        n = len(t["requests"])
-        notes.append(f"rerun {k}: {'OOM' if r['oom'] else 'runs'}, max reserved "
-                     f"{r['max_reserved'] / 2**20:.1f} MiB, {t['reused_addresses']} segment(s) at "
-                     f"reused addresses; "
-                     + describe_difference("requests", base["requests"][:n], t["requests"],
-                                           "recording", f"rerun {k}"))
-        if k > 0:
-            notes.append(describe_difference(f"segments, rerun 0 vs {k}", runs[0][2]["segments"],
-                                             t["segments"], "rerun 0", f"rerun {k}"))
-    return {"outcomes": ["OOM" if r["oom"] else "runs" for _, r, _ in runs],
-            "max_reserved": [r["max_reserved"] for _, r, _ in runs],
-            "snapshots": [p for p, _, _ in runs], "notes": notes}
-
+        try:
+            r = run_child(args, workload, conf=conf, limit=limit, record=path)
+            t = trace_summary(load_trace(path))
+        except Exception as e:  # noqa: BLE001 - a diagnostic must not hide the failure it explains
+            outcomes.append("failed")
+            notes.append(f"rerun {k}: failed: {str(e)[-300:]}")
+            continue
+        outcomes.append("OOM" if r["oom"] else "runs")
+        mine = base["requests"][:len(t["requests"])] if t["oom"] else base["requests"]
+        notes.append(f"rerun {k}: {outcomes[-1]}, max reserved {r['max_reserved'] / 2**20:.1f} "
+                     f"MiB, {'agrees' if agrees(r) else 'disagrees'} with the prediction, "
+                     f"{t['reused_addresses']} segment(s) at reused addresses; "
+                     + describe_difference("requests", mine, t["requests"], "recording",
+                                           f"rerun {k}"))
+        runs.append((k, path, r, t))
+    for k, _, _, t in runs[1:]:
+        notes.append(describe_difference(f"segments, rerun {runs[0][0]} vs {k}",
+                                         runs[0][3]["segments"], t["segments"],
+                                         f"rerun {runs[0][0]}", f"rerun {k}"))
+    return {"outcomes": outcomes, "agreed": sum(1 for _, _, r, _ in runs if agrees(r)),
+            "max_reserved": [r["max_reserved"] for _, _, r, _ in runs],
+            "snapshots": [p for _, p, _, _ in runs], "notes": notes}
 
 def run_child(args, workload, conf=None, limit=None, record=None) -> dict:
     env = dict(os.environ)
@@ -206,8 +220,11 @@ def run_child(args, workload, conf=None, limit=None, record=None) -> dict:
     raise RuntimeError(f"{workload} child failed ({p.returncode}): {p.stderr[-2000:]}")
 
 
-def validate(args, workload) -> list:
+def validate(args, workload, deadline=None) -> list:
     os.makedirs(args.work, exist_ok=True)
+    for name in os.listdir(args.work):  # an earlier run's reruns would pass for this one's
+        if name.startswith(f"{workload}.") and ".rerun" in name and name.endswith(".pickle"):
+            os.remove(os.path.join(args.work, name))
     snap = os.path.join(args.work, f"{workload}.pickle")
     rec = run_child(args, workload, record=snap)
     if rec["oom"]:
@@ -246,21 +263,25 @@ def validate(args, workload) -> list:
                                    + (f"; {r['message']}" if r["oom"] else "")})
             if not rows[-1]["ok"]:
                 rows[-1]["reruns"] = rerun(args, workload, conf, limit, snap,
-                                           f"{who}{sign * 2:+d}pct")
+                                           f"{who}{sign * 2:+d}pct",
+                                           lambda x, w=want_oom: x["oom"] == w, deadline)
     rec_conf = adv["recommendation"]["conf"]
     entry = next(e for e in adv["policies"] if e["conf"] == rec_conf)
     gc = "garbage_collection_threshold" in rec_conf
     r = run_child(args, workload, conf=rec_conf,
                   limit=adv["gc_reserved_limit_bytes"] if gc else None)
+    peak_holds = lambda x: (not x["oom"]
+                            and abs(entry["peak_reserved_bytes"] - x["max_reserved"]) <= PAGE)
     rows.append({"workload": workload,
                  "check": f"recommended ({rec_conf or 'defaults'}): peak reserved",
                  "predicted": entry["peak_reserved_bytes"], "pytorch": r["max_reserved"],
-                 "ok": not r["oom"] and abs(entry["peak_reserved_bytes"] - r["max_reserved"]) <= PAGE,
+                 "ok": peak_holds(r),
                  "detail": f"defaults {rec['max_reserved'] / 2**20:.1f} MiB; step value "
                            f"{r.get('value', float('nan')):.4f} vs {rec.get('value', float('nan')):.4f}"})
     if not rows[-1]["ok"]:
         rows[-1]["reruns"] = rerun(args, workload, rec_conf,
-                                   adv["gc_reserved_limit_bytes"] if gc else None, snap, "peak")
+                                   adv["gc_reserved_limit_bytes"] if gc else None, snap, "peak",
+                                   peak_holds, deadline)
     return rows
 
 
@@ -287,8 +308,9 @@ def main() -> int:
         print("skipped: no PyTorch")
         return 77
     rows = []
+    deadline = time.monotonic() + RERUN_BUDGET_S  # the reruns' share of ctest's 900 s
     for w in ("transformer", "kv_cache"):
-        rows += validate(args, w)
+        rows += validate(args, w, deadline)
     fmt = lambda v: f"{v / 2**20:.1f} MiB" if isinstance(v, int) else str(v)
     print("| workload | check | predicted | PyTorch | ok | detail |")
     print("|---|---|---|---|---|---|")
@@ -297,8 +319,10 @@ def main() -> int:
               f"{'yes' if r['ok'] else 'NO'} | {r['detail']} |")
     for r in rows:
         if "reruns" in r:
-            print(f"\n{r['workload']}, {r['check']}: PyTorch again, {RERUNS} times with history: "
-                  + ", ".join(r["reruns"]["outcomes"]))
+            rr = r["reruns"]
+            print(f"\n{r['workload']}, {r['check']}: PyTorch again with history: "
+                  + ", ".join(rr["outcomes"]) + f"; {rr['agreed']} of {len(rr['outcomes'])} "
+                  "agreed with the prediction")
             for note in r["reruns"]["notes"]:
                 print(f"- {note}")
     if args.json:

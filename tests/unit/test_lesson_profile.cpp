@@ -647,7 +647,8 @@ TEST(LessonProfile, CostTableRanksCallsAndSplitsTheThreadsCost) {
   const auto tables_with_floor = present_profile(r);
   const auto& tf = table_named(tables_with_floor, "nvml_cost");
   ASSERT_EQ(tf.rows.size(), 8u);
-  EXPECT_EQ(std::get<std::string>(tf.rows[6][0]), "a thread that only wakes as often (the floor)");
+  EXPECT_EQ(std::get<std::string>(tf.rows[6][0]),
+            "of the rest: a thread that only wakes as often (the floor)");
   EXPECT_DOUBLE_EQ(num(tf.rows[6][5]), 0.003);
   EXPECT_NEAR(num(tf.rows[7][5]), steady, 1e-12);
   const auto floor_note = notes_for(explain_profile(r, h200()), "nvml_cost");
@@ -659,6 +660,17 @@ TEST(LessonProfile, CostTableRanksCallsAndSplitsTheThreadsCost) {
                 100.0 * (steady - 0.003))),
             std::string::npos)
       << floor_note[0];
+  EXPECT_EQ(floor_note[0].find("as much as the rest"), std::string::npos) << floor_note[0];
+  // A floor at or above the rest: no split is claimed that the figures cannot carry.
+  s.cost->wake_floor_fraction = steady - sum + 0.0001;
+  const auto over = notes_for(explain_profile(r, h200()), "nvml_cost");
+  ASSERT_EQ(over.size(), 1u);
+  EXPECT_NE(over[0].find("as much as the rest or more: at this precision the rest is all the OS "
+                         "waking the thread."),
+            std::string::npos)
+      << over[0];
+  EXPECT_EQ(over[0].find("own work above it"), std::string::npos) << over[0];
+  s.cost->wake_floor_fraction = 0.003;
   EXPECT_EQ(nlohmann::json(r).get<profile_result>(), r);
   // Results written before the floor existed load without it.
   auto old_json = nlohmann::json(r);

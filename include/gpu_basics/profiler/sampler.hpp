@@ -263,9 +263,10 @@ class sampler {
   std::atomic<std::size_t> slow_samples_{0};
 };
 
-/// A thread that only sleeps to absolute deadlines every interval, as the sampler does, and
-/// wakes: what waking alone costs on this machine, the floor under any sampler at that interval
-/// (run beside the sampler, it sees the same load).
+/// A thread that only sleeps to absolute deadlines every interval and wakes, as the sampler's
+/// loop does (one clock read a wake-up; after falling behind, the next deadline is a whole
+/// interval away): what waking alone costs on this machine, the floor under any sampler at that
+/// interval (run beside the sampler, it sees the same load).
 class wake_floor {
  public:
   /// interval_ms in 1..1000.
