@@ -7,6 +7,7 @@
 #            the allocator's single-thread pair against glibc and its batches freed by another
 #            thread, and the GPU suite without the PyTorch tests (about 100 s);
 #   torch    the PyTorch tests of the GPU suite (about 6 min), keeping torch.advise's snapshots;
+#   advise   torch.advise alone (about 2 min; up to 5 more with its reruns), its snapshots kept;
 #   step     the training loop's step time, PyTorch's allocator against ours, 7 interleaved
 #            repetitions; with BEFORE_LIB=PATH also a library built from an earlier commit.
 #
@@ -14,15 +15,15 @@
 # `export PATH=/opt/torch/.venv/bin:$PATH`. Logs go to the directory given (default:
 # results/record_ceilings), packed into one archive.
 #
-#   scripts/record_ceilings.sh [lessons|torch|step|all] [LOG_DIR]
+#   scripts/record_ceilings.sh [lessons|torch|advise|step|all] [LOG_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 phase="${1:-lessons}"
 logs="${2:-results/record_ceilings}"
 case "$phase" in
-  lessons | torch | step | all) ;;
+  lessons | torch | advise | step | all) ;;
   *)
-    echo "record_ceilings.sh: unknown phase '$phase' (lessons, torch, step or all)" >&2
+    echo "record_ceilings.sh: unknown phase '$phase' (lessons, torch, advise, step or all)" >&2
     exit 2
     ;;
 esac
@@ -49,8 +50,10 @@ if [[ $phase == lessons || $phase == all ]]; then
     --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
   step gpu_tests ctest --test-dir build/default -L gpu -E '^torch\.' --output-on-failure
 fi
-if [[ $phase == torch || $phase == all ]]; then
-  step torch_tests ctest --test-dir build/default -L gpu -R '^torch\.' --output-on-failure
+if [[ $phase == torch || $phase == advise || $phase == all ]]; then
+  tests='^torch\.'
+  [[ $phase == advise ]] && tests='^torch\.advise$'
+  step torch_tests ctest --test-dir build/default -L gpu -R "$tests" --output-on-failure
   # torch.advise's checks as JSON, its snapshots and, where PyTorch disagreed, its reruns'.
   rm -rf "$logs/advise_work"
   [[ -d build/default/tests/advise_work ]] && cp -r build/default/tests/advise_work "$logs/"
