@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -63,6 +64,34 @@ double thread_cpu_s() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// The next deadline a period on; a loop that fell behind waits a whole period rather than
+// bursting to catch up.
+std::chrono::steady_clock::time_point next_deadline(std::chrono::steady_clock::time_point next,
+                                                    std::chrono::steady_clock::time_point now,
+                                                    std::chrono::milliseconds period) {
+  next += period;
+  return next < now ? now + period : next;
+}
+
+// Starts `body` on `t` unless `running` already says it runs; a thread that fails to start
+// leaves `running` false, so a later call tries again.
+template <class F>
+void start_once(std::atomic<bool>& running, std::thread& t, F body) {
+  if (running.exchange(true)) return;
+  try {
+    t = std::thread(std::move(body));
+  } catch (...) {
+    running = false;
+    throw;
+  }
+}
+
+// Tells the loop to end and joins it; nothing when it is not running.
+void stop_once(std::atomic<bool>& running, std::thread& t) {
+  if (!running.exchange(false)) return;
+  if (t.joinable()) t.join();
 }
 template <class T>
 reading<double> as_double(const reading<T>& r, double scale = 1.0) {
@@ -271,18 +300,11 @@ sampler::~sampler() {
 }
 
 void sampler::start() {
-  if (running_.exchange(true)) return;
-  try {
-    thread_ = std::thread([this] { loop(); });
-  } catch (...) {
-    running_ = false;  // not started: a later start() tries again
-    throw;
-  }
+  start_once(running_, thread_, [this] { loop(); });
 }
 
 void sampler::stop() {
-  if (!running_.exchange(false)) return;
-  if (thread_.joinable()) thread_.join();
+  stop_once(running_, thread_);
 }
 
 void sampler::push(gpu_sample s) {
@@ -328,8 +350,7 @@ void sampler::loop() {
     if (deepest >= metric_cadence::averaged) next_averaged = now + averaged_period;
     if (deepest >= metric_cadence::medium) next_medium = now + medium_period;
     read(deepest);
-    next += period;
-    if (next < now) next = now + period;  // fell behind: do not burst to catch up
+    next = next_deadline(next, now, period);
     sleep_until_monotonic(next);
   }
   read(metric_cadence::slow);  // the last sample closes the window of the slow counters
@@ -348,34 +369,24 @@ wake_floor::~wake_floor() {
 }
 
 void wake_floor::start() {
-  if (running_.exchange(true)) return;
-  try {
-    thread_ = std::thread([this] {
-      const double cpu0 = thread_cpu_s(), wall0 = host_seconds();
-      const auto period = std::chrono::milliseconds(interval_ms_);
-      auto next = std::chrono::steady_clock::now();
-      std::size_t n = 0;
-      while (running_.load()) {
-        // As the sampler's loop: one clock read a wake-up, and no burst after falling behind.
-        const auto now = std::chrono::steady_clock::now();
-        next += period;
-        if (next < now) next = now + period;
-        sleep_until_monotonic(next);
-        ++n;
-      }
-      wakes_ = n;
-      cpu_s_ = thread_cpu_s() - cpu0;
-      wall_s_ = host_seconds() - wall0;
-    });
-  } catch (...) {
-    running_ = false;  // not started: a later start() tries again
-    throw;
-  }
+  start_once(running_, thread_, [this] {
+    const double cpu0 = thread_cpu_s(), wall0 = host_seconds();
+    const auto period = std::chrono::milliseconds(interval_ms_);
+    auto next = std::chrono::steady_clock::now();
+    std::size_t n = 0;
+    while (running_.load()) {  // the sampler's loop without its reads
+      next = next_deadline(next, std::chrono::steady_clock::now(), period);
+      sleep_until_monotonic(next);
+      ++n;
+    }
+    wakes_ = n;
+    cpu_s_ = thread_cpu_s() - cpu0;
+    wall_s_ = host_seconds() - wall0;
+  });
 }
 
 void wake_floor::stop() {
-  if (!running_.exchange(false)) return;
-  if (thread_.joinable()) thread_.join();
+  stop_once(running_, thread_);
 }
 
 double sampler::steady_cpu_fraction() const {
