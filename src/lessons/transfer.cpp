@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -465,13 +466,19 @@ bool streams(store_mode m, bool upload) {
   return upload ? streams_uploads(m) : streams_downloads(m);
 }
 
+/// A variant's or the configured copy's threads, chunk, buffers and huge pages: the choices that
+/// a stores variant and an enqueue-order variant both keep as configured.
+template <class T>
+auto ring_choices(const T& x) {
+  return std::tie(x.threads, x.chunk_bytes, x.buffers, x.huge_pages);
+}
+
 /// The variant that differs from the configured copy only in the stores of one direction (the
 /// upload's when `upload`), if it was measured.
 const staging_variant* stores_variant(const staging_figures& s, bool upload) {
   for (const auto& v : s.variants)
     if (streams(v.streaming_stores, upload) != streams(s.streaming_stores, upload) &&
-        v.huge_pages == s.huge_pages && v.threads == s.threads && v.chunk_bytes == s.chunk_bytes &&
-        v.buffers == s.buffers)
+        ring_choices(v) == ring_choices(s))
       return &v;
   return nullptr;
 }
@@ -570,9 +577,8 @@ void explain_staging_variants(const staging_figures& s, std::vector<note>& n) {
   // A variant that changes only when the upload's DMA is enqueued downloads as configured: its
   // download is the configured one measured again, and is not ranked.
   const auto upload_only = [&](const staging_variant& v) {
-    return v.enqueue_while_copying != s.enqueue_while_copying && v.threads == s.threads &&
-           v.chunk_bytes == s.chunk_bytes && v.buffers == s.buffers &&
-           v.streaming_stores == s.streaming_stores && v.huge_pages == s.huge_pages &&
+    return v.enqueue_while_copying != s.enqueue_while_copying &&
+           ring_choices(v) == ring_choices(s) && v.streaming_stores == s.streaming_stores &&
            v.pieces_per_thread == s.pieces_per_thread;
   };
   // The fastest of the variants faster than the configured copy beyond the spread; when none
