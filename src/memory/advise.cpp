@@ -33,9 +33,8 @@ std::size_t round_up(std::size_t n, std::size_t to) {
 /// blocks by id, and the allocated / requested bytes as the trace goes.
 class replayer {
  public:
-  explicit replayer(const allocator_options& o)
-      : backend_(std::make_shared<fake_backend>(std::size_t{1} << 46, true)),
-        alloc_(backend_, adjusted(o)) {
+  explicit replayer(const allocator_options& o, address_placement placement = {})
+      : backend_(placed_backend(placement)), alloc_(backend_, adjusted(o)) {
     live_.reserve(1024);
   }
   replayer(const replayer&) = delete;
@@ -78,6 +77,11 @@ class replayer {
     std::size_t size;
     std::size_t requested;
   };
+  static std::shared_ptr<fake_backend> placed_backend(address_placement placement) {
+    auto b = std::make_shared<fake_backend>(std::size_t{1} << 46, true);
+    b->set_address_placement(placement);
+    return b;
+  }
   allocator_options adjusted(allocator_options o) {
     o.history_capacity = 0;
     // No GPU timing in a trace: a page release happens as if the GPU had caught up.
@@ -196,11 +200,19 @@ std::vector<std::string> advise_policies(const std::vector<std::string>& user) {
   return v;
 }
 
+std::vector<address_placement> advise_placements() {
+  std::vector<address_placement> v = {{address_order::ascending, 0},
+                                      {address_order::descending, 0}};
+  for (std::uint64_t seed = 1; v.size() < kAdvicePlacements; ++seed)
+    v.push_back({address_order::shuffled, seed});
+  return v;
+}
+
 fit_outcome replay_under_limit(const std::vector<replay_event>& trace, const allocator_options& o,
-                               std::size_t limit) {
+                               std::size_t limit, address_placement placement) {
   allocator_options lo = o;
   lo.reserved_limit = limit;
-  replayer r(lo);
+  replayer r(lo, placement);
   fit_outcome f;
   f.limit = limit;
   for (std::size_t i = 0; i < trace.size(); ++i) {
@@ -223,20 +235,21 @@ fit_outcome replay_under_limit(const std::vector<replay_event>& trace, const all
 }
 
 std::size_t smallest_fitting_limit(const std::vector<replay_event>& trace,
-                                   const allocator_options& o, std::size_t fitting) {
+                                   const allocator_options& o, std::size_t fitting,
+                                   address_placement placement) {
   const std::size_t live = peak_requested(trace);
   if (live == 0) return 0;
   // lo never fits (below the live peak); hi fits.
   std::size_t lo = round_up(live, kAdvicePage) - kAdvicePage;
   std::size_t hi = std::max(round_up(fitting, kAdvicePage), lo + kAdvicePage);
-  while (!replay_under_limit(trace, o, hi).fits()) {  // a limit said to fit did not: widen
+  while (!replay_under_limit(trace, o, hi, placement).fits()) {  // said to fit, did not: widen
     lo = hi;
     if (hi > (std::size_t{1} << 45)) return hi;  // 32 TiB: give up widening
     hi *= 2;
   }
   while (hi - lo > kAdvicePage) {
     const std::size_t mid = lo + (hi - lo) / kAdvicePage / 2 * kAdvicePage;
-    (replay_under_limit(trace, o, mid).fits() ? hi : lo) = mid;
+    (replay_under_limit(trace, o, mid, placement).fits() ? hi : lo) = mid;
   }
   return hi;
 }
@@ -408,26 +421,60 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
   // With limits: the simplest policy that fits the smallest limit anything fits.
   if (const auto k = tightest_fit(a)) a.recommended = *a.fit_choice[*k];
 
-  const auto detail = [&](std::size_t i) {
+  // A limit thought to fit, where bisection starts: the peak without a limit (under
+  // garbage_collection_threshold, at least the limit it ran under).
+  const auto fitting_of = [&](std::size_t i) {
+    const auto& p = a.policies[i];
+    std::size_t fitting = p.result ? p.result->peak_reserved : a.gc_reserved_limit;
+    if (opts[i].garbage_collection_threshold > 0)
+      fitting = std::max<std::size_t>(fitting, a.gc_reserved_limit);
+    return fitting;
+  };
+  std::vector<std::vector<std::size_t>> smallest;
+  std::vector<address_placement> placements;
+  const auto detail = [&](std::size_t i, std::size_t which) {
     policy_detail d;
     d.index = i;
     allocator_options o = opts[i];
-    const auto& p = a.policies[i];
-    std::size_t fitting = p.result ? p.result->peak_reserved : a.gc_reserved_limit;
-    if (o.garbage_collection_threshold > 0)
-      fitting = std::max<std::size_t>(fitting, a.gc_reserved_limit);
-    d.smallest_limit = smallest_fitting_limit(trace, o, fitting);
+    d.smallest_by_placement = smallest[which];
+    // The largest placement's limit, raised while a placement does not fit it (a replay need not
+    // fit every limit above its smallest), by at most 64 pages; `below` is replayed
+    // under the placement that needed the limit.
+    const auto worst =
+        std::max_element(d.smallest_by_placement.begin(), d.smallest_by_placement.end());
+    std::size_t need = static_cast<std::size_t>(worst - d.smallest_by_placement.begin());
+    d.smallest_limit = *worst;
+    for (int tries = 0; tries < 64; ++tries) {
+      std::optional<std::size_t> misfit;
+      for (std::size_t k = 0; k < placements.size() && !misfit; ++k)
+        if (d.smallest_by_placement[k] < d.smallest_limit &&
+            !replay_under_limit(trace, o, d.smallest_limit, placements[k]).fits())
+          misfit = k;
+      if (!misfit) break;
+      need = *misfit;
+      d.smallest_limit += kAdvicePage;
+    }
     if (d.smallest_limit >= kAdvicePage)
-      d.below = replay_under_limit(trace, o, d.smallest_limit - kAdvicePage);
+      d.below = replay_under_limit(trace, o, d.smallest_limit - kAdvicePage, placements[need]);
     if (o.garbage_collection_threshold > 0 && o.reserved_limit == SIZE_MAX)
       o.reserved_limit = a.gc_reserved_limit;
     d.stranded = stranded_at_peak(trace, o);
     d.curve = usage_over_trace(trace, o);
     return d;
   };
+  // The smallest limit of each detailed policy under each placement, all on the pool.
+  placements = advise_placements();
+  const std::size_t detailed = a.recommended == 0 ? 1 : 2;
+  smallest.assign(detailed, std::vector<std::size_t>(placements.size(), 0));
+  pool.parallel_for(detailed * placements.size(), [&](std::size_t j) {
+    throw_if_interrupted();
+    const std::size_t which = j / placements.size(), k = j % placements.size();
+    const std::size_t i = which == 0 ? 0 : a.recommended;
+    smallest[which][k] = smallest_fitting_limit(trace, opts[i], fitting_of(i), placements[k]);
+  });
   std::vector<policy_detail> details(2);
-  pool.parallel_for(a.recommended == 0 ? 1 : 2,
-                    [&](std::size_t k) { details[k] = detail(k == 0 ? 0 : a.recommended); });
+  pool.parallel_for(detailed,
+                    [&](std::size_t k) { details[k] = detail(k == 0 ? 0 : a.recommended, k); });
   a.defaults = std::move(details[0]);
   a.recommendation = a.recommended == 0 ? a.defaults : std::move(details[1]);
   a.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -503,6 +550,27 @@ std::string stranded_sentence(const stranded_split& s) {
 
 }  // namespace
 
+namespace {
+
+/// "1670-1718" (MiB) over the placements; the one limit where there is one.
+std::string placement_range(const policy_detail& d) {
+  if (d.smallest_by_placement.empty()) return fmt::format("{:.0f}", mib(d.smallest_limit));
+  const auto [lo, hi] =
+      std::minmax_element(d.smallest_by_placement.begin(), d.smallest_by_placement.end());
+  return *lo == *hi ? fmt::format("{:.0f}", mib(*lo))
+                    : fmt::format("{:.0f}-{:.0f}", mib(*lo), mib(*hi));
+}
+
+/// The largest less the least of the placements' smallest limits.
+std::size_t spread(const policy_detail& d) {
+  if (d.smallest_by_placement.empty()) return 0;
+  const auto [lo, hi] =
+      std::minmax_element(d.smallest_by_placement.begin(), d.smallest_by_placement.end());
+  return *hi - *lo;
+}
+
+}  // namespace
+
 std::vector<presentation::table> advice_tables(const advice& a) {
   using presentation::value;
   std::vector<presentation::table> out;
@@ -521,12 +589,14 @@ std::vector<presentation::table> advice_tables(const advice& a) {
                {"conf", "PYTORCH_CUDA_ALLOC_CONF"},
                {"peak_reserved_bytes", "peak reserved MiB", kPerMiB, 1},
                {"smallest_limit_bytes", "smallest limit that fits MiB", kPerMiB, 0},
+               {"smallest_by_placement", "by placement MiB"},
                {"stranded_bytes", "free at peak MiB", kPerMiB, 1}};
   t.add_row({std::string("defaults"), label(d.conf), peak(d),
-             static_cast<std::int64_t>(a.defaults.smallest_limit),
+             static_cast<std::int64_t>(a.defaults.smallest_limit), placement_range(a.defaults),
              static_cast<std::int64_t>(a.defaults.stranded.free_bytes())});
   t.add_row({std::string("recommended"), label(r.conf), peak(r),
              static_cast<std::int64_t>(a.recommendation.smallest_limit),
+             placement_range(a.recommendation),
              static_cast<std::int64_t>(a.recommendation.stranded.free_bytes())});
   t.notes.push_back(
       fmt::format("Live bytes (as requested) peak at {:.1f} MiB: no limit below "
@@ -568,6 +638,18 @@ std::vector<presentation::table> advice_tables(const advice& a) {
       "reserved may not pass it; at the limit the cache is freed and the request retried, then "
       "torch.OutOfMemoryError. Smallest limits are bisected to {} MiB pages.",
       kAdvicePage / kMiB));
+  if (const auto n = a.recommendation.smallest_by_placement.size(); n > 1)
+    t.notes.push_back(fmt::format(
+        "A smallest limit can hang on where the CUDA driver places segments: among free blocks "
+        "of one size the allocator takes the lowest address. Each was bisected under {} "
+        "placements (the replay's ascending addresses, descending, {} shuffled); the table gives "
+        "the limit that fits under all of them, and beside it their range{}",
+        n, n - 2,
+        spread(a.defaults) + spread(a.recommendation) == 0
+            ? std::string(": here every placement gave the same limits.")
+            : fmt::format(". The defaults' spans {:.0f} MiB over them, the recommendation's "
+                          "{:.0f} MiB: plan for the largest.",
+                          mib(spread(a.defaults)), mib(spread(a.recommendation)))));
   out.push_back(std::move(t));
 
   if (!a.fit_limits.empty()) {
@@ -695,6 +777,13 @@ nlohmann::json to_json(const advice& a) {
                 {"headroom_bytes", f.headroom()},
                 {"oom", oom_json(f)}};
   };
+  const auto placements_json = [](const policy_detail& d) {
+    json v = json::array();
+    const auto names = advise_placements();
+    for (std::size_t k = 0; k < d.smallest_by_placement.size() && k < names.size(); ++k)
+      v.push_back({{"placement", names[k].name()}, {"bytes", d.smallest_by_placement[k]}});
+    return v;
+  };
   const auto detail_json = [&](const policy_detail& d) {
     json parts = json::array();
     for (const auto& p : d.stranded.parts) {
@@ -705,6 +794,7 @@ nlohmann::json to_json(const advice& a) {
     const auto& s = d.stranded;
     return json{{"conf", a.policies[d.index].conf},
                 {"smallest_limit_bytes", d.smallest_limit},
+                {"smallest_limit_by_placement", placements_json(d)},
                 {"below_smallest", fit_json(d.below)},
                 {"stranded",
                  {{"event", s.event},
@@ -802,6 +892,21 @@ policy_detail detail_from_json(const nlohmann::json& j, const std::vector<policy
   if (it == ps.end()) throw format_error("a detailed policy that is not among the policies");
   d.index = static_cast<std::size_t>(it - ps.begin());
   d.smallest_limit = j.at("smallest_limit_bytes").get<std::size_t>();
+  if (const auto by = j.find("smallest_limit_by_placement"); by != j.end()) {  // newer advice
+    const auto names = advise_placements();
+    if (!by->is_array() || by->size() > names.size())
+      throw format_error("smallest_limit_by_placement is not a list of the placements");
+    for (std::size_t k = 0; k < by->size(); ++k) {
+      const auto& e = (*by)[k];
+      if (e.at("placement").get<std::string>() != names[k].name())
+        throw format_error("smallest_limit_by_placement names an unknown placement");
+      d.smallest_by_placement.push_back(e.at("bytes").get<std::size_t>());
+    }
+    if (!d.smallest_by_placement.empty() &&
+        *std::max_element(d.smallest_by_placement.begin(), d.smallest_by_placement.end()) >
+            d.smallest_limit)
+      throw format_error("a placement's smallest limit above smallest_limit_bytes");
+  }
   d.below = fit_from_json(j.at("below_smallest"));
   const auto& s = j.at("stranded");
   d.stranded.event = s.at("event").get<std::size_t>();

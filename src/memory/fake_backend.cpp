@@ -8,8 +8,26 @@
 
 namespace gpu_basics {
 
+std::string address_placement::name() const {
+  switch (order) {
+    case address_order::ascending:
+      return "ascending";
+    case address_order::descending:
+      return "descending";
+    case address_order::shuffled:
+      break;
+  }
+  return "shuffled (seed " + std::to_string(seed) + ")";
+}
+
 fake_backend::fake_backend(std::size_t capacity, bool fake_addresses)
     : capacity_(capacity), fake_addresses_(fake_addresses) {}
+
+void fake_backend::set_address_placement(address_placement p) {
+  std::lock_guard lock(mutex_);
+  placement_ = p;
+  rng_ = p.seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;  // never 0: xorshift needs bits
+}
 
 fake_backend::~fake_backend() {
   for (auto* e : events_) delete e;
@@ -28,8 +46,29 @@ void* fake_backend::allocate(std::size_t bytes) {
   if (bytes == 0 || bytes > capacity_ - used_) return nullptr;
   void* p = nullptr;
   if (fake_addresses_) {
-    p = reinterpret_cast<void*>(next_fake_);
-    next_fake_ += (bytes + 4095) / 4096 * 4096 + 4096;  // a guard gap between segments
+    const std::size_t span = (bytes + 4095) / 4096 * 4096 + 4096;  // a guard gap after each
+    // Shuffled: one of 2^20 slots of 1 TiB above 2^62, picked at random among the free ones
+    // (an allocation too large for a slot takes the next ascending address).
+    constexpr std::uintptr_t kSlot = std::uintptr_t{1} << 40, kSlots = std::uintptr_t{1} << 20;
+    if (placement_.order == address_order::shuffled && span <= kSlot && slots_.size() < kSlots) {
+      std::uintptr_t slot = 0;
+      do {
+        rng_ ^= rng_ << 13;
+        rng_ ^= rng_ >> 7;
+        rng_ ^= rng_ << 17;
+        slot = rng_ % kSlots;
+      } while (slots_.count(slot));
+      const std::uintptr_t at = (std::uintptr_t{1} << 62) + slot * kSlot;
+      slots_.emplace(slot, at);
+      slot_of_.emplace(at, slot);
+      p = reinterpret_cast<void*>(at);
+    } else if (placement_.order == address_order::descending) {
+      next_down_ -= span;
+      p = reinterpret_cast<void*>(next_down_);
+    } else {
+      p = reinterpret_cast<void*>(next_fake_);
+      next_fake_ += span;
+    }
   } else {
     p = std::aligned_alloc(512, (bytes + 511) / 512 * 512);
     if (!p) return nullptr;
@@ -48,6 +87,11 @@ void fake_backend::deallocate(void* p, std::size_t bytes) noexcept {
     return;
   }
   live_.erase(it);
+  if (const auto slot = slot_of_.find(reinterpret_cast<std::uintptr_t>(p));
+      slot != slot_of_.end()) {
+    slots_.erase(slot->second);
+    slot_of_.erase(slot);
+  }
   used_ -= bytes;
   if (!fake_addresses_) std::free(p);
 }

@@ -5,9 +5,10 @@ For each workload (a transformer's training steps; an inference loop whose KV ca
 at a time): record its memory snapshot with PyTorch's own allocator from the first allocation, ask
 `gpu-basics advise` for the smallest reserved limit that fits under the defaults and under its
 recommendation, then run the same workload in fresh processes with
-torch.cuda.set_per_process_memory_fraction at that limit plus and minus 2%. It must run at +2%
-and raise torch.OutOfMemoryError at -2%, for both policies; and the recommendation's real peak
-reserved must be within one 2 MiB page of the predicted one.
+torch.cuda.set_per_process_memory_fraction at that limit plus 2%, and at the lowest of its
+placements' smallest limits (advise bisects one per placement of segments) minus 2%. It must run
+at +2% and raise torch.OutOfMemoryError at -2%, for both policies; and the recommendation's real
+peak reserved must be within one 2 MiB page of the predicted one.
 
 When a check of a run under a limit or of the recommendation's peak fails, the same child runs
 RERUNS more times with PyTorch's memory history on (within RERUN_BUDGET_S in all), and the row
@@ -248,18 +249,26 @@ def validate(args, workload, deadline=None) -> list:
     if adv["recommendation"]["conf"] != "":
         policies.append(("recommended", adv["recommendation"]))
     for who, d in policies:
+        # smallest_limit_bytes fits under every placement of segments advise tried; below the
+        # lowest placement's smallest limit, none fits.
         conf, smallest = d["conf"], d["smallest_limit_bytes"]
+        by = [e["bytes"] for e in d.get("smallest_limit_by_placement", [])] or [smallest]
+        span = (f"{min(by) / 2**20:.0f}-{max(by) / 2**20:.0f} MiB over {len(by)} placements"
+                if len(by) > 1 else f"{smallest / 2**20:.0f} MiB")
         for sign in (+1, -1):
-            limit = smallest * (1 + sign * MARGIN)
+            base = smallest if sign > 0 else min(by)
+            limit = base * (1 + sign * MARGIN)
             r = run_child(args, workload, conf=conf, limit=limit)
             want_oom = sign < 0
+            where = "smallest" if sign > 0 else "lowest placement's smallest"
             rows.append({"workload": workload,
-                         "check": f"{who} ({conf or 'defaults'}) at smallest {sign * 2:+d}%",
+                         "check": f"{who} ({conf or 'defaults'}) at {where} {sign * 2:+d}%",
                          "predicted": "OOM" if want_oom else "runs",
                          "pytorch": "OOM" if r["oom"] else "runs",
                          "ok": r["oom"] == want_oom,
                          "detail": f"limit {limit / 2**20:.1f} MiB (smallest {smallest / 2**20:.0f}"
-                                   f" MiB); max reserved {r['max_reserved'] / 2**20:.1f} MiB"
+                                   f" MiB; {span}); max reserved "
+                                   f"{r['max_reserved'] / 2**20:.1f} MiB"
                                    + (f"; {r['message']}" if r["oom"] else "")})
             if not rows[-1]["ok"]:
                 rows[-1]["reruns"] = rerun(args, workload, conf, limit, snap,

@@ -145,6 +145,72 @@ TEST(Advise, BisectedLimitFitsAndOnePageLessDoesNot) {
   }
 }
 
+/// Two free 12 MiB blocks tie, and the address decides which one a 12 MiB request takes: the
+/// rest of a 24 MiB segment (P, then Q and R split it) or the whole 12 MiB segment of T. With
+/// ascending addresses the split block is lower: U takes it, so freeing Q leaves 12 MiB free on
+/// each side of U, and the 24 MiB request V needs a new segment (24 + 24 MiB once the cache of
+/// T's segment is freed: smallest limit 48 MiB). With descending addresses T's segment is lower:
+/// U takes it, Q's and R's blocks merge back into 24 MiB, and V reuses them (36 MiB, the live
+/// peak).
+std::vector<ev> address_tie() {
+  return {alloc(1, 24 * MiB), release(1),  // P: a 24 MiB segment, cached
+          alloc(2, 12 * MiB),              // Q: its first half
+          alloc(3, 12 * MiB),              // R: its second half
+          alloc(4, 12 * MiB),              // T: a segment of its own
+          release(3),         release(4),  // two free 12 MiB blocks
+          alloc(5, 12 * MiB),              // U: the lower address of the two
+          release(2),                      // Q
+          alloc(6, 24 * MiB)};             // V
+}
+
+TEST(Advise, SmallestLimitCoversEveryPlacementOfSegments) {
+  const auto trace = address_tie();
+  const gb::allocator_options defaults;
+  const auto live = gb::peak_requested(trace);
+  ASSERT_EQ(live, 36 * MiB);
+  EXPECT_EQ(gb::smallest_fitting_limit(trace, defaults, 60 * MiB, {}), 48 * MiB);
+  EXPECT_EQ(
+      gb::smallest_fitting_limit(trace, defaults, 60 * MiB, {gb::address_order::descending, 0}),
+      36 * MiB);
+  EXPECT_FALSE(gb::replay_under_limit(trace, defaults, 46 * MiB).fits());
+  EXPECT_TRUE(
+      gb::replay_under_limit(trace, defaults, 36 * MiB, {gb::address_order::descending, 0}).fits());
+
+  const auto a = gb::advise_snapshot(snapshot_of(trace), "tie", 0, gb::advise_policies({}), {}, 2);
+  const auto placements = gb::advise_placements();
+  ASSERT_EQ(placements.size(), gb::kAdvicePlacements);
+  ASSERT_EQ(a.defaults.smallest_by_placement.size(), placements.size());
+  EXPECT_EQ(a.defaults.smallest_by_placement[0], 48 * MiB);  // ascending
+  EXPECT_EQ(a.defaults.smallest_by_placement[1], 36 * MiB);  // descending
+  EXPECT_EQ(a.defaults.smallest_limit, 48 * MiB);            // fits under all of them
+  EXPECT_EQ(a.defaults.smallest_low(), 36 * MiB);
+  for (const auto& p : placements)
+    EXPECT_TRUE(gb::replay_under_limit(trace, defaults, a.defaults.smallest_limit, p).fits())
+        << p.name();
+  ASSERT_FALSE(a.defaults.below.fits());
+  EXPECT_EQ(a.defaults.below.limit, 46 * MiB);
+
+  const auto tables = gb::advice_tables(a);
+  ASSERT_FALSE(tables.empty());
+  const auto& t = tables[0];
+  const auto col = std::find_if(t.columns.begin(), t.columns.end(),
+                                [](const auto& c) { return c.key == "smallest_by_placement"; });
+  ASSERT_NE(col, t.columns.end());
+  EXPECT_EQ(std::get<std::string>(t.rows[0][static_cast<std::size_t>(col - t.columns.begin())]),
+            "36-48");
+  // Saved and read back, the placements' limits come back in order.
+  const nlohmann::json j = gb::to_json(a);
+  const auto back = gb::advice_from_json(nlohmann::json::parse(j.dump()), "tie.json");
+  EXPECT_EQ(back.defaults.smallest_by_placement, a.defaults.smallest_by_placement);
+  // Advice saved before placements were replayed reads as one limit.
+  auto old = j;
+  old["defaults"].erase("smallest_limit_by_placement");
+  old["recommendation"].erase("smallest_limit_by_placement");
+  const auto read_old = gb::advice_from_json(old, "old.json");
+  EXPECT_TRUE(read_old.defaults.smallest_by_placement.empty());
+  EXPECT_EQ(read_old.defaults.smallest_low(), 48 * MiB);
+}
+
 TEST(Advise, StrandedPartsSumToReservedLessAllocated) {
   const auto s = gb::read_torch_snapshot(kData + "/h200_torch_snapshot.pickle");
   const auto a =
@@ -256,6 +322,12 @@ TEST(Advise, BadAdviceFilesAreOneLineNamingTheFile) {
   auto short_fits = j;
   short_fits["fit_limits_bytes"] = {1};
   EXPECT_EQ(message(short_fits), "a.json: a policy whose fits do not match fit_limits_bytes");
+  auto above = j;
+  above["defaults"]["smallest_limit_by_placement"][1]["bytes"] = 1ull << 40;
+  EXPECT_EQ(message(above), "a.json: a placement's smallest limit above smallest_limit_bytes");
+  auto renamed = j;
+  renamed["defaults"]["smallest_limit_by_placement"][0]["placement"] = "sideways";
+  EXPECT_EQ(message(renamed), "a.json: smallest_limit_by_placement names an unknown placement");
 }
 
 TEST(Advise, PoliciesAreSearchedNotListed) {

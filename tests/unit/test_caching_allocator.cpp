@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <random>
@@ -33,6 +34,37 @@ std::uintptr_t addr(void* p) {
   return reinterpret_cast<std::uintptr_t>(p);
 }
 }  // namespace
+
+TEST(FakeBackend, MadeUpAddressesFollowTheirPlacement) {
+  const auto addresses = [](address_placement p, bool free_second = false) {
+    fake_backend be(std::size_t{1} << 46, /*fake_addresses=*/true);
+    be.set_address_placement(p);
+    std::vector<std::uintptr_t> v;
+    for (int i = 0; i < 6; ++i) {
+      v.push_back(reinterpret_cast<std::uintptr_t>(be.allocate((i + 1) * MiB)));
+      if (free_second && i == 1) be.deallocate(reinterpret_cast<void*>(v[1]), 2 * MiB);
+    }
+    // No two ranges overlap, whatever the order.
+    for (std::size_t a = 0; a < v.size(); ++a)
+      for (std::size_t b = 0; b < v.size(); ++b)
+        if (a != b && !(free_second && (a == 1 || b == 1))) {
+          EXPECT_TRUE(v[a] + (a + 1) * MiB <= v[b] || v[b] + (b + 1) * MiB <= v[a]) << a << b;
+        }
+    EXPECT_EQ(be.bad_deallocations(), 0u);
+    return v;
+  };
+  const auto up = addresses({});
+  EXPECT_TRUE(std::is_sorted(up.begin(), up.end()));
+  auto down = addresses({address_order::descending, 0});
+  EXPECT_TRUE(std::is_sorted(down.rbegin(), down.rend()));
+  const auto s1 = addresses({address_order::shuffled, 1});
+  EXPECT_EQ(s1, addresses({address_order::shuffled, 1}));  // a seed gives the same places
+  EXPECT_NE(s1, addresses({address_order::shuffled, 2}));
+  EXPECT_FALSE(std::is_sorted(s1.begin(), s1.end()) && std::is_sorted(s1.rbegin(), s1.rend()));
+  (void)addresses({address_order::shuffled, 3}, /*free_second=*/true);  // a freed slot is free
+  EXPECT_EQ(address_placement({address_order::shuffled, 3}).name(), "shuffled (seed 3)");
+  EXPECT_EQ(address_placement{}.name(), "ascending");
+}
 
 TEST(CachingAllocator, RoundingAndPools) {
   EXPECT_EQ(round_request(0), 512u);

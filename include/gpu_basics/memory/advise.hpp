@@ -8,6 +8,7 @@
 // prints it, writes it as JSON and draws it (report/advice.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -18,6 +19,7 @@
 
 #include "gpu_basics/core/results.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
+#include "gpu_basics/memory/fake_backend.hpp"
 #include "gpu_basics/memory/replay.hpp"
 #include "gpu_basics/memory/snapshot.hpp"
 
@@ -107,9 +109,21 @@ struct policy_outcome {
 
 /// What advise shows in detail for one policy (the defaults and the recommendation).
 struct policy_detail {
-  std::size_t index = 0;           // into advice::policies
-  std::size_t smallest_limit = 0;  // the smallest limit (a multiple of kAdvicePage) that fits
-  fit_outcome below;               // the replay one page below it (out of memory)
+  std::size_t index = 0;  // into advice::policies
+  /// The smallest limit (a multiple of kAdvicePage) that fits under every placement of
+  /// advise_placements(): at least the largest of smallest_by_placement, raised a page at a time
+  /// while one placement does not fit it.
+  std::size_t smallest_limit = 0;
+  /// Per placement (advise_placements()' order), the smallest limit it fits; empty in advice
+  /// saved before placements were replayed.
+  std::vector<std::size_t> smallest_by_placement;
+  fit_outcome below;  // one page below smallest_limit, under the placement that needed it most
+  /// The least of smallest_by_placement (smallest_limit when it is empty).
+  [[nodiscard]] std::size_t smallest_low() const noexcept {
+    return smallest_by_placement.empty()
+               ? smallest_limit
+               : *std::min_element(smallest_by_placement.begin(), smallest_by_placement.end());
+  }
   stranded_split stranded;
   usage_curve curve;
 };
@@ -141,14 +155,24 @@ struct advice {
 /// @throws logic_error for a blank or unreadable user conf.
 [[nodiscard]] std::vector<std::string> advise_policies(const std::vector<std::string>& user);
 
-/// Replays `trace` under `o` with reserved limited to `limit` bytes.
+/// How many segment placements advise replays the smallest limits under.
+inline constexpr std::size_t kAdvicePlacements = 8;
+/// The placements: ascending (the replay's own, as a fresh process's driver mostly hands out
+/// addresses), descending, then shuffled with seeds 1, 2, ...; kAdvicePlacements in all.
+[[nodiscard]] std::vector<address_placement> advise_placements();
+
+/// Replays `trace` under `o` with reserved limited to `limit` bytes, its segments placed as
+/// `placement` says.
 [[nodiscard]] fit_outcome replay_under_limit(const std::vector<replay_event>& trace,
-                                             const allocator_options& o, std::size_t limit);
+                                             const allocator_options& o, std::size_t limit,
+                                             address_placement placement = {});
 
 /// The smallest multiple of kAdvicePage under which `trace` replays without running out of memory
-/// under `o`, by bisection between the trace's live peak and `fitting` (a limit known to fit).
+/// under `o` (segments placed as `placement` says), by bisection between the trace's live peak
+/// and `fitting` (a limit thought to fit; widened when it does not).
 [[nodiscard]] std::size_t smallest_fitting_limit(const std::vector<replay_event>& trace,
-                                                 const allocator_options& o, std::size_t fitting);
+                                                 const allocator_options& o, std::size_t fitting,
+                                                 address_placement placement = {});
 
 /// The split of reserved-but-free bytes at the first moment reserved reaches its peak under `o`
 /// (without a limit; garbage_collection_threshold policies under `o.reserved_limit`).

@@ -4,20 +4,41 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "gpu_basics/memory/backend.hpp"
 
 namespace gpu_basics {
 
+/// Where made-up addresses put each new allocation (fake_backend with fake addresses): above
+/// the last one, below it, or at a seeded random place. Only their order matters to an allocator
+/// that breaks ties between free blocks of one size by address, as PyTorch's does, so replaying
+/// one trace under several orders shows how much an outcome depends on where the CUDA driver
+/// happens to place segments.
+enum class address_order { ascending, descending, shuffled };
+
+/// An order and, for `shuffled`, its seed.
+struct address_placement {
+  address_order order = address_order::ascending;
+  std::uint64_t seed = 0;
+  /// "ascending", "descending", "shuffled (seed 3)".
+  [[nodiscard]] std::string name() const;
+  bool operator==(const address_placement&) const = default;
+};
+
 class fake_backend final : public allocator_backend {
  public:
   /// `capacity` bytes in all; addresses are real host memory unless `fake_addresses` is set, in
   /// which case they are made up (for capacities larger than the host, never dereference them).
   explicit fake_backend(std::size_t capacity, bool fake_addresses = false);
+  /// With made-up addresses, places later allocations as `p` says (ascending by default);
+  /// reserve_address() ranges stay ascending. Nothing with real addresses.
+  void set_address_placement(address_placement p);
   /// Frees what is still allocated, and every event.
   ~fake_backend() override;
 
@@ -81,7 +102,12 @@ class fake_backend final : public allocator_backend {
   std::size_t used_ = 0;
   std::size_t allocations_ = 0;
   std::size_t bad_deallocations_ = 0;
-  std::uintptr_t next_fake_ = 0x100000000000ull;
+  std::uintptr_t next_fake_ = 0x100000000000ull;        // ascending, and reserve_address()
+  std::uintptr_t next_down_ = std::uintptr_t{1} << 62;  // descending: the lowest address so far
+  address_placement placement_;
+  std::uint64_t rng_ = 0;                             // shuffled: xorshift state
+  std::map<std::uintptr_t, std::uintptr_t> slots_;    // shuffled: live slot -> its pointer
+  std::map<std::uintptr_t, std::uintptr_t> slot_of_;  // shuffled: pointer -> its slot
   int fail_next_ = 0;
   std::map<void*, std::size_t> live_;
   std::set<event*> events_;
