@@ -139,8 +139,22 @@ def trace_summary(trace) -> dict:
             lo, hi = e["addr"], e["addr"] + e["size"]
             if any(lo < r_hi and r_lo < hi for r_lo, r_hi in released):
                 reused += 1
+    # Where the driver put each new segment: above ("+") or below ("-") the one before it. The
+    # allocator breaks ties between free blocks of one size by address, so the same requests
+    # under different placements can split different blocks.
+    starts = [e["addr"] for e in trace if e["action"] in ("segment_alloc", "segment_map")]
+    placement = "".join("+" if b > a else "-" for a, b in zip(starts, starts[1:]))
     return {"requests": requests, "segments": segments, "reused_addresses": reused,
-            "oom": any(e["action"] == "oom" for e in trace)}
+            "placement": placement, "oom": any(e["action"] == "oom" for e in trace)}
+
+
+def describe_placement(a: str, b: str, a_name: str, b_name: str) -> str:
+    """Whether two runs' segments went up and down alike ("+" above the one before, "-" below)."""
+    i = first_difference(list(a), list(b))
+    ups = lambda p: f"{p.count('+')} of {len(p)} above the one before"
+    if i is None:
+        return f"placements: the same ({ups(a)})"
+    return (f"placements: part at segment #{i + 1} ({a_name}: {ups(a)}; {b_name}: {ups(b)})")
 
 
 def first_difference(a: list, b: list):
@@ -193,12 +207,16 @@ def rerun(args, workload, conf, limit, recording, tag, agrees, deadline=None) ->
                      f"MiB, {'agrees' if agrees(r) else 'disagrees'} with the prediction, "
                      f"{t['reused_addresses']} segment(s) at reused addresses; "
                      + describe_difference("requests", mine, t["requests"], "recording",
-                                           f"rerun {k}"))
+                                           f"rerun {k}")
+                     + "; " + describe_placement(base["placement"], t["placement"], "recording",
+                                                 f"rerun {k}"))
         runs.append((k, path, r, t))
     for k, _, _, t in runs[1:]:
         notes.append(describe_difference(f"segments, rerun {runs[0][0]} vs {k}",
                                          runs[0][3]["segments"], t["segments"],
-                                         f"rerun {runs[0][0]}", f"rerun {k}"))
+                                         f"rerun {runs[0][0]}", f"rerun {k}")
+                     + "; " + describe_placement(runs[0][3]["placement"], t["placement"],
+                                                 f"rerun {runs[0][0]}", f"rerun {k}"))
     return {"outcomes": outcomes, "agreed": sum(1 for _, _, r, _ in runs if agrees(r)),
             "max_reserved": [r["max_reserved"] for _, _, r, _ in runs],
             "snapshots": [p for _, p, _, _ in runs], "notes": notes}

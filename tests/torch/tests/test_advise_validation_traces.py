@@ -44,6 +44,20 @@ def test_only_a_segment_in_a_released_range_counts_as_a_reused_address():
     assert t["oom"] is False
 
 
+def test_placement_says_whether_each_segment_went_above_or_below_the_one_before():
+    up_down = [ev("segment_alloc", 2 * MIB, 0x40000000), ev("alloc", 1 * MIB),
+               ev("segment_alloc", 20 * MIB, 0x20000000), ev("segment_free", 2 * MIB, 0x40000000),
+               ev("segment_alloc", 20 * MIB, 0x60000000), ev("segment_map", 2 * MIB, 0x80000000)]
+    t = av.trace_summary(up_down)
+    assert t["placement"] == "-++"
+    assert av.trace_summary([ev("segment_alloc", 2 * MIB, 0x1000)])["placement"] == ""
+    assert (av.describe_placement("-++", "-++", "a", "b")
+            == "placements: the same (2 of 3 above the one before)")
+    assert (av.describe_placement("-++", "--+", "rerun 0", "rerun 1")
+            == "placements: part at segment #2 (rerun 0: 2 of 3 above the one before; "
+               "rerun 1: 1 of 3 above the one before)")
+
+
 def test_first_difference_names_the_index_where_sequences_part_or_the_shorter_ends():
     assert av.first_difference([1, 2, 3], [1, 2, 3]) is None
     assert av.first_difference([1, 2, 3], [1, 5, 3]) == 1
@@ -85,7 +99,7 @@ class Args:
 
 def test_rerun_reports_each_outcome_and_where_the_reruns_part(tmp_path, monkeypatch):
     recording = [ev("segment_alloc", 20 * MIB, 0x1000000), ev("alloc", 8 * MIB),
-                 ev("alloc", 120 * MIB)]
+                 ev("segment_alloc", 120 * MIB, 0x9000000), ev("alloc", 120 * MIB)]
     write(tmp_path / "rec.pickle", recording)
     # rerun 0 runs; rerun 1 takes another segment and runs out of memory on the same request;
     # rerun 2 asks for something else first (the workload changed); rerun 3 ends early without
@@ -120,19 +134,25 @@ def test_rerun_reports_each_outcome_and_where_the_reruns_part(tmp_path, monkeypa
     notes = got["notes"]
     assert len(notes) == 7
     assert notes[0] == ("rerun 0: runs, max reserved 140.0 MiB, agrees with the prediction, "
-                        "0 segment(s) at reused addresses; requests: the same 2")
+                        "0 segment(s) at reused addresses; requests: the same 2; "
+                        "placements: the same (1 of 1 above the one before)")
     # to its out-of-memory error, rerun 1 asked for what the recording did
     assert notes[1] == ("rerun 1: OOM, max reserved 84.0 MiB, disagrees with the prediction, "
-                        "0 segment(s) at reused addresses; requests: the same 1")
+                        "0 segment(s) at reused addresses; requests: the same 1; "
+                        "placements: the same (1 of 1 above the one before)")
     assert notes[2].endswith(
-        "requests: part at #0 (recording: alloc 8388608 B; rerun 2: alloc 4194304 B)")
+        "requests: part at #0 (recording: alloc 8388608 B; rerun 2: alloc 4194304 B); "
+        "placements: part at segment #1 (recording: 1 of 1 above the one before; "
+        "rerun 2: 0 of 0 above the one before)")
     # ending early without an out-of-memory error is a difference, not a match
-    assert notes[3].endswith("requests: part at #1 (recording: alloc 125829120 B; "
-                             "rerun 3: the end)")
+    assert notes[3].startswith("rerun 3: runs")
+    assert "requests: part at #1 (recording: alloc 125829120 B; rerun 3: the end)" in notes[3]
     assert notes[4] == ("segments, rerun 0 vs 1: part at #1 (rerun 0: segment_alloc 125829120 B; "
-                        "rerun 1: segment_alloc 67108864 B)")
+                        "rerun 1: segment_alloc 67108864 B); "
+                        "placements: the same (1 of 1 above the one before)")
     assert notes[5] == ("segments, rerun 0 vs 2: part at #1 (rerun 0: segment_alloc 125829120 B; "
-                        "rerun 2: the end)")
+                        "rerun 2: the end); placements: part at segment #1 (rerun 0: 1 of 1 above "
+                        "the one before; rerun 2: 0 of 0 above the one before)")
     assert notes[6].startswith("segments, rerun 0 vs 3: part at #1")
 
 
@@ -156,7 +176,8 @@ def test_a_rerun_that_fails_or_comes_after_the_deadline_is_reported_not_raised(t
     assert got["notes"][0] == "rerun 0: failed: transformer child failed (-9): killed"
     assert got["snapshots"] == [os.path.join(str(tmp_path), f"transformer.t.rerun{k}.pickle")
                                 for k in (1, 2)]
-    assert got["notes"][-1] == "segments, rerun 1 vs 2: the same 0"
+    assert got["notes"][-1] == ("segments, rerun 1 vs 2: the same 0; "
+                                "placements: the same (0 of 0 above the one before)")
 
     calls.clear()
     past = av.rerun(Args(str(tmp_path)), "transformer", "", None, str(tmp_path / "rec.pickle"),
