@@ -456,6 +456,12 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
     }
     if (d.smallest_limit >= kAdvicePage)
       d.below = replay_under_limit(trace, o, d.smallest_limit - kAdvicePage, placements[need]);
+    for (std::size_t k = 0; k < fit_limits.size(); ++k) {  // the ascending one is replayed
+      std::size_t n = a.policies[i].fits[k].fits() ? 1 : 0;
+      for (std::size_t q = 1; q < placements.size(); ++q)
+        n += replay_under_limit(trace, o, fit_limits[k], placements[q]).fits() ? 1 : 0;
+      d.fits_in.push_back(n);
+    }
     if (o.garbage_collection_threshold > 0 && o.reserved_limit == SIZE_MAX)
       o.reserved_limit = a.gc_reserved_limit;
     d.stranded = stranded_at_peak(trace, o);
@@ -489,11 +495,17 @@ std::string torch_env_line(const std::string& conf) {
 namespace {
 
 /// "fits, 38 MiB to spare" (the limit less the smallest that fits) / "OOM at event 1234".
-std::string fit_cell(const fit_outcome& f, std::size_t smallest_limit) {
-  if (f.fits())
+std::string fit_cell(const fit_outcome& f, const policy_detail& d, std::size_t k) {
+  const std::size_t placements = d.smallest_by_placement.size();
+  const bool counted = k < d.fits_in.size() && placements > 1;
+  const std::size_t n = counted ? d.fits_in[k] : 0;
+  if (f.fits() && (!counted || n == placements))
     return fmt::format("fits, {} to spare",
-                       format_bytes(f.limit > smallest_limit ? f.limit - smallest_limit : 0));
-  return fmt::format("OOM at event {}", f.oom->event);
+                       format_bytes(f.limit > d.smallest_limit ? f.limit - d.smallest_limit : 0));
+  if (f.fits()) return fmt::format("fits in {} of {} placements", n, placements);
+  return counted && n > 0 ? fmt::format("OOM at event {} (fits in {} of {} placements)",
+                                        f.oom->event, n, placements)
+                          : fmt::format("OOM at event {}", f.oom->event);
 }
 
 std::string oom_note(const std::string& who, const fit_outcome& f) {
@@ -663,8 +675,8 @@ std::vector<presentation::table> advice_tables(const advice& a) {
     for (std::size_t k = 0; k < a.fit_limits.size(); ++k) {
       const auto& c = a.fit_choice[k];
       f.add_row(
-          {format_bytes(a.fit_limits[k]), fit_cell(d.fits[k], a.defaults.smallest_limit),
-           fit_cell(r.fits[k], a.recommendation.smallest_limit),
+          {format_bytes(a.fit_limits[k]), fit_cell(d.fits[k], a.defaults, k),
+           fit_cell(r.fits[k], a.recommendation, k),
            c ? label(a.policies[*c].conf) : fmt::format("none of {} policies", a.policies.size())});
       if (a.fit_limits[k] < a.live_peak)
         f.notes.push_back(fmt::format("{} cannot fit: live bytes alone peak at {}.",
@@ -795,6 +807,7 @@ nlohmann::json to_json(const advice& a) {
     return json{{"conf", a.policies[d.index].conf},
                 {"smallest_limit_bytes", d.smallest_limit},
                 {"smallest_limit_by_placement", placements_json(d)},
+                {"fits_in_placements", d.fits_in},
                 {"below_smallest", fit_json(d.below)},
                 {"stranded",
                  {{"event", s.event},
@@ -907,6 +920,12 @@ policy_detail detail_from_json(const nlohmann::json& j, const std::vector<policy
             d.smallest_limit)
       throw format_error("a placement's smallest limit above smallest_limit_bytes");
   }
+  if (const auto in = j.find("fits_in_placements"); in != j.end()) {  // newer advice
+    d.fits_in = in->get<std::vector<std::size_t>>();
+    for (const std::size_t n : d.fits_in)
+      if (n > d.smallest_by_placement.size())
+        throw format_error("fits_in_placements counts more placements than were replayed");
+  }
   d.below = fit_from_json(j.at("below_smallest"));
   const auto& s = j.at("stranded");
   d.stranded.event = s.at("event").get<std::size_t>();
@@ -976,6 +995,9 @@ advice advice_from_json(const nlohmann::json& j, const std::string& source) {
       throw format_error("policies that do not start with the defaults");
     a.defaults = detail_from_json(j.at("defaults"), a.policies);
     a.recommendation = detail_from_json(j.at("recommendation"), a.policies);
+    for (const auto* d : {&a.defaults, &a.recommendation})
+      if (!d->fits_in.empty() && d->fits_in.size() != a.fit_limits.size())
+        throw format_error("fits_in_placements does not match fit_limits_bytes");
     a.recommended = a.recommendation.index;
     for (const auto& c : j.at("fit_choice")) {
       std::optional<std::size_t> choice;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -198,6 +199,19 @@ TEST(Advise, SmallestLimitCoversEveryPlacementOfSegments) {
   ASSERT_NE(col, t.columns.end());
   EXPECT_EQ(std::get<std::string>(t.rows[0][static_cast<std::size_t>(col - t.columns.begin())]),
             "36-48");
+  // Under 40 MiB the ascending placement runs out of memory; descending fits, as may others.
+  const auto f = gb::advise_snapshot(snapshot_of(trace), "tie", 0, gb::advise_policies({}),
+                                     {40 * MiB, 48 * MiB}, 2);
+  ASSERT_EQ(f.defaults.fits_in.size(), 2u);
+  EXPECT_GE(f.defaults.fits_in[0], 1u);
+  EXPECT_LT(f.defaults.fits_in[0], gb::kAdvicePlacements);
+  EXPECT_EQ(f.defaults.fits_in[1], gb::kAdvicePlacements);
+  const auto ft = gb::advice_tables(f);
+  const auto fit = std::find_if(ft.begin(), ft.end(), [](const auto& x) { return x.id == "fit"; });
+  ASSERT_NE(fit, ft.end());
+  EXPECT_EQ(std::get<std::string>(fit->rows[0][1]),
+            fmt::format("OOM at event 9 (fits in {} of 8 placements)", f.defaults.fits_in[0]));
+  EXPECT_EQ(std::get<std::string>(fit->rows[1][1]), "fits, 0 B to spare");
   // Saved and read back, the placements' limits come back in order.
   const nlohmann::json j = gb::to_json(a);
   const auto back = gb::advice_from_json(nlohmann::json::parse(j.dump()), "tie.json");
@@ -328,6 +342,14 @@ TEST(Advise, BadAdviceFilesAreOneLineNamingTheFile) {
   auto renamed = j;
   renamed["defaults"]["smallest_limit_by_placement"][0]["placement"] = "sideways";
   EXPECT_EQ(message(renamed), "a.json: smallest_limit_by_placement names an unknown placement");
+  auto counted = j;
+  counted["defaults"]["fits_in_placements"] = {9};
+  counted["fit_limits_bytes"] = nlohmann::json::array();
+  EXPECT_EQ(message(counted),
+            "a.json: fits_in_placements counts more placements than were replayed");
+  auto mismatched = j;
+  mismatched["defaults"]["fits_in_placements"] = {1, 2};
+  EXPECT_EQ(message(mismatched), "a.json: fits_in_placements does not match fit_limits_bytes");
 }
 
 TEST(Advise, PoliciesAreSearchedNotListed) {

@@ -118,6 +118,9 @@ struct policy_detail {
   /// saved before placements were replayed.
   std::vector<std::size_t> smallest_by_placement;
   fit_outcome below;  // one page below smallest_limit, under the placement that needed it most
+  /// Per advice::fit_limits entry, how many of the placements fit it (empty in advice saved
+  /// before placements were replayed).
+  std::vector<std::size_t> fits_in;
   /// The least of smallest_by_placement (smallest_limit when it is empty).
   [[nodiscard]] std::size_t smallest_low() const noexcept {
     return smallest_by_placement.empty()
