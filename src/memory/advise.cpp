@@ -409,13 +409,32 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
     return best.value_or(0);
   }();
   a.recommended = lowest;
+  // Per limit, the simplest policy that fits it under every placement of segments (the
+  // candidates in order, each checked under the other placements until one holds); where none
+  // does, the simplest that fits with ascending addresses.
+  const std::vector<address_placement> all_placements = advise_placements();
   for (std::size_t k = 0; k < fit_limits.size(); ++k) {
-    std::optional<std::size_t> choice;
+    std::vector<std::size_t> fitting;
+    for (std::size_t i = 0; i < a.policies.size(); ++i)
+      if (a.policies[i].fits[k].fits()) fitting.push_back(i);
     const auto key = [&](std::size_t i) {
       return std::tuple(a.policies[i].knobs, a.policies[i].fits[k].peak_reserved, i);
     };
-    for (std::size_t i = 0; i < a.policies.size(); ++i)
-      if (a.policies[i].fits[k].fits() && (!choice || key(i) < key(*choice))) choice = i;
+    std::sort(fitting.begin(), fitting.end(),
+              [&](std::size_t x, std::size_t y) { return key(x) < key(y); });
+    std::optional<std::size_t> choice;
+    for (const std::size_t i : fitting) {
+      throw_if_interrupted();
+      bool everywhere = true;
+      for (std::size_t q = 1; q < all_placements.size() && everywhere; ++q)
+        everywhere = replay_under_limit(trace, opts[i], fit_limits[k], all_placements[q]).fits();
+      if (everywhere) {
+        choice = i;
+        break;
+      }
+    }
+    a.fit_choice_everywhere.push_back(choice || fitting.empty());
+    if (!choice && !fitting.empty()) choice = fitting.front();
     a.fit_choice.push_back(choice);
   }
   // With limits: the simplest policy that fits the smallest limit anything fits.
@@ -438,13 +457,13 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
     allocator_options o = opts[i];
     d.smallest_by_placement = smallest[which];
     // The largest placement's limit, raised while a placement does not fit it (a replay need not
-    // fit every limit above its smallest), by at most 64 pages; `below` is replayed
+    // fit every limit above its smallest); `below` is replayed
     // under the placement that needed the limit.
     const auto worst =
         std::max_element(d.smallest_by_placement.begin(), d.smallest_by_placement.end());
     std::size_t need = static_cast<std::size_t>(worst - d.smallest_by_placement.begin());
     d.smallest_limit = *worst;
-    for (int tries = 0; tries < 64; ++tries) {
+    while (d.smallest_limit < (std::size_t{1} << 45)) {  // 32 TiB: as far as bisection widens
       std::optional<std::size_t> misfit;
       for (std::size_t k = 0; k < placements.size() && !misfit; ++k)
         if (d.smallest_by_placement[k] < d.smallest_limit &&
@@ -623,7 +642,8 @@ std::vector<presentation::table> advice_tables(const advice& a) {
     const fit_outcome& fd = d.fits[*k];
     t.notes.push_back(fmt::format(
         "Why: under {}, the tightest limit given that a policy fits, the defaults {}; {} fits "
-        "(of {} policies that fit it, the one with the fewest keys). Its smallest limit is {} "
+        "(of {} policies that fit it with the replay's ascending addresses, the one with the "
+        "fewest keys that fits under every placement, where one does). Its smallest limit is {} "
         "against the defaults' {}. At peak without a limit the defaults leave {}.",
         format_bytes(a.fit_limits[*k]),
         fd.fits() ? std::string("fit")
@@ -659,9 +679,17 @@ std::vector<presentation::table> advice_tables(const advice& a) {
         n, n - 2,
         spread(a.defaults) + spread(a.recommendation) == 0
             ? std::string(": here every placement gave the same limits.")
-            : fmt::format(". The defaults' spans {:.0f} MiB over them, the recommendation's "
-                          "{:.0f} MiB: plan for the largest.",
+        : a.recommended == a.defaults.index
+            ? fmt::format(". The defaults' limits span {:.0f} MiB over them: plan for the "
+                          "table's limit.",
+                          mib(spread(a.defaults)))
+            : fmt::format(". The defaults' limits span {:.0f} MiB over them, the "
+                          "recommendation's {:.0f} MiB: plan for the table's limit.",
                           mib(spread(a.defaults)), mib(spread(a.recommendation)))));
+  if (r.conf.find("expandable_segments:True") != std::string::npos)
+    t.notes.push_back(
+        "Expandable segments grow inside address ranges reserved once, which every placement "
+        "lays out alike: for the recommendation the placements do not vary.");
   out.push_back(std::move(t));
 
   if (!a.fit_limits.empty()) {
@@ -674,10 +702,12 @@ std::vector<presentation::table> advice_tables(const advice& a) {
                  {"simplest_fitting", "simplest policy that fits"}};
     for (std::size_t k = 0; k < a.fit_limits.size(); ++k) {
       const auto& c = a.fit_choice[k];
-      f.add_row(
-          {format_bytes(a.fit_limits[k]), fit_cell(d.fits[k], a.defaults, k),
-           fit_cell(r.fits[k], a.recommendation, k),
-           c ? label(a.policies[*c].conf) : fmt::format("none of {} policies", a.policies.size())});
+      f.add_row({format_bytes(a.fit_limits[k]), fit_cell(d.fits[k], a.defaults, k),
+                 fit_cell(r.fits[k], a.recommendation, k),
+                 !c ? fmt::format("none of {} policies", a.policies.size())
+                 : k < a.fit_choice_everywhere.size() && !a.fit_choice_everywhere[k]
+                     ? label(a.policies[*c].conf) + " (not under every placement)"
+                     : label(a.policies[*c].conf)});
       if (a.fit_limits[k] < a.live_peak)
         f.notes.push_back(fmt::format("{} cannot fit: live bytes alone peak at {}.",
                                       format_bytes(a.fit_limits[k]), format_bytes(a.live_peak)));
@@ -863,6 +893,7 @@ nlohmann::json to_json(const advice& a) {
   for (const auto& c : a.fit_choice)
     choice.push_back(c ? json(a.policies[*c].conf) : json(nullptr));
   j["fit_choice"] = std::move(choice);
+  j["fit_choice_everywhere"] = a.fit_choice_everywhere;
   j["defaults"] = detail_json(a.defaults);
   j["recommendation"] = detail_json(a.recommendation);
   j["seconds"] = a.seconds;
@@ -907,7 +938,7 @@ policy_detail detail_from_json(const nlohmann::json& j, const std::vector<policy
   d.smallest_limit = j.at("smallest_limit_bytes").get<std::size_t>();
   if (const auto by = j.find("smallest_limit_by_placement"); by != j.end()) {  // newer advice
     const auto names = advise_placements();
-    if (!by->is_array() || by->size() > names.size())
+    if (!by->is_array() || by->size() != names.size())
       throw format_error("smallest_limit_by_placement is not a list of the placements");
     for (std::size_t k = 0; k < by->size(); ++k) {
       const auto& e = (*by)[k];
@@ -922,6 +953,8 @@ policy_detail detail_from_json(const nlohmann::json& j, const std::vector<policy
   }
   if (const auto in = j.find("fits_in_placements"); in != j.end()) {  // newer advice
     d.fits_in = in->get<std::vector<std::size_t>>();
+    if (!d.fits_in.empty() && d.smallest_by_placement.empty())
+      throw format_error("fits_in_placements without smallest_limit_by_placement");
     for (const std::size_t n : d.fits_in)
       if (n > d.smallest_by_placement.size())
         throw format_error("fits_in_placements counts more placements than were replayed");
@@ -995,9 +1028,16 @@ advice advice_from_json(const nlohmann::json& j, const std::string& source) {
       throw format_error("policies that do not start with the defaults");
     a.defaults = detail_from_json(j.at("defaults"), a.policies);
     a.recommendation = detail_from_json(j.at("recommendation"), a.policies);
-    for (const auto* d : {&a.defaults, &a.recommendation})
-      if (!d->fits_in.empty() && d->fits_in.size() != a.fit_limits.size())
+    for (const auto* d : {&a.defaults, &a.recommendation}) {
+      if (d->fits_in.empty()) continue;
+      if (d->fits_in.size() != a.fit_limits.size())
         throw format_error("fits_in_placements does not match fit_limits_bytes");
+      for (std::size_t k = 0; k < d->fits_in.size(); ++k) {  // the first placement is `fits`
+        const bool ascending = a.policies[d->index].fits[k].fits();
+        if (ascending ? d->fits_in[k] == 0 : d->fits_in[k] >= d->smallest_by_placement.size())
+          throw format_error("fits_in_placements disagrees with the policy's fits");
+      }
+    }
     a.recommended = a.recommendation.index;
     for (const auto& c : j.at("fit_choice")) {
       std::optional<std::size_t> choice;
@@ -1010,6 +1050,12 @@ advice advice_from_json(const nlohmann::json& j, const std::string& source) {
     }
     if (a.fit_choice.size() != a.fit_limits.size())
       throw format_error("fit_choice does not match fit_limits_bytes");
+    a.fit_choice_everywhere.assign(a.fit_limits.size(), true);
+    if (const auto e = j.find("fit_choice_everywhere"); e != j.end()) {  // newer advice
+      a.fit_choice_everywhere = e->get<std::vector<bool>>();
+      if (a.fit_choice_everywhere.size() != a.fit_limits.size())
+        throw format_error("fit_choice_everywhere does not match fit_limits_bytes");
+    }
     a.seconds = j.at("seconds").get<double>();
     a.threads = j.at("threads").get<unsigned>();
     return a;

@@ -26,7 +26,12 @@ fake_backend::fake_backend(std::size_t capacity, bool fake_addresses)
 void fake_backend::set_address_placement(address_placement p) {
   std::lock_guard lock(mutex_);
   placement_ = p;
-  rng_ = p.seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;  // never 0: xorshift needs bits
+  // splitmix64 of the seed: neighbouring seeds give unrelated orders.
+  std::uint64_t z = p.seed + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  rng_ = z ^ (z >> 31);
+  if (rng_ == 0) rng_ = 1;  // xorshift stays at 0 forever
 }
 
 fake_backend::~fake_backend() {
@@ -134,6 +139,11 @@ void fake_backend::complete_stream(stream_handle s) {
 void fake_backend::fail_next_allocations(int n) {
   std::lock_guard lock(mutex_);
   fail_next_ = n;
+}
+
+std::size_t fake_backend::shuffled_slots() const {
+  std::lock_guard lock(mutex_);
+  return slots_.size();
 }
 
 std::size_t fake_backend::used() const {

@@ -139,11 +139,18 @@ def trace_summary(trace) -> dict:
             lo, hi = e["addr"], e["addr"] + e["size"]
             if any(lo < r_hi and r_lo < hi for r_lo, r_hi in released):
                 reused += 1
-    # Where the driver put each new segment: above ("+") or below ("-") the one before it. The
-    # allocator breaks ties between free blocks of one size by address, so the same requests
-    # under different placements can split different blocks.
-    starts = [e["addr"] for e in trace if e["action"] in ("segment_alloc", "segment_map")]
-    placement = "".join("+" if b > a else "-" for a, b in zip(starts, starts[1:]))
+    # Where the driver put each new segment (to the first out-of-memory error): above ("+"),
+    # below ("-") or at ("=") the one before it. The allocator breaks ties between free blocks
+    # of one size by address, so the same requests under different placements can split
+    # different blocks. Expandable segments' mappings grow one reserved range: not counted.
+    starts = []
+    for e in trace:
+        if e["action"] == "oom":
+            break
+        if e["action"] == "segment_alloc":
+            starts.append(e["addr"])
+    placement = "".join("+" if b > a else "-" if b < a else "="
+                        for a, b in zip(starts, starts[1:]))
     return {"requests": requests, "segments": segments, "reused_addresses": reused,
             "placement": placement, "oom": any(e["action"] == "oom" for e in trace)}
 

@@ -212,6 +212,18 @@ TEST(Advise, SmallestLimitCoversEveryPlacementOfSegments) {
   EXPECT_EQ(std::get<std::string>(fit->rows[0][1]),
             fmt::format("OOM at event 9 (fits in {} of 8 placements)", f.defaults.fits_in[0]));
   EXPECT_EQ(std::get<std::string>(fit->rows[1][1]), "fits, 0 B to spare");
+  // 48 MiB: the defaults fit under every placement, so they are the simplest that fits.
+  ASSERT_EQ(f.fit_choice_everywhere.size(), 2u);
+  EXPECT_TRUE(f.fit_choice_everywhere[1]);
+  EXPECT_EQ(std::get<std::string>(fit->rows[1][3]), "(defaults)");
+  auto contradicts = gb::to_json(f);
+  contradicts["defaults"]["fits_in_placements"][1] = 0;  // the ascending replay fits 48 MiB
+  try {
+    (void)gb::advice_from_json(contradicts, "c.json");
+    ADD_FAILURE() << "read";
+  } catch (const gb::format_error& e) {
+    EXPECT_STREQ(e.what(), "c.json: fits_in_placements disagrees with the policy's fits");
+  }
   // Saved and read back, the placements' limits come back in order.
   const nlohmann::json j = gb::to_json(a);
   const auto back = gb::advice_from_json(nlohmann::json::parse(j.dump()), "tie.json");
@@ -350,6 +362,16 @@ TEST(Advise, BadAdviceFilesAreOneLineNamingTheFile) {
   auto mismatched = j;
   mismatched["defaults"]["fits_in_placements"] = {1, 2};
   EXPECT_EQ(message(mismatched), "a.json: fits_in_placements does not match fit_limits_bytes");
+  auto few = j;
+  few["defaults"]["smallest_limit_by_placement"].erase(7);
+  EXPECT_EQ(message(few), "a.json: smallest_limit_by_placement is not a list of the placements");
+  auto orphan = j;
+  orphan["defaults"].erase("smallest_limit_by_placement");
+  orphan["defaults"]["fits_in_placements"] = {1};
+  EXPECT_EQ(message(orphan), "a.json: fits_in_placements without smallest_limit_by_placement");
+  auto choice = j;
+  choice["fit_choice_everywhere"] = {true};
+  EXPECT_EQ(message(choice), "a.json: fit_choice_everywhere does not match fit_limits_bytes");
 }
 
 TEST(Advise, PoliciesAreSearchedNotListed) {

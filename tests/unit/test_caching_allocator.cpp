@@ -60,8 +60,21 @@ TEST(FakeBackend, MadeUpAddressesFollowTheirPlacement) {
   const auto s1 = addresses({address_order::shuffled, 1});
   EXPECT_EQ(s1, addresses({address_order::shuffled, 1}));  // a seed gives the same places
   EXPECT_NE(s1, addresses({address_order::shuffled, 2}));
-  EXPECT_FALSE(std::is_sorted(s1.begin(), s1.end()) && std::is_sorted(s1.rbegin(), s1.rend()));
-  (void)addresses({address_order::shuffled, 3}, /*free_second=*/true);  // a freed slot is free
+  EXPECT_FALSE(std::is_sorted(s1.begin(), s1.end()));
+  EXPECT_FALSE(std::is_sorted(s1.rbegin(), s1.rend()));
+  (void)addresses({address_order::shuffled, 3}, /*free_second=*/true);
+  {  // a freed slot is free again; a seed whose mix is 0 still gives distinct places
+    fake_backend be(std::size_t{1} << 46, /*fake_addresses=*/true);
+    be.set_address_placement({address_order::shuffled, 13676627961686542615ull});
+    void* a = be.allocate(MiB);
+    void* b = be.allocate(MiB);
+    EXPECT_NE(a, b);
+    EXPECT_EQ(be.shuffled_slots(), 2u);
+    be.deallocate(a, MiB);
+    EXPECT_EQ(be.shuffled_slots(), 1u);
+    be.deallocate(b, MiB);
+    EXPECT_EQ(be.shuffled_slots(), 0u);
+  }
   EXPECT_EQ(address_placement({address_order::shuffled, 3}).name(), "shuffled (seed 3)");
   EXPECT_EQ(address_placement{}.name(), "ascending");
 }

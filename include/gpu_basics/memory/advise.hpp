@@ -145,6 +145,9 @@ struct advice {
   std::size_t recommended = 0;           // index into policies
   /// Per fit limit: the simplest policy that fits it (fewest knobs, then lowest peak), if any.
   std::vector<std::optional<std::size_t>> fit_choice;
+  /// Per fit limit: whether fit_choice fits it under every placement (false: no policy did, and
+  /// the choice fits with ascending addresses only); all true in advice saved before placements.
+  std::vector<bool> fit_choice_everywhere;
   policy_detail defaults;
   policy_detail recommendation;
   double seconds = 0;  // the whole search

@@ -82,6 +82,8 @@ class fake_backend final : public allocator_backend {
   /// Makes the next `n` allocations fail (to test the retry path).
   void fail_next_allocations(int n);
 
+  /// Shuffled placement: the slots its live allocations hold (a freed one is free again).
+  [[nodiscard]] std::size_t shuffled_slots() const;
   /// Bytes handed out and not yet given back.
   [[nodiscard]] std::size_t used() const;
   /// allocate() calls that succeeded.

@@ -47,9 +47,12 @@ def test_only_a_segment_in_a_released_range_counts_as_a_reused_address():
 def test_placement_says_whether_each_segment_went_above_or_below_the_one_before():
     up_down = [ev("segment_alloc", 2 * MIB, 0x40000000), ev("alloc", 1 * MIB),
                ev("segment_alloc", 20 * MIB, 0x20000000), ev("segment_free", 2 * MIB, 0x40000000),
-               ev("segment_alloc", 20 * MIB, 0x60000000), ev("segment_map", 2 * MIB, 0x80000000)]
+               ev("segment_alloc", 20 * MIB, 0x60000000), ev("segment_map", 2 * MIB, 0x80000000),
+               ev("segment_free", 20 * MIB, 0x60000000), ev("segment_alloc", 20 * MIB, 0x60000000),
+               ev("segment_alloc", 20 * MIB, 0x70000000),
+               ev("oom", 64 * MIB), ev("segment_alloc", 2 * MIB, 0x1000)]
     t = av.trace_summary(up_down)
-    assert t["placement"] == "-++"
+    assert t["placement"] == "-+=+"  # mappings and what follows the OOM left out
     assert av.trace_summary([ev("segment_alloc", 2 * MIB, 0x1000)])["placement"] == ""
     assert (av.describe_placement("-++", "-++", "a", "b")
             == "placements: the same (2 of 3 above the one before)")
