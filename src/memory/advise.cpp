@@ -412,7 +412,7 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
   // Per limit, the simplest policy that fits it under every placement of segments (the
   // candidates in order, each checked under the other placements until one holds); where none
   // does, the simplest that fits with ascending addresses.
-  const std::vector<address_placement> all_placements = advise_placements();
+  const std::vector<address_placement> placements = advise_placements();
   for (std::size_t k = 0; k < fit_limits.size(); ++k) {
     std::vector<std::size_t> fitting;
     for (std::size_t i = 0; i < a.policies.size(); ++i)
@@ -426,8 +426,8 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
     for (const std::size_t i : fitting) {
       throw_if_interrupted();
       bool everywhere = true;
-      for (std::size_t q = 1; q < all_placements.size() && everywhere; ++q)
-        everywhere = replay_under_limit(trace, opts[i], fit_limits[k], all_placements[q]).fits();
+      for (std::size_t q = 1; q < placements.size() && everywhere; ++q)
+        everywhere = replay_under_limit(trace, opts[i], fit_limits[k], placements[q]).fits();
       if (everywhere) {
         choice = i;
         break;
@@ -449,16 +449,25 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
       fitting = std::max<std::size_t>(fitting, a.gc_reserved_limit);
     return fitting;
   };
-  std::vector<std::vector<std::size_t>> smallest;
-  std::vector<address_placement> placements;
+  // The smallest limit of each detailed policy (the defaults, then the recommendation unless it
+  // is the defaults) under each placement, all on the pool.
+  const std::size_t detailed = a.recommended == 0 ? 1 : 2;
+  std::vector<std::vector<std::size_t>> smallest(detailed,
+                                                 std::vector<std::size_t>(placements.size(), 0));
+  pool.parallel_for(detailed * placements.size(), [&](std::size_t j) {
+    throw_if_interrupted();
+    const std::size_t which = j / placements.size(), k = j % placements.size();
+    const std::size_t i = which == 0 ? 0 : a.recommended;
+    smallest[which][k] = smallest_fitting_limit(trace, opts[i], fitting_of(i), placements[k]);
+  });
   const auto detail = [&](std::size_t i, std::size_t which) {
     policy_detail d;
     d.index = i;
     allocator_options o = opts[i];
     d.smallest_by_placement = smallest[which];
     // The largest placement's limit, raised while a placement does not fit it (a replay need not
-    // fit every limit above its smallest); `below` is replayed
-    // under the placement that needed the limit.
+    // fit every limit above its smallest); `below` is replayed under the placement that needed
+    // the limit.
     const auto worst =
         std::max_element(d.smallest_by_placement.begin(), d.smallest_by_placement.end());
     std::size_t need = static_cast<std::size_t>(worst - d.smallest_by_placement.begin());
@@ -487,16 +496,6 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
     d.curve = usage_over_trace(trace, o);
     return d;
   };
-  // The smallest limit of each detailed policy under each placement, all on the pool.
-  placements = advise_placements();
-  const std::size_t detailed = a.recommended == 0 ? 1 : 2;
-  smallest.assign(detailed, std::vector<std::size_t>(placements.size(), 0));
-  pool.parallel_for(detailed * placements.size(), [&](std::size_t j) {
-    throw_if_interrupted();
-    const std::size_t which = j / placements.size(), k = j % placements.size();
-    const std::size_t i = which == 0 ? 0 : a.recommended;
-    smallest[which][k] = smallest_fitting_limit(trace, opts[i], fitting_of(i), placements[k]);
-  });
   std::vector<policy_detail> details(2);
   pool.parallel_for(detailed,
                     [&](std::size_t k) { details[k] = detail(k == 0 ? 0 : a.recommended, k); });
@@ -579,25 +578,25 @@ std::string stranded_sentence(const stranded_split& s) {
   return out;
 }
 
-}  // namespace
-
-namespace {
-
-/// "1670-1718" (MiB) over the placements; the one limit where there is one.
-std::string placement_range(const policy_detail& d) {
-  if (d.smallest_by_placement.empty()) return fmt::format("{:.0f}", mib(d.smallest_limit));
+/// The least and the largest of the placements' smallest limits (smallest_limit twice in advice
+/// without them).
+std::pair<std::size_t, std::size_t> placement_bounds(const policy_detail& d) {
+  if (d.smallest_by_placement.empty()) return {d.smallest_limit, d.smallest_limit};
   const auto [lo, hi] =
       std::minmax_element(d.smallest_by_placement.begin(), d.smallest_by_placement.end());
-  return *lo == *hi ? fmt::format("{:.0f}", mib(*lo))
-                    : fmt::format("{:.0f}-{:.0f}", mib(*lo), mib(*hi));
+  return {*lo, *hi};
+}
+
+/// "1670-1718" (MiB) over the placements; the one limit where they agree.
+std::string placement_range(const policy_detail& d) {
+  const auto [lo, hi] = placement_bounds(d);
+  return lo == hi ? fmt::format("{:.0f}", mib(lo)) : fmt::format("{:.0f}-{:.0f}", mib(lo), mib(hi));
 }
 
 /// The largest less the least of the placements' smallest limits.
 std::size_t spread(const policy_detail& d) {
-  if (d.smallest_by_placement.empty()) return 0;
-  const auto [lo, hi] =
-      std::minmax_element(d.smallest_by_placement.begin(), d.smallest_by_placement.end());
-  return *hi - *lo;
+  const auto [lo, hi] = placement_bounds(d);
+  return hi - lo;
 }
 
 }  // namespace

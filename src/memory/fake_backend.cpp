@@ -52,9 +52,8 @@ void* fake_backend::allocate(std::size_t bytes) {
   void* p = nullptr;
   if (fake_addresses_) {
     const std::size_t span = (bytes + 4095) / 4096 * 4096 + 4096;  // a guard gap after each
-    // Shuffled: one of 2^20 slots of 1 TiB above 2^62, picked at random among the free ones
-    // (an allocation too large for a slot takes the next ascending address).
-    constexpr std::uintptr_t kSlot = std::uintptr_t{1} << 40, kSlots = std::uintptr_t{1} << 20;
+    // Shuffled: one of kSlots slots of kSlot bytes from kSlotBase up, picked at random among the
+    // free ones (an allocation too large for a slot takes the next ascending address).
     if (placement_.order == address_order::shuffled && span <= kSlot && slots_.size() < kSlots) {
       std::uintptr_t slot = 0;
       do {
@@ -63,10 +62,8 @@ void* fake_backend::allocate(std::size_t bytes) {
         rng_ ^= rng_ << 17;
         slot = rng_ % kSlots;
       } while (slots_.count(slot));
-      const std::uintptr_t at = (std::uintptr_t{1} << 62) + slot * kSlot;
-      slots_.emplace(slot, at);
-      slot_of_.emplace(at, slot);
-      p = reinterpret_cast<void*>(at);
+      slots_.insert(slot);
+      p = reinterpret_cast<void*>(kSlotBase + slot * kSlot);
     } else if (placement_.order == address_order::descending) {
       next_down_ -= span;
       p = reinterpret_cast<void*>(next_down_);
@@ -92,11 +89,9 @@ void fake_backend::deallocate(void* p, std::size_t bytes) noexcept {
     return;
   }
   live_.erase(it);
-  if (const auto slot = slot_of_.find(reinterpret_cast<std::uintptr_t>(p));
-      slot != slot_of_.end()) {
-    slots_.erase(slot->second);
-    slot_of_.erase(slot);
-  }
+  // Only shuffled slots lie at kSlotBase and above (descending addresses start below it).
+  if (const auto at = reinterpret_cast<std::uintptr_t>(p); fake_addresses_ && at >= kSlotBase)
+    slots_.erase((at - kSlotBase) / kSlot);
   used_ -= bytes;
   if (!fake_addresses_) std::free(p);
 }

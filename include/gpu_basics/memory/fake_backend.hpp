@@ -104,12 +104,16 @@ class fake_backend final : public allocator_backend {
   std::size_t used_ = 0;
   std::size_t allocations_ = 0;
   std::size_t bad_deallocations_ = 0;
-  std::uintptr_t next_fake_ = 0x100000000000ull;        // ascending, and reserve_address()
-  std::uintptr_t next_down_ = std::uintptr_t{1} << 62;  // descending: the lowest address so far
+  // Shuffled placement: kSlots slots of kSlot bytes from kSlotBase; descending addresses grow
+  // down from kSlotBase, ascending ones up from next_fake_'s start.
+  static constexpr std::uintptr_t kSlotBase = std::uintptr_t{1} << 62;
+  static constexpr std::uintptr_t kSlot = std::uintptr_t{1} << 40;
+  static constexpr std::uintptr_t kSlots = std::uintptr_t{1} << 20;
+  std::uintptr_t next_fake_ = 0x100000000000ull;  // ascending, and reserve_address()
+  std::uintptr_t next_down_ = kSlotBase;          // descending: the lowest address so far
   address_placement placement_;
-  std::uint64_t rng_ = 0;                             // shuffled: xorshift state
-  std::map<std::uintptr_t, std::uintptr_t> slots_;    // shuffled: live slot -> its pointer
-  std::map<std::uintptr_t, std::uintptr_t> slot_of_;  // shuffled: pointer -> its slot
+  std::uint64_t rng_ = 0;           // shuffled: xorshift state
+  std::set<std::uintptr_t> slots_;  // shuffled: the slots of live allocations
   int fail_next_ = 0;
   std::map<void*, std::size_t> live_;
   std::set<event*> events_;
