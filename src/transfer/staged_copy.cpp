@@ -47,6 +47,16 @@ void staged_copier::copy_parallel(void* dst, const void* src, std::size_t bytes,
       o_.pieces_per_thread, caller_first);
 }
 
+void staged_copier::track_dma(std::size_t b, stream_view s) {
+  try {
+    dma_done_[b].record(s);
+  } catch (...) {
+    GPU_BASICS_CUDA_TRY_NOTHROW(cudaStreamSynchronize(s.value()));
+    throw;
+  }
+  pending_[b] = true;
+}
+
 void staged_copier::upload(void* dst, const void* src, std::size_t bytes, stream_view s) {
   const auto chunks = split_fixed(bytes, o_.chunk_bytes);
   const auto dma = [&](std::size_t c) {
@@ -54,8 +64,7 @@ void staged_copier::upload(void* dst, const void* src, std::size_t bytes, stream
     GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(static_cast<std::byte*>(dst) + chunks[c].offset,
                                         staging_[b], chunks[c].bytes, cudaMemcpyHostToDevice,
                                         s.value()));
-    dma_done_[b].record(s);
-    pending_[b] = true;
+    track_dma(b, s);
   };
   // The DMA of chunk c - 1 is enqueued by this thread while the workers copy chunk c: the few
   // microseconds of the copy call and the event record no longer leave them idle each chunk.
@@ -89,8 +98,7 @@ void staged_copier::download(void* dst, const void* src, std::size_t bytes, stre
     GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(staging_[b],
                                         static_cast<const std::byte*>(src) + chunks[c].offset,
                                         chunks[c].bytes, cudaMemcpyDeviceToHost, s.value()));
-    dma_done_[b].record(s);
-    pending_[b] = true;
+    track_dma(b, s);
   };
   // Uploads may still be reading staging buffers: wait for them before the first DMA reuses one.
   for (std::size_t b = 0; b < ring; ++b)

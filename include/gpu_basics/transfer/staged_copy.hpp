@@ -67,6 +67,10 @@ class staged_copier {
   /// thread_pool::parallel_for).
   void copy_parallel(void* dst, const void* src, std::size_t bytes, bool streaming,
                      const std::function<void()>& caller_first = {});
+  /// Records buffer `b`'s event after a DMA on `s` that uses it was enqueued. If the record
+  /// fails, the DMA cannot be tracked: waits for the whole stream before rethrowing, so the
+  /// buffer is never refilled or freed while the copy engine still reads or writes it.
+  void track_dma(std::size_t b, stream_view s);
 
   staging_options o_;
   thread_pool pool_;
