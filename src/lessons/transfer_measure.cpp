@@ -186,6 +186,9 @@ std::vector<std::pair<std::string, staging_options>> staging_variants(const stag
     });
   if (base.pieces_per_thread > 1)
     add("one range per thread", [](staging_options& o) { o.pieces_per_thread = 1; });
+  if (base.pieces_per_thread / 4 > 1)
+    add(fmt::format("{} pieces per thread", base.pieces_per_thread / 4),
+        [](staging_options& o) { o.pieces_per_thread /= 4; });
   if (base.pieces_per_thread * 4 <= 64)
     add(fmt::format("{} pieces per thread", base.pieces_per_thread * 4),
         [](staging_options& o) { o.pieces_per_thread *= 4; });

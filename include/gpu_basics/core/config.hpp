@@ -149,7 +149,7 @@ struct config {
       int threads = 0;  // 0: one per core, at most 16
       store_mode streaming_stores = store_mode::downloads;
       bool huge_pages = false;
-      int pieces_per_thread = 4;  // ranges per thread in each chunk, handed out one at a time
+      int pieces_per_thread = 16;  // ranges per thread in each chunk, handed out one at a time
       bool enqueue_while_copying = true;  // upload: a chunk's DMA enqueued during the next copy
       bool variants = true;  // measure the staged copy's variants (the "staging_variants" table)
     } staging;

@@ -27,7 +27,7 @@ struct staging_options {
   bool huge_pages = false;
   /// Ranges each thread's share of a chunk is cut into, handed out one at a time: a thread the
   /// OS slows then holds up one small range, not a 16th of the chunk.
-  unsigned pieces_per_thread = 4;  // >= 1
+  unsigned pieces_per_thread = 16;  // >= 1
   /// On upload, chunk c - 1's DMA is enqueued by the calling thread while the threads copy chunk
   /// c; when false it is enqueued between the two copies, and the threads idle meanwhile.
   bool enqueue_while_copying = true;
