@@ -418,20 +418,35 @@ void explain_streams(const transfer_result& r, const device_facts& facts, std::v
 void explain_pageable_upload(const staging_figures& s, const std::optional<double>& link,
                              std::vector<note>& n) {
   const std::string id = "pageable_upload";
-  const double ceiling = bw(s.ring_memcpy);
+  // A pipeline of two stages runs no faster than the slower: the threads' memcpy into the ring,
+  // or the DMA out of it (the upload from pinned memory where it was measured, else the link).
+  const double ring = bw(s.ring_memcpy);
+  const double pinned = s.pinned_up ? bw(*s.pinned_up) : 0.0;
+  const double dma = pinned > 0 ? pinned : link.value_or(0.0);
   const std::string link_text = link ? fmt::format(" ({:.1f} GB/s)", *link / GB) : std::string();
+  const std::string dma_text =
+      pinned > 0 ? fmt::format("the upload from pinned memory ({:.1f} GB/s), under the PCIe link{}",
+                               pinned / GB, link_text)
+                 : fmt::format("the PCIe link{}", link_text);
+  const bool dma_bound = dma > 0 && dma < ring;
+  const double bound = dma_bound ? dma : ring;
+  const std::string reached =
+      bound > 0 ? fmt::format(
+                      " A pipeline runs no faster than its slower stage, here the {} at {:.1f} "
+                      "GB/s: the staged upload reached {:.0f}% of it.",
+                      dma_bound ? "DMA" : "threads' memcpy", bound / GB,
+                      percent_of(bw(s.staged_up), bound))
+                : std::string();
   n.push_back(
-      {id,
-       fmt::format(
-           "- The staged copy reads each byte from pageable memory, writes it into pinned "
-           "staging, and the DMA reads it again. The staging ring ({}) is small enough to stay in "
-           "the CPU's cache, so only the pageable reads must come from DRAM: its ceiling is the "
-           "host memcpy into such a ring ({:.1f} GB/s with {} threads), not the PCIe link{}. It "
-           "reached {:.0f}% of that ceiling. A memcpy into a whole {} buffer also writes DRAM and "
-           "runs at {:.1f} GB/s.",
-           format_bytes(s.chunk_bytes * static_cast<std::uint64_t>(s.buffers)), ceiling / GB,
-           s.threads, link_text, ceiling > 0 ? percent_of(bw(s.staged_up), ceiling) : 0.0,
-           format_bytes(s.bytes), bw(s.dram_memcpy) / GB)});
+      {id, fmt::format(
+               "- The staged upload is a pipeline of two stages: host threads read each byte from "
+               "pageable memory and write it into pinned staging, then the DMA reads it again. "
+               "The staging ring ({}) is small enough to stay in the CPU's cache, so only the "
+               "pageable reads must come from DRAM: the threads' ceiling is the host memcpy into "
+               "such a ring ({:.1f} GB/s with {} threads); the DMA's is {}.{} A memcpy into a "
+               "whole {} buffer also writes DRAM and runs at {:.1f} GB/s.",
+               format_bytes(s.chunk_bytes * static_cast<std::uint64_t>(s.buffers)), ring / GB,
+               s.threads, dma_text, reached, format_bytes(s.bytes), bw(s.dram_memcpy) / GB)});
   n.push_back(
       {id,
        "- Pageable copies vary from run to run more than pinned ones (page-cache state, the OS "
