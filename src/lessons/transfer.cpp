@@ -420,33 +420,42 @@ void explain_pageable_upload(const staging_figures& s, const std::optional<doubl
   const std::string id = "pageable_upload";
   // A pipeline of two stages runs no faster than the slower: the threads' memcpy into the ring,
   // or the DMA out of it (the upload from pinned memory where it was measured, else the link).
+  // A stage whose ceiling was not measured is left out of the comparison.
   const double ring = bw(s.ring_memcpy);
   const double pinned = s.pinned_up ? bw(*s.pinned_up) : 0.0;
   const double dma = pinned > 0 ? pinned : link.value_or(0.0);
-  const std::string link_text = link ? fmt::format(" ({:.1f} GB/s)", *link / GB) : std::string();
-  const std::string dma_text =
-      pinned > 0 ? fmt::format("the upload from pinned memory ({:.1f} GB/s), under the PCIe link{}",
-                               pinned / GB, link_text)
-                 : fmt::format("the PCIe link{}", link_text);
-  const bool dma_bound = dma > 0 && dma < ring;
+  std::vector<std::string> ceilings;
+  if (ring > 0)
+    ceilings.push_back(fmt::format(
+        "the threads' ceiling is the host memcpy into such a ring ({:.1f} GB/s with {} threads)",
+        ring / GB, s.threads));
+  if (pinned > 0)
+    ceilings.push_back(fmt::format(
+        "the DMA's is the upload from pinned memory ({:.1f} GB/s){}", pinned / GB,
+        link && pinned <= *link ? fmt::format(", under the PCIe link ({:.1f} GB/s)", *link / GB)
+                                : std::string()));
+  else if (dma > 0)
+    ceilings.push_back(fmt::format("the DMA's is the PCIe link ({:.1f} GB/s)", dma / GB));
+  const bool dma_bound = dma > 0 && (!(ring > 0) || dma < ring);
   const double bound = dma_bound ? dma : ring;
-  const std::string reached =
-      bound > 0 ? fmt::format(
-                      " A pipeline runs no faster than its slower stage, here the {} at {:.1f} "
-                      "GB/s: the staged upload reached {:.0f}% of it.",
-                      dma_bound ? "DMA" : "threads' memcpy", bound / GB,
-                      percent_of(bw(s.staged_up), bound))
-                : std::string();
-  n.push_back(
-      {id, fmt::format(
-               "- The staged upload is a pipeline of two stages: host threads read each byte from "
-               "pageable memory and write it into pinned staging, then the DMA reads it again. "
-               "The staging ring ({}) is small enough to stay in the CPU's cache, so only the "
-               "pageable reads must come from DRAM: the threads' ceiling is the host memcpy into "
-               "such a ring ({:.1f} GB/s with {} threads); the DMA's is {}.{} A memcpy into a "
-               "whole {} buffer also writes DRAM and runs at {:.1f} GB/s.",
-               format_bytes(s.chunk_bytes * static_cast<std::uint64_t>(s.buffers)), ring / GB,
-               s.threads, dma_text, reached, format_bytes(s.bytes), bw(s.dram_memcpy) / GB)});
+  std::string text = fmt::format(
+      "- The staged upload is a pipeline of two stages: host threads read each byte from pageable "
+      "memory and write it into pinned staging, then the DMA reads it again. The staging ring "
+      "({}) is small enough to stay in the CPU's cache, so only the pageable reads must come "
+      "from DRAM",
+      format_bytes(s.chunk_bytes * static_cast<std::uint64_t>(s.buffers)));
+  text += ceilings.empty() ? "." : fmt::format(": {}.", fmt::join(ceilings, "; "));
+  if (bound > 0)
+    text += fmt::format(
+        " {} the {} at {:.1f} GB/s: the staged upload reached {:.0f}% of it.",
+        ceilings.size() == 2 ? "A pipeline runs no faster than its slower stage, here"
+                             : "Of the two stages only one was measured,",
+        dma_bound ? "DMA" : "threads' memcpy", bound / GB, percent_of(bw(s.staged_up), bound));
+  if (bw(s.dram_memcpy) > 0)
+    text +=
+        fmt::format(" A memcpy into a whole {} buffer also writes DRAM and runs at {:.1f} GB/s.",
+                    format_bytes(s.bytes), bw(s.dram_memcpy) / GB);
+  n.push_back({id, std::move(text)});
   n.push_back(
       {id,
        "- Pageable copies vary from run to run more than pinned ones (page-cache state, the OS "

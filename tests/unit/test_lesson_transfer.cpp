@@ -392,6 +392,53 @@ TEST(LessonTransfer, TheStagedUploadIsMeasuredAgainstItsSlowerStage) {
       << n;
 }
 
+TEST(LessonTransfer, TheStagedUploadsBoundSaysOnlyWhatWasMeasured) {
+  const auto upload_note = [](const transfer_result& r, device_facts facts) {
+    return note_with(explain_transfer(r, facts), "pageable_upload", "The staged upload is");
+  };
+  transfer_result r = sample();
+  auto& st = *r.pageable_upload;
+  // A pinned upload above the link's nominal rate (a host link that is not PCIe): the note does
+  // not call it under the link, and the DMA is still the slower stage.
+  st.ring_memcpy = fig("H2D", "pageable", GiB, 400e9, 0);
+  st.pinned_up = fig("H2D", "pinned", GiB, 300e9);
+  std::string n = upload_note(r, h200_facts());
+  EXPECT_EQ(n.find("under the PCIe link"), std::string::npos) << n;
+  EXPECT_NE(n.find("here the DMA at 300.0 GB/s"), std::string::npos) << n;
+
+  // No link and no pinned figure: only the threads' stage was measured, and the note says so.
+  r = sample();
+  r.link_bytes_per_s.reset();
+  r.pageable_upload->pinned_up.reset();
+  device_facts no_link = h200_facts();
+  no_link.link_bytes_per_s.reset();
+  n = upload_note(r, no_link);
+  EXPECT_EQ(n.find("DMA's"), std::string::npos) << n;
+  EXPECT_NE(n.find(fmt::format("Of the two stages only one was measured, the threads' memcpy at "
+                               "31.6 GB/s: the staged upload reached {:.0f}% of it",
+                               100 * 24.3 / 31.6)),
+            std::string::npos)
+      << n;
+
+  // No ring figure: the DMA's known ceiling still bounds it, and no 0.0 GB/s threads' ceiling.
+  r = sample();
+  r.pageable_upload->ring_memcpy = copy_figure{};
+  n = upload_note(r, h200_facts());
+  EXPECT_EQ(n.find("threads' ceiling"), std::string::npos) << n;
+  EXPECT_NE(n.find(fmt::format("only one was measured, the DMA at 55.4 GB/s: the staged upload "
+                               "reached {:.0f}% of it",
+                               100 * 24.3 / 55.4)),
+            std::string::npos)
+      << n;
+
+  // Neither stage measured: no bound at all.
+  r.link_bytes_per_s.reset();
+  r.pageable_upload->pinned_up.reset();
+  n = upload_note(r, no_link);
+  EXPECT_EQ(n.find("reached"), std::string::npos) << n;
+  EXPECT_NE(n.find("must come from DRAM."), std::string::npos) << n;
+}
+
 // ---- present
 // --------------------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 // Fast copies between pageable host memory and the device: host threads copy pageable data
 // into a ring of pinned staging buffers while the DMA of the previous chunk runs. cudaMemcpy
 // from pageable memory does the same through one small driver buffer and one thread; here the
-// ceiling becomes the host's memory bandwidth (each byte is read, written, and read by the DMA).
+// copy runs at the slower of two stages: the threads' memcpy into the ring (which stays in the
+// CPU's cache, so only the pageable side touches DRAM) and the DMA out of it (the pinned rate).
 #pragma once
 
 #include <cstddef>
@@ -46,11 +47,12 @@ class staged_copier {
 
   /// Copies `bytes` from pageable `src` to device `dst` on stream `s`. Returns once `src` may be
   /// reused; the last DMAs may still run on `s` (synchronize `s` before reading `dst` elsewhere).
-  /// @throws cuda_error when a copy or event call fails.
+  /// @throws cuda_error when a copy or event call fails; when an event cannot be recorded after
+  /// its DMA was enqueued, the call first waits for `s` to finish, so no buffer is in use.
   void upload(void* dst, const void* src, std::size_t bytes, stream_view s);
   /// Copies `bytes` from device `src` (ordered after earlier work on `s`) to pageable `dst`;
   /// returns when `dst` holds the data.
-  /// @throws cuda_error when a copy or event call fails.
+  /// @throws cuda_error when a copy or event call fails (after waiting for `s`, as upload does).
   void download(void* dst, const void* src, std::size_t bytes, stream_view s);
 
   /// The options in use (threads resolved to the pool's size).
