@@ -8,8 +8,8 @@
 #include <map>
 
 #include "gpu_basics/core/thread_pool.hpp"
-#include "gpu_basics/memory/advise.hpp"
-#include "gpu_basics/memory/policy_sweep.hpp"
+#include "gpu_basics/snapshot/advise.hpp"
+#include "gpu_basics/snapshot/policy_sweep.hpp"
 
 namespace {
 

@@ -20,7 +20,7 @@
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/cuda_backend.hpp"
 #include "gpu_basics/memory/fake_backend.hpp"
-#include "gpu_basics/memory/replay.hpp"
+#include "gpu_basics/snapshot/replay.hpp"
 #include "per_thread.hpp"
 #include "trace_loop.hpp"
 

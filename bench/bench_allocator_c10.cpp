@@ -19,7 +19,7 @@
 //
 // A trace file: one event per line, `a ID BYTES STREAM` (allocate BYTES as block ID on stream
 // number STREAM, 0 = the default stream) or `f ID` (free block ID); `#` starts a comment. A program
-// reads a PyTorch memory snapshot (a path ending in .pickle) through memory/snapshot.hpp, and its
+// reads a PyTorch memory snapshot (a path ending in .pickle) through snapshot/snapshot.hpp, and its
 // own formats instead.
 #include <benchmark/benchmark.h>
 #include <c10/cuda/CUDAAllocatorConfig.h>
@@ -50,9 +50,9 @@
 
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/cuda_backend.hpp"
-#include "gpu_basics/memory/replay.hpp"
+#include "gpu_basics/snapshot/replay.hpp"
 
-#include "gpu_basics/memory/snapshot.hpp"
+#include "gpu_basics/snapshot/snapshot.hpp"
 #include "per_thread.hpp"
 #include "trace_loop.hpp"
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "gpu_basics/memory/replay.hpp"
+#include "gpu_basics/snapshot/replay.hpp"
 
 namespace gpu_basics::bench {
 

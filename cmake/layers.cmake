@@ -2,6 +2,7 @@
 # compile error:
 #
 #   core  <-  memory, transfer, profiler (siblings: none includes another)  <-  lessons  <-  CLI
+#               memory  <-  snapshot (host-only analysis of PyTorch snapshots)  <-  lessons
 #
 # All public headers live in one tree, include/gpu_basics/<module>/, and are installed as one
 # include/. In the build tree each module gets a root of its own that holds nothing but a link to

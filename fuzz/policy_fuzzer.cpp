@@ -16,8 +16,8 @@
 
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
-#include "gpu_basics/memory/policy_sweep.hpp"
-#include "gpu_basics/memory/replay.hpp"
+#include "gpu_basics/snapshot/policy_sweep.hpp"
+#include "gpu_basics/snapshot/replay.hpp"
 
 namespace {
 

@@ -7,8 +7,8 @@
 #include <string_view>
 
 #include "gpu_basics/core/errors.hpp"
-#include "gpu_basics/memory/policy_sweep.hpp"
-#include "gpu_basics/memory/snapshot.hpp"
+#include "gpu_basics/snapshot/policy_sweep.hpp"
+#include "gpu_basics/snapshot/snapshot.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);

@@ -1,5 +1,5 @@
 // `gpu-basics advise SNAPSHOT`: the policy search, fit table and stranded split of a memory
-// snapshot (gpu_basics/memory/advise.hpp), printed, written as JSON and drawn as HTML.
+// snapshot (gpu_basics/snapshot/advise.hpp), printed, written as JSON and drawn as HTML.
 #include <ostream>
 
 #include "exit_codes.hpp"
@@ -8,7 +8,7 @@
 #include "gpu_basics/core/input_file.hpp"
 #include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/lessons/record.hpp"
-#include "gpu_basics/memory/advise.hpp"
+#include "gpu_basics/snapshot/advise.hpp"
 #include "gpu_basics/report/advice.hpp"
 #include "replay.hpp"
 

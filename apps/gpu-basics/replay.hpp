@@ -1,6 +1,6 @@
 // `gpu-basics replay SNAPSHOT.pickle`: prints the policy sweep of a PyTorch memory snapshot
-// (gpu_basics/memory/policy_sweep.hpp) and writes it as JSON; `gpu-basics advise` turns a
-// snapshot into advice (gpu_basics/memory/advise.hpp). No GPU.
+// (gpu_basics/snapshot/policy_sweep.hpp) and writes it as JSON; `gpu-basics advise` turns a
+// snapshot into advice (gpu_basics/snapshot/advise.hpp). No GPU.
 #pragma once
 
 #include <functional>
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cli.hpp"
-#include "gpu_basics/memory/policy_sweep.hpp"
+#include "gpu_basics/snapshot/policy_sweep.hpp"
 
 namespace gpu_basics::cli {
 

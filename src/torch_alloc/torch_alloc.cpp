@@ -43,7 +43,7 @@
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/cuda_backend.hpp"
 
-#include "gpu_basics/memory/snapshot.hpp"
+#include "gpu_basics/snapshot/snapshot.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -15,7 +15,7 @@
 #include "cli.hpp"
 #include "exit_codes.hpp"
 #include "gpu_basics/core/errors.hpp"
-#include "gpu_basics/memory/advise.hpp"
+#include "gpu_basics/snapshot/advise.hpp"
 #include "gpu_basics/report/advice.hpp"
 #include "run.hpp"
 

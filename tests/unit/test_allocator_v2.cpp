@@ -17,7 +17,7 @@
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/fake_backend.hpp"
-#include "gpu_basics/memory/replay.hpp"
+#include "gpu_basics/snapshot/replay.hpp"
 
 using namespace gpu_basics;
 

@@ -23,9 +23,9 @@
 #include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/fake_backend.hpp"
-#include "gpu_basics/memory/pickle.hpp"
-#include "gpu_basics/memory/replay.hpp"
-#include "gpu_basics/memory/snapshot.hpp"
+#include "gpu_basics/snapshot/pickle.hpp"
+#include "gpu_basics/snapshot/replay.hpp"
+#include "gpu_basics/snapshot/snapshot.hpp"
 #include "replay.hpp"
 #include "run.hpp"
 

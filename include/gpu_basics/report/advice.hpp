@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpu_basics/memory/advise.hpp"
+#include "gpu_basics/snapshot/advise.hpp"
 
 namespace gpu_basics::report {
 

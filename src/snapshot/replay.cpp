@@ -1,4 +1,4 @@
-#include "gpu_basics/memory/replay.hpp"
+#include "gpu_basics/snapshot/replay.hpp"
 
 #include <chrono>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "gpu_basics/memory/policy_sweep.hpp"
+#include "gpu_basics/snapshot/policy_sweep.hpp"
 
 #include <algorithm>
 #include <condition_variable>

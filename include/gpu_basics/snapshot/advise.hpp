@@ -20,8 +20,8 @@
 #include "gpu_basics/core/results.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/fake_backend.hpp"
-#include "gpu_basics/memory/replay.hpp"
-#include "gpu_basics/memory/snapshot.hpp"
+#include "gpu_basics/snapshot/replay.hpp"
+#include "gpu_basics/snapshot/snapshot.hpp"
 
 namespace gpu_basics {
 

@@ -1,7 +1,7 @@
 // Advice from a snapshot's trace: replays under limits, the bisected smallest limit, the policy
 // search (on a thread pool: each replay has its own allocator and fake backend) and the stranded
 // split at peak.
-#include "gpu_basics/memory/advise.hpp"
+#include "gpu_basics/snapshot/advise.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -17,7 +17,7 @@
 #include "gpu_basics/core/thread_pool.hpp"
 #include "gpu_basics/core/units.hpp"
 #include "gpu_basics/memory/fake_backend.hpp"
-#include "gpu_basics/memory/policy_sweep.hpp"
+#include "gpu_basics/snapshot/policy_sweep.hpp"
 
 namespace gpu_basics {
 

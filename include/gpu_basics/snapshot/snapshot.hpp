@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "gpu_basics/memory/caching_allocator.hpp"
-#include "gpu_basics/memory/replay.hpp"
+#include "gpu_basics/snapshot/replay.hpp"
 
 namespace gpu_basics {
 

@@ -32,7 +32,7 @@
 
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/interrupt.hpp"
-#include "gpu_basics/memory/pickle.hpp"
+#include "gpu_basics/snapshot/pickle.hpp"
 #include "pickle_detail.hpp"
 
 namespace gpu_basics::pickle {

@@ -1,5 +1,5 @@
 // Python values as the pickle reader (pickle_read.cpp) makes them, and the writer.
-#include "gpu_basics/memory/pickle.hpp"
+#include "gpu_basics/snapshot/pickle.hpp"
 
 #include <algorithm>
 #include <bit>

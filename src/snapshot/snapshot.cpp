@@ -1,6 +1,6 @@
 // PyTorch memory snapshots: the dict _dump_snapshot pickles (torch/csrc/cuda/memory_snapshot.cpp
 // names the keys), written from a caching_allocator and read back into typed structs.
-#include "gpu_basics/memory/snapshot.hpp"
+#include "gpu_basics/snapshot/snapshot.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -18,7 +18,7 @@
 #include "gpu_basics/core/input_file.hpp"
 #include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/core/results.hpp"
-#include "gpu_basics/memory/pickle.hpp"
+#include "gpu_basics/snapshot/pickle.hpp"
 #include "huge_pages.hpp"
 
 namespace gpu_basics {

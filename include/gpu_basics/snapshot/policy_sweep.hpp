@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu_basics/core/results.hpp"
-#include "gpu_basics/memory/replay.hpp"
-#include "gpu_basics/memory/snapshot.hpp"
+#include "gpu_basics/snapshot/replay.hpp"
+#include "gpu_basics/snapshot/snapshot.hpp"
 
 namespace gpu_basics {
 
