@@ -66,7 +66,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<gpu_basics::allocator_options> policies;
   try {
     (void)gpu_basics::replay_policies(user);
-    for (const auto& c : user) policies.push_back(gpu_basics::parse_allocator_conf(c));
+    for (const auto& c : user) policies.push_back(gpu_basics::parse_allocator_options(c));
   } catch (const gpu_basics::logic_error&) {
     return 0;  // the one expected answer to a bad --policy
   }
@@ -74,7 +74,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     gpu_basics::allocator_options o = policies[i];
     const std::string conf = gpu_basics::to_conf_string(o);
     try {
-      if (gpu_basics::parse_allocator_conf(conf) != o) finding(user[i], "'" + conf + "' differs");
+      if (gpu_basics::parse_allocator_options(conf) != o)
+        finding(user[i], "'" + conf + "' differs");
     } catch (const gpu_basics::logic_error& e) {
       finding(user[i], "'" + conf + "' does not read back: " + e.what());
     }

@@ -13,6 +13,7 @@
 #include "gpu_basics/core/environment.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/lessons/registry.hpp"
+#include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/profiler/trace_writer.hpp"
 #include "replay.hpp"
 #include "verdicts.hpp"
@@ -353,6 +354,7 @@ std::vector<command> make_table() {
 }  // namespace
 
 parse_result parse(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  register_allocator_keys();  // before any conf string is checked (--set, the YAML, --policy)
   CLI::App app{"gpu-basics: measure and explain GPU memory management and CPU<->GPU data movement",
                "gpu-basics"};
   app.require_subcommand(1, 1);

@@ -40,7 +40,7 @@ int run_replay(const options& o, std::ostream& out, std::ostream& err) {
   return guarded(o.input_path, err, [&] {
     if (o.json_path && *o.json_path != "-") check_writable(*o.json_path);
     const auto confs = replay_policies(o.policies);
-    for (const auto& c : o.policies) (void)parse_allocator_conf(c);  // a bad one: exit 2 first
+    for (const auto& c : o.policies) (void)parse_allocator_options(c);  // a bad one: exit 2 first
     const torch_snapshot s = read_torch_snapshot(o.input_path);
     const int device = s.busiest_device();
     const replay_report r = replay_snapshot(s, printable(o.input_path), device, confs);

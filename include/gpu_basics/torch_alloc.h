@@ -58,7 +58,7 @@ extern "C" {
 typedef struct CUstream_st* gpu_basics_torch_stream_t;
 
 /* Version of this ABI (the layout of gpu_basics_torch_stats_t and the functions below). */
-#define GPU_BASICS_TORCH_ABI_VERSION 2
+#define GPU_BASICS_TORCH_ABI_VERSION 3
 
 /* Return codes. */
 #define GPU_BASICS_TORCH_OK 0
@@ -134,7 +134,7 @@ GPU_BASICS_TORCH_API int gpu_basics_torch_conf(char* buf, size_t len);
 GPU_BASICS_TORCH_API const char* gpu_basics_torch_last_error(void);
 /* GPU_BASICS_TORCH_ABI_VERSION of the library. */
 GPU_BASICS_TORCH_API int gpu_basics_torch_abi_version(void);
-/* What this library was built for, as JSON: {"abi_version": 2, "torch": "2.11.0+cu130" or null,
+/* What this library was built for, as JSON: {"abi_version": 3, "torch": "2.11.0+cu130" or null,
  * "cxx11_abi": 1, "oom_exception": "c10::OutOfMemoryError" or "std::bad_alloc", "capture": ...}.
  * A static string. */
 GPU_BASICS_TORCH_API const char* gpu_basics_torch_build_info(void);
@@ -146,6 +146,10 @@ GPU_BASICS_TORCH_API int gpu_basics_torch_configure(const char* conf, size_t his
 /* Parses conf without using it: its normalised form into buf (as gpu_basics_torch_conf), or
  * GPU_BASICS_TORCH_EINVAL with the reason in last_error. */
 GPU_BASICS_TORCH_API int gpu_basics_torch_check_conf(const char* conf, char* buf, size_t len);
+/* Every key a conf string may hold, as JSON into buf (as gpu_basics_torch_conf): [{"name":
+ * "page_release", "module": "memory", "accepts": "deferred, eager or keep", "example": "eager",
+ * "ignored": false}, ...]; "ignored": PyTorch's key, accepted and without effect here. */
+GPU_BASICS_TORCH_API int gpu_basics_torch_conf_keys(char* buf, size_t len);
 /* `device`'s statistics as JSON (every counter with current/peak/allocated/freed, device calls,
  * the reserved limit and options; null before its first allocation) into buf; returns the full
  * length (call again with a larger buf when it is >= len). */

@@ -7,10 +7,12 @@
 #include <bit>
 #include <charconv>
 #include <cmath>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "gpu_basics/core/errors.hpp"
 
@@ -43,7 +45,7 @@ bool read_bool(std::string_view key, std::string_view v) {
   bad(key, "True or False", v);
 }
 
-/// Splits on commas outside brackets.
+/// Splits a list's items on commas outside brackets.
 std::vector<std::string_view> split_top(std::string_view s) {
   std::vector<std::string_view> parts;
   int depth = 0;
@@ -105,48 +107,159 @@ void read_divisions(std::string_view v, allocator_policy& o) {
 
 }  // namespace
 
-allocator_policy parse_allocator_policy(std::string_view conf, allocator_policy base) {
-  allocator_policy o = base;
-  conf = trim(conf);
-  if (conf.empty()) return o;
-  for (std::string_view item : split_top(conf)) {
-    item = trim(item);
-    if (item.empty()) throw logic_error("allocator conf: an empty entry (two commas in a row?)");
+std::vector<conf_entry> split_conf(std::string_view conf) {
+  std::vector<conf_entry> entries;
+  if (trim(conf).empty()) return entries;
+  int depth = 0;
+  std::size_t open = 0, start = 0;
+  for (std::size_t i = 0; i <= conf.size(); ++i) {
+    if (i < conf.size()) {
+      if (conf[i] == '[' && depth++ == 0) open = i;
+      if (conf[i] == ']' && --depth < 0)
+        throw logic_error(fmt::format("allocator conf: ']' at offset {} closes nothing", i));
+      if (conf[i] != ',' || depth != 0) continue;
+    } else if (depth > 0) {
+      throw logic_error(fmt::format("allocator conf: '[' at offset {} is never closed", open));
+    }
+    const std::string_view raw = conf.substr(start, i - start);
+    const std::string_view item = trim(raw);
+    const std::size_t at = start + static_cast<std::size_t>(item.data() - raw.data());
+    start = i + 1;
+    if (item.empty())
+      throw logic_error(
+          fmt::format("allocator conf: an empty entry at offset {} (two commas in a row?)", at));
     const auto colon = item.find(':');
     if (colon == std::string_view::npos)
       throw logic_error(fmt::format("allocator conf: '{}': expected key:value", item));
-    const std::string_view key = trim(item.substr(0, colon)), v = trim(item.substr(colon + 1));
-    if (key == "max_split_size_mb") {
-      const std::string_view expect = "an integer > 20 (MiB)";
-      const std::size_t mb = read_uint(key, v, expect);
-      if (mb <= kMinMaxSplitMb || mb > (SIZE_MAX / kMiB)) bad(key, expect, v);
-      o.max_split_size = mb * kMiB;
-    } else if (key == "roundup_power2_divisions") {
-      read_divisions(v, o);
-    } else if (key == "garbage_collection_threshold") {
-      double t = 0;
-      const auto r = std::from_chars(v.data(), v.data() + v.size(), t);
-      if (v.empty() || r.ec != std::errc{} || r.ptr != v.data() + v.size() || !(t > 0 && t < 1))
-        bad(key, "a fraction strictly between 0 and 1", v);
-      o.garbage_collection_threshold = t;
-    } else if (key == "expandable_segments") {
-      o.expandable_segments = read_bool(key, v);
-    } else if (key == "backend") {
-      if (v != "native") bad(key, "native (this allocator is the native one)", v);
-    } else if (key == "release_lock_on_cudamalloc" || key == "pinned_use_cuda_host_register" ||
-               key == "pinned_use_host_register") {
-      (void)read_bool(key, v);
-    } else if (key == "pinned_num_register_threads") {
-      (void)read_uint(key, v, "an integer");
-    } else {
-      throw logic_error(fmt::format(
-          "allocator conf: unknown key '{}' (known: max_split_size_mb, roundup_power2_divisions, "
-          "garbage_collection_threshold, expandable_segments, backend, release_lock_on_cudamalloc, "
-          "pinned_use_cuda_host_register, pinned_num_register_threads)",
-          key));
-    }
+    entries.push_back({trim(item.substr(0, colon)), trim(item.substr(colon + 1)), at});
   }
-  return o;
+  return entries;
+}
+
+bool apply_policy_key(allocator_policy& o, std::string_view key, std::string_view v) {
+  if (key == "max_split_size_mb") {
+    const std::string_view expect = "an integer > 20 (MiB)";
+    const std::size_t mb = read_uint(key, v, expect);
+    if (mb <= kMinMaxSplitMb || mb > (SIZE_MAX / kMiB)) bad(key, expect, v);
+    o.max_split_size = mb * kMiB;
+  } else if (key == "roundup_power2_divisions") {
+    allocator_policy p = o;  // all or nothing
+    read_divisions(v, p);
+    o = p;
+  } else if (key == "garbage_collection_threshold") {
+    double t = 0;
+    const auto r = std::from_chars(v.data(), v.data() + v.size(), t);
+    if (v.empty() || r.ec != std::errc{} || r.ptr != v.data() + v.size() || !(t > 0 && t < 1))
+      bad(key, "a fraction strictly between 0 and 1", v);
+    o.garbage_collection_threshold = t;
+  } else if (key == "expandable_segments") {
+    o.expandable_segments = read_bool(key, v);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+struct key_registry {
+  std::mutex mutex;
+  std::vector<allocator_key> keys;
+};
+
+void add_key(key_registry& r, allocator_key k) {
+  for (const auto& x : r.keys)
+    if (x.name == k.name)
+      throw logic_error(fmt::format("allocator conf: key '{}' of {} is registered already by {}",
+                                    k.name, k.module, x.module));
+  r.keys.push_back(std::move(k));
+}
+
+/// Core's keys: PyTorch's policy knobs, and PyTorch's keys that change nothing here.
+void register_policy_keys(key_registry& r) {
+  const auto policy_key = [&r](std::string name, std::string accepts, std::string example) {
+    auto check = [name](std::string_view v) {
+      allocator_policy p;
+      (void)apply_policy_key(p, name, v);
+    };
+    add_key(r, {std::move(name), "core", std::move(accepts), std::move(example), false,
+                std::move(check)});
+  };
+  policy_key("max_split_size_mb", "an integer > 20 (MiB)", "128");
+  policy_key("roundup_power2_divisions",
+             "0, a power of two, or a list by interval start in MiB such as [256:1,>:4]",
+             "[1:1,2:1,4:1,8:1,16:1,32:1,64:1,128:1,256:1,>:4]");
+  policy_key("garbage_collection_threshold", "a fraction strictly between 0 and 1", "0.6");
+  policy_key("expandable_segments", "True or False", "True");
+  const auto ignored = [&r](std::string name, std::string accepts, std::string example,
+                            std::function<void(std::string_view)> check) {
+    add_key(r, {std::move(name), "core", std::move(accepts), std::move(example), true,
+                std::move(check)});
+  };
+  ignored("backend", "native", "native", [](std::string_view v) {
+    if (v != "native") bad("backend", "native (this allocator is the native one)", v);
+  });
+  for (const char* name :
+       {"release_lock_on_cudamalloc", "pinned_use_cuda_host_register", "pinned_use_host_register"})
+    ignored(name, "True or False", "True",
+            [name](std::string_view v) { (void)read_bool(name, v); });
+  ignored("pinned_num_register_threads", "an integer", "4", [](std::string_view v) {
+    (void)read_uint("pinned_num_register_threads", v, "an integer");
+  });
+}
+
+/// The registry, with core's keys registered on its first use.
+key_registry& registry() {
+  static key_registry r;
+  static std::once_flag once;
+  std::call_once(once, [] { register_policy_keys(r); });
+  return r;
+}
+
+}  // namespace
+
+void register_allocator_key(allocator_key key) {
+  key_registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  add_key(r, std::move(key));
+}
+
+std::vector<allocator_key> allocator_keys() {
+  key_registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.keys;
+}
+
+std::optional<allocator_key> find_allocator_key(std::string_view name) {
+  key_registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  for (const auto& k : r.keys)
+    if (k.name == name) return k;
+  return std::nullopt;
+}
+
+std::vector<conf_entry> check_allocator_conf(std::string_view conf) {
+  const std::vector<conf_entry> entries = split_conf(conf);
+  if (entries.empty()) return entries;
+  const std::vector<allocator_key> keys = allocator_keys();
+  for (const conf_entry& e : entries) {
+    const auto k =
+        std::find_if(keys.begin(), keys.end(), [&](const auto& x) { return x.name == e.key; });
+    if (k == keys.end()) {
+      std::vector<std::string_view> names;
+      for (const auto& x : keys) names.push_back(x.name);
+      throw logic_error(fmt::format("allocator conf: unknown key '{}' (known: {})", e.key,
+                                    fmt::join(names, ", ")));
+    }
+    if (k->check) k->check(e.value);
+  }
+  return entries;
+}
+
+allocator_policy apply_policy_keys(std::string_view conf, allocator_policy base) {
+  for (const conf_entry& e : check_allocator_conf(conf))
+    (void)apply_policy_key(base, e.key, e.value);
+  return base;
 }
 
 std::string to_conf_string(const allocator_policy& o) {

@@ -73,6 +73,21 @@ std::string lower(std::string_view s) {
 }  // namespace detail
 using detail::lower;
 
+std::string config::memory_section::allocator_section::effective_conf() const {
+  std::string s = to_conf_string(effective());
+  std::vector<conf_entry> rest;  // other modules' keys, the last of each
+  for (const conf_entry& e : check_allocator_conf(conf)) {
+    allocator_policy scratch;
+    const auto k = find_allocator_key(e.key);
+    if (!k || k->ignored || apply_policy_key(scratch, e.key, e.value)) continue;
+    std::erase_if(rest, [&e](const conf_entry& r) { return r.key == e.key; });
+    rest.push_back(e);
+  }
+  for (const conf_entry& e : rest)
+    s.append(s.empty() ? "" : ",").append(e.key).append(":").append(e.value);
+  return s;
+}
+
 std::string_view to_string(dtype t) noexcept {
   for (const auto& [v, n] : kDtypeNames)
     if (v == t) return n;

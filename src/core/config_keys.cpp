@@ -131,7 +131,7 @@ std::string bound_text(std::uint64_t v) {
 allocator_policy allocator_policy_or_fail(const std::string& conf, const allocator_policy& base,
                                           const parse_context& ctx, const std::string& strip = "") {
   try {
-    return parse_allocator_policy(conf, base);
+    return apply_policy_keys(conf, base);
   } catch (const logic_error& e) {
     std::string m = e.what();
     const auto drop = [&m](const std::string& prefix) {
@@ -394,7 +394,8 @@ config_schema make_builtin() {
   s.add(custom_key(
       "memory.allocator.conf",
       "a conf string such as \"expandable_segments:True,max_split_size_mb:128\"", "",
-      "a whole PYTORCH_CUDA_ALLOC_CONF string applied over the four keys above, e.g. `--set "
+      "a whole PYTORCH_CUDA_ALLOC_CONF string applied over the four keys above, with "
+      "gpu-basics' own keys too (`page_release`, `thread_cache_blocks`), e.g. `--set "
       "'memory.allocator.conf=expandable_segments:True,max_split_size_mb:128'`; in results: "
       "the effective conf",
       [](config& c, const YAML::Node& n, const parse_context& ctx) {
@@ -403,9 +404,7 @@ config_schema make_builtin() {
         (void)allocator_policy_or_fail(v, {}, ctx);  // checked here, applied by effective()
         c.memory.allocator.conf = v;
       },
-      [](const config& c) -> nlohmann::json {
-        return to_conf_string(c.memory.allocator.effective());
-      }));
+      [](const config& c) -> nlohmann::json { return c.memory.allocator.effective_conf(); }));
   s.add(int_key("transfer.num_streams", GB_FIELD(int, transfer.num_streams), 1, 64, "",
                 "streams for the multi-stream copy"));
   s.add(custom_key(

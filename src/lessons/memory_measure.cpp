@@ -219,8 +219,8 @@ std::uint64_t forward_backward(caching_allocator& alloc, stream_handle sh, peak_
 peak_result measure_peak(const context& ctx, stream_handle sh,
                          std::optional<trace_summary>& traced) {
   // The history gives the result's timeline, and with --trace the counter tracks of the trace.
-  allocator_options o;
-  static_cast<allocator_policy&>(o) = ctx.cfg.memory.allocator.effective();  // memory.allocator
+  allocator_options o = allocator_options_of(ctx.cfg.memory.allocator.policy,  // memory.allocator
+                                             ctx.cfg.memory.allocator.conf);
   o.history_capacity = 4096;
   auto alloc = make_allocator(o);
   auto trace = start_trace(ctx, trace_schedule{0, 0, 0});
@@ -381,9 +381,9 @@ expandable_result measure_expandable(const config& cfg, stream_handle sh) {
   e.layers = kExpandableLayers;
   e.carried_bytes = kCarriedBytes;
   for (int k = 0; k < kExpandableSteps; ++k) e.activation_bytes.push_back(activation_bytes_of(k));
-  allocator_options base;
-  static_cast<allocator_policy&>(base) = cfg.memory.allocator.effective();
-  allocator_policy rest = base;
+  const allocator_options base =
+      allocator_options_of(cfg.memory.allocator.policy, cfg.memory.allocator.conf);
+  allocator_options rest = base;
   rest.expandable_segments = false;
   e.policy = to_conf_string(rest);
   for (bool expandable : {false, true})

@@ -6,10 +6,12 @@
 #include "gpu_basics/lessons/profile.hpp"
 #include "gpu_basics/lessons/transfer.hpp"
 #include "gpu_basics/lessons/unified.hpp"
+#include "gpu_basics/memory/caching_allocator.hpp"
 
 namespace gpu_basics::lessons {
 
 const std::vector<lesson>& registry() {
+  register_allocator_keys();  // the memory lesson's memory.allocator.conf holds them
   static const std::vector<lesson> all = {info_lesson(),    memory_lesson(),  transfer_lesson(),
                                           profile_lesson(), unified_lesson(), check_lesson()};
   return all;

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <charconv>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <unordered_set>
@@ -22,43 +24,87 @@ std::size_t round_request(std::size_t bytes) noexcept {
   if (bytes < kMinBlock) return kMinBlock;
   return (bytes + kMinBlock - 1) / kMinBlock * kMinBlock;
 }
-allocator_options parse_allocator_conf(std::string_view conf, allocator_options base) {
-  // gpu-basics' own keys (page_release) are taken out here; PyTorch's go to the policy parser.
-  std::string pytorch_keys;
-  bool first = true;
-  int depth = 0;
-  std::size_t start = 0;
-  for (std::size_t i = 0; i <= conf.size(); ++i) {
-    if (i < conf.size() && conf[i] == '[') ++depth;
-    if (i < conf.size() && conf[i] == ']') --depth;
-    if (i < conf.size() && (conf[i] != ',' || depth != 0)) continue;
-    std::string_view item = conf.substr(start, i - start);
-    start = i + 1;
-    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
-    if (item.starts_with("page_release:")) {
-      std::string_view v = item.substr(std::string_view("page_release:").size());
-      while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-      try {
-        base.release_pages = parse_page_release(v);
-      } catch (const logic_error&) {
-        throw logic_error(fmt::format(
-            "allocator conf: page_release: expected deferred, eager or keep, got '{}'", v));
-      }
-      continue;
-    }
-    if (!first) pytorch_keys += ',';
-    pytorch_keys += item;
-    first = false;
+namespace {
+
+/// The keys memory owns: the allocator's options beyond PyTorch's policy.
+struct memory_key {
+  const char* name;
+  const char* accepts;
+  const char* example;
+  void (*apply)(allocator_options& o, std::string_view value);
+};
+
+constexpr memory_key kMemoryKeys[] = {
+    {"page_release", "deferred, eager or keep", "eager",
+     [](allocator_options& o, std::string_view v) {
+       try {
+         o.release_pages = parse_page_release(v);
+       } catch (const logic_error&) {
+         throw logic_error(fmt::format(
+             "allocator conf: page_release: expected deferred, eager or keep, got '{}'", v));
+       }
+     }},
+    {"thread_cache_blocks", "an integer from 0 to 64", "16",
+     [](allocator_options& o, std::string_view v) {
+       std::size_t n = 0;
+       const auto r = std::from_chars(v.data(), v.data() + v.size(), n);
+       if (v.empty() || r.ec != std::errc{} || r.ptr != v.data() + v.size() || n > kMaxThreadCache)
+         throw logic_error(fmt::format(
+             "allocator conf: thread_cache_blocks: expected an integer from 0 to {}, got '{}'",
+             kMaxThreadCache, v));
+       o.thread_cache_blocks = n;
+     }},
+};
+
+}  // namespace
+
+void register_allocator_keys() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const memory_key& k : kMemoryKeys)
+      register_allocator_key(
+          {k.name, "memory", k.accepts, k.example, false, [apply = k.apply](std::string_view v) {
+             allocator_options scratch;
+             apply(scratch, v);
+           }});
+  });
+}
+
+allocator_options parse_allocator_options(std::string_view conf, allocator_options base) {
+  register_allocator_keys();
+  for (const conf_entry& e : check_allocator_conf(conf)) {  // all checked before any applies
+    if (apply_policy_key(base, e.key, e.value)) continue;
+    for (const memory_key& k : kMemoryKeys)
+      if (e.key == k.name) k.apply(base, e.value);
   }
-  static_cast<allocator_policy&>(base) = parse_allocator_policy(pytorch_keys, base);
   return base;
 }
 
+allocator_options allocator_options_of(const allocator_policy& policy, std::string_view conf) {
+  allocator_options base;
+  static_cast<allocator_policy&>(base) = policy;
+  return parse_allocator_options(conf, base);
+}
+
 std::string to_conf_string(const allocator_options& o) {
+  const allocator_options d;
   std::string s = to_conf_string(static_cast<const allocator_policy&>(o));
-  if (o.release_pages != page_release::keep)
-    s += fmt::format("{}page_release:{}", s.empty() ? "" : ",", to_string(o.release_pages));
+  const auto add = [&s](const std::string& part) { s += (s.empty() ? "" : ",") + part; };
+  if (o.release_pages != d.release_pages)
+    add(fmt::format("page_release:{}", to_string(o.release_pages)));
+  if (o.thread_cache_blocks != d.thread_cache_blocks)
+    add(fmt::format("thread_cache_blocks:{}", o.thread_cache_blocks));
   return s;
+}
+
+allocator_options allocator_options_from_environment(allocator_options base) {
+  const char* conf = std::getenv(kAllocConfEnv);
+  if (!conf) return base;
+  try {
+    return parse_allocator_options(conf, base);
+  } catch (const logic_error& e) {
+    throw logic_error(fmt::format("{}: {}", kAllocConfEnv, e.what()));
+  }
 }
 
 std::size_t round_request(std::size_t bytes, const allocator_options& o) noexcept {

@@ -190,7 +190,7 @@ std::vector<std::string> advise_policies(const std::vector<std::string>& user) {
         }
   std::vector<allocator_options> parsed;
   parsed.reserve(v.size());
-  for (const auto& c : v) parsed.push_back(parse_allocator_conf(c));
+  for (const auto& c : v) parsed.push_back(parse_allocator_options(c));
   for (const auto& c : user) {
     const allocator_options o = parse_user_policy(c);
     if (std::find(parsed.begin(), parsed.end(), o) != parsed.end()) continue;  // searched already
@@ -343,7 +343,7 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<allocator_options> opts;
   opts.reserve(confs.size());
-  for (const auto& c : confs) opts.push_back(parse_allocator_conf(c));  // all checked first
+  for (const auto& c : confs) opts.push_back(parse_allocator_options(c));  // all checked first
   if (confs.empty() || !confs.front().empty())
     throw logic_error("advise_snapshot: the first policy must be the defaults");
   advice a;

@@ -46,7 +46,7 @@ allocator_options parse_user_policy(const std::string& conf) {
     throw logic_error(fmt::format(
         "a blank policy {}; give a PYTORCH_CUDA_ALLOC_CONF string, e.g. expandable_segments:True",
         quote_for_message(conf)));
-  return parse_allocator_conf(conf);
+  return parse_allocator_options(conf);
 }
 
 std::vector<std::string> replay_policies(const std::vector<std::string>& user) {
@@ -61,7 +61,7 @@ std::vector<std::string> replay_policies(const std::vector<std::string>& user) {
                                 "garbage_collection_threshold:0.6"};
   std::vector<allocator_options> parsed;
   parsed.reserve(v.size() + user.size());
-  for (const auto& c : v) parsed.push_back(parse_allocator_conf(c));
+  for (const auto& c : v) parsed.push_back(parse_allocator_options(c));
   for (const auto& c : user) {
     const allocator_options o = parse_user_policy(c);
     for (std::size_t i = 0; i < parsed.size(); ++i)
@@ -84,7 +84,7 @@ replay_report replay_snapshot(const torch_snapshot& s, const std::string& file, 
                               const std::vector<std::string>& confs, unsigned threads) {
   std::vector<allocator_options> opts;
   opts.reserve(confs.size());
-  for (const auto& c : confs) opts.push_back(parse_allocator_conf(c));  // all checked first
+  for (const auto& c : confs) opts.push_back(parse_allocator_options(c));  // all checked first
   replay_report r;
   r.file = file;
   r.device = device;

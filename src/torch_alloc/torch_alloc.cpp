@@ -147,9 +147,7 @@ const env_options& environment() {
   std::call_once(s.env_once, [&s] {
     env_options e;
     try {
-      allocator_options o;
-      if (const char* conf = std::getenv("GPU_BASICS_ALLOC_CONF"))
-        o = gpu_basics::parse_allocator_conf(conf);
+      allocator_options o = gpu_basics::allocator_options_from_environment();
       if (const char* h = std::getenv("GPU_BASICS_ALLOC_HISTORY"); h && *h) {
         char* end = nullptr;
         const unsigned long long n = std::strtoull(h, &end, 10);
@@ -160,7 +158,7 @@ const env_options& environment() {
       }
       e.options = o;
     } catch (const std::exception& x) {
-      e.error = std::string("GPU_BASICS_ALLOC_CONF / GPU_BASICS_ALLOC_HISTORY: ") + x.what() +
+      e.error = std::string(x.what()) +  // names the variable
                 " (every allocation fails until the process restarts with a valid value)";
       set_error(e.error, true);  // once, here
     }
@@ -510,7 +508,7 @@ GPU_BASICS_TORCH_API int gpu_basics_torch_configure(const char* conf, size_t his
     const std::string text = conf ? conf : "";
     allocator_options o;
     try {
-      o = gpu_basics::parse_allocator_conf(text);
+      o = gpu_basics::parse_allocator_options(text);
     } catch (const std::exception& e) {
       set_error(e.what(), false);
       return GPU_BASICS_TORCH_EINVAL;
@@ -538,13 +536,31 @@ GPU_BASICS_TORCH_API int gpu_basics_torch_configure(const char* conf, size_t his
 
 GPU_BASICS_TORCH_API int gpu_basics_torch_check_conf(const char* conf, char* buf, size_t len) {
   try {
-    return copy_out(gpu_basics::to_conf_string(gpu_basics::parse_allocator_conf(conf ? conf : "")),
-                    buf, len);
+    return copy_out(
+        gpu_basics::to_conf_string(gpu_basics::parse_allocator_options(conf ? conf : "")), buf,
+        len);
   } catch (const gpu_basics::logic_error& e) {
     set_error(e.what(), false);
     return GPU_BASICS_TORCH_EINVAL;
   } catch (...) {
     set_error("check_conf: " + what_of(std::current_exception()), false);
+    return GPU_BASICS_TORCH_ERUNTIME;
+  }
+}
+
+GPU_BASICS_TORCH_API int gpu_basics_torch_conf_keys(char* buf, size_t len) {
+  try {
+    gpu_basics::register_allocator_keys();
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& k : gpu_basics::allocator_keys())
+      a.push_back({{"name", k.name},
+                   {"module", k.module},
+                   {"accepts", k.accepts},
+                   {"example", k.example},
+                   {"ignored", k.ignored}});
+    return copy_out(a.dump(), buf, len);
+  } catch (...) {
+    set_error("conf_keys: " + what_of(std::current_exception()), false);
     return GPU_BASICS_TORCH_ERUNTIME;
   }
 }

@@ -132,7 +132,7 @@ TEST(Advise, BisectedLimitFitsAndOnePageLessDoesNot) {
   const auto s = gb::read_torch_snapshot(kData + "/h200_torch_snapshot.pickle");
   const auto trace = gb::to_replay_trace(s, s.busiest_device());
   for (const char* conf : {"", "expandable_segments:True", "max_split_size_mb:64"}) {
-    const auto o = gb::parse_allocator_conf(conf);
+    const auto o = gb::parse_allocator_options(conf);
     const auto unlimited = gb::replay_trace(trace, o);
     const std::size_t l = gb::smallest_fitting_limit(trace, o, unlimited.peak_reserved);
     EXPECT_EQ(l % gb::kAdvicePage, 0u) << conf;
@@ -252,10 +252,10 @@ TEST(Advise, StrandedPartsSumToReservedLessAllocated) {
   const auto mixed = gb::mixed_trace(6000, 3);
   for (const char* conf :
        {"", "expandable_segments:True", "max_split_size_mb:64", "roundup_power2_divisions:4"}) {
-    const auto st = gb::stranded_at_peak(mixed, gb::parse_allocator_conf(conf));
+    const auto st = gb::stranded_at_peak(mixed, gb::parse_allocator_options(conf));
     EXPECT_EQ(sum_of_parts(st), st.free_bytes()) << conf;
     EXPECT_EQ(st.bytes_of(gb::stranded_cause::unexplained), 0u) << conf;
-    EXPECT_EQ(st.reserved, gb::replay_trace(mixed, gb::parse_allocator_conf(conf)).peak_reserved)
+    EXPECT_EQ(st.reserved, gb::replay_trace(mixed, gb::parse_allocator_options(conf)).peak_reserved)
         << conf;
   }
 }
@@ -273,7 +273,7 @@ TEST(Advise, StrandedCausesByConstruction) {
   }
   {  // max_split_size_mb:64 keeps a free 100 MiB block from a 20 MiB request
     const std::vector<ev> t = {alloc(1, 100 * MiB), release(1), alloc(2, 20 * MiB)};
-    const auto st = gb::stranded_at_peak(t, gb::parse_allocator_conf("max_split_size_mb:64"));
+    const auto st = gb::stranded_at_peak(t, gb::parse_allocator_options("max_split_size_mb:64"));
     EXPECT_EQ(st.bytes_of(gb::stranded_cause::max_split), 100 * MiB);
     EXPECT_EQ(st.free_bytes(), 100 * MiB);
     // Without it the block is split: the peak is the 100 MiB segment, all of it in use.
@@ -381,7 +381,7 @@ TEST(Advise, PoliciesAreSearchedNotListed) {
   // Every one distinct, every one readable.
   std::vector<gb::allocator_options> seen;
   for (const auto& c : p) {
-    const auto o = gb::parse_allocator_conf(c);
+    const auto o = gb::parse_allocator_options(c);
     EXPECT_EQ(std::count(seen.begin(), seen.end(), o), 0) << c;
     seen.push_back(o);
   }

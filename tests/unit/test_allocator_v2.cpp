@@ -30,7 +30,7 @@ std::uintptr_t addr(void* p) {
 
 std::string conf_error(std::string_view conf) {
   try {
-    (void)parse_allocator_conf(conf);
+    (void)parse_allocator_options(conf);
   } catch (const logic_error& e) {
     return e.what();
   }
@@ -39,7 +39,7 @@ std::string conf_error(std::string_view conf) {
 }  // namespace
 
 TEST(AllocatorConf, ReadsPyTorchsKeysAndSyntax) {
-  const auto o = parse_allocator_conf(
+  const auto o = parse_allocator_options(
       " expandable_segments:True, max_split_size_mb:128,garbage_collection_threshold:0.6,"
       "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]");
   EXPECT_TRUE(o.expandable_segments);
@@ -50,12 +50,12 @@ TEST(AllocatorConf, ReadsPyTorchsKeysAndSyntax) {
   EXPECT_EQ(o.roundup_power2_divisions[9], 2u);
   EXPECT_EQ(o.roundup_power2_divisions[10], 4u);
   for (std::size_t i = 11; i < kRoundupIntervals; ++i) EXPECT_EQ(o.roundup_power2_divisions[i], 8u);
-  const auto single = parse_allocator_conf("roundup_power2_divisions:4");
+  const auto single = parse_allocator_options("roundup_power2_divisions:4");
   for (auto d : single.roundup_power2_divisions) EXPECT_EQ(d, 4u);
-  EXPECT_FALSE(parse_allocator_conf("expandable_segments:False").expandable_segments);
-  EXPECT_EQ(parse_allocator_conf("backend:native,release_lock_on_cudamalloc:True"),
+  EXPECT_FALSE(parse_allocator_options("expandable_segments:False").expandable_segments);
+  EXPECT_EQ(parse_allocator_options("backend:native,release_lock_on_cudamalloc:True"),
             allocator_options{});
-  EXPECT_EQ(parse_allocator_conf(""), allocator_options{});
+  EXPECT_EQ(parse_allocator_options(""), allocator_options{});
 }
 
 TEST(AllocatorConf, WritesWhatItReads) {
@@ -64,13 +64,14 @@ TEST(AllocatorConf, WritesWhatItReads) {
         "roundup_power2_divisions:[1:1,2:1,4:1,8:1,16:1,32:1,64:1,128:1,256:1,512:2,>:4]",
         "expandable_segments:True,max_split_size_mb:64,garbage_collection_threshold:0.5",
         "expandable_segments:True,page_release:eager", "page_release:deferred"}) {
-    const auto o = parse_allocator_conf(conf);
+    const auto o = parse_allocator_options(conf);
     EXPECT_EQ(to_conf_string(o), conf);
-    EXPECT_EQ(parse_allocator_conf(to_conf_string(o)), o) << conf;
+    EXPECT_EQ(parse_allocator_options(to_conf_string(o)), o) << conf;
   }
   EXPECT_EQ(to_conf_string(allocator_options{}), "");
-  EXPECT_EQ(parse_allocator_conf(" page_release:deferred ,expandable_segments:True").release_pages,
-            page_release::deferred);
+  EXPECT_EQ(
+      parse_allocator_options(" page_release:deferred ,expandable_segments:True").release_pages,
+      page_release::deferred);
 }
 
 TEST(AllocatorConf, BadStringsNameTheBadPart) {

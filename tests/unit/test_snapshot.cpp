@@ -1040,7 +1040,7 @@ TEST(SnapshotStream, PreparedAndParallelReplaysGiveTheSameResults) {
     const auto prepared = gb::prepare_trace(trace);
     EXPECT_EQ(prepared.peak_requested, gb::peak_requested(trace));
     for (const char* conf : {"", "expandable_segments:True", "max_split_size_mb:64"}) {
-      const auto o = gb::parse_allocator_conf(conf);
+      const auto o = gb::parse_allocator_options(conf);
       const auto a = gb::replay_trace(trace, o), b = gb::replay_trace(prepared, o);
       EXPECT_EQ(a.peak_reserved, b.peak_reserved) << conf;
       EXPECT_EQ(a.peak_allocated, b.peak_allocated) << conf;

@@ -111,16 +111,20 @@ struct config {
 
   struct memory_section {
     bool use_pinned_memory = true;
-    /// The caching allocator's policy for the lesson's passes: the individual keys
+    /// The caching allocator's options for the lesson's passes: the individual keys
     /// (memory.allocator.expandable_segments, max_split_size_mb, roundup_power2_divisions,
-    /// garbage_collection_threshold), then memory.allocator.conf over them.
+    /// garbage_collection_threshold), then memory.allocator.conf over them, which may hold any
+    /// registered key (allocator_keys(): page_release, thread_cache_blocks too). The allocator's
+    /// options of it all: parse_allocator_options(conf, options with `policy`)
+    /// (memory/caching_allocator.hpp).
     struct allocator_section {
       allocator_policy policy;  // from the individual keys
       std::string conf;         // memory.allocator.conf as written (checked when read)
-      /// `policy` with `conf` applied over it.
-      [[nodiscard]] allocator_policy effective() const {
-        return parse_allocator_policy(conf, policy);
-      }
+      /// `policy` with the policy keys of `conf` applied over it.
+      [[nodiscard]] allocator_policy effective() const { return apply_policy_keys(conf, policy); }
+      /// The conf string of the effective options: effective()'s, then the other keys of `conf`
+      /// that change something, as written.
+      [[nodiscard]] std::string effective_conf() const;
     } allocator;
   } memory;
 

@@ -82,14 +82,33 @@ struct allocator_options : allocator_policy {
   bool operator==(const allocator_options&) const = default;
 };
 
-/// Options with the policy of a conf string in PYTORCH_CUDA_ALLOC_CONF's syntax applied over
-/// `base` (see parse_allocator_policy).
+/// Registers the allocator's own keys (page_release, thread_cache_blocks) with core's registry
+/// (core/allocator_conf.hpp), which holds PyTorch's already: once, whoever calls first.
+/// parse_allocator_options calls it; so does whatever checks a conf string before any is parsed
+/// (the CLI at its start, the lessons' registry), since a key not yet registered is unknown.
+void register_allocator_keys();
+
+/// The allocator's options from a conf string in PYTORCH_CUDA_ALLOC_CONF's syntax applied over
+/// `base`: PyTorch's keys (apply_policy_keys), plus gpu-basics' own page_release:deferred|
+/// eager|keep (see page_release) and thread_cache_blocks:N (0 to 64). Every registered key is
+/// one of these or ignored (allocator_keys()).
 /// @throws logic_error naming the bad part of the string.
-/// Also reads gpu-basics' own key page_release:deferred|eager|keep (see page_release).
-[[nodiscard]] allocator_options parse_allocator_conf(std::string_view conf,
-                                                     allocator_options base = {});
-/// The conf string of what differs from the defaults, page_release included.
+[[nodiscard]] allocator_options parse_allocator_options(std::string_view conf,
+                                                        allocator_options base = {});
+/// The options of the configuration's memory.allocator: `policy` (its individual keys), then
+/// `conf` (memory.allocator.conf) over it.
+/// @throws logic_error naming the bad part of `conf`.
+[[nodiscard]] allocator_options allocator_options_of(const allocator_policy& policy,
+                                                     std::string_view conf);
+/// The conf string of what differs from the defaults, every key of parse_allocator_options.
 [[nodiscard]] std::string to_conf_string(const allocator_options& o);
+
+/// The environment variable a process's allocator reads its conf string from (the PyTorch
+/// bridge: src/torch_alloc): GPU_BASICS_ALLOC_CONF.
+inline constexpr const char* kAllocConfEnv = "GPU_BASICS_ALLOC_CONF";
+/// The options of GPU_BASICS_ALLOC_CONF (the defaults where it is unset) over `base`.
+/// @throws logic_error naming the variable and the bad part of its value.
+[[nodiscard]] allocator_options allocator_options_from_environment(allocator_options base = {});
 
 /// current / peak / total counts of one quantity.
 struct memory_stat {

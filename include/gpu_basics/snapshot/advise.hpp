@@ -192,7 +192,7 @@ inline constexpr std::size_t kAdvicePlacements = 8;
 /// The whole advice for `device`'s trace of `s`: every conf of `confs` (advise_policies())
 /// replayed without a limit and under each of `fit_limits`, on `threads` threads (0: one per
 /// core).
-/// @throws logic_error for a conf parse_allocator_conf rejects; format_error for a fit limit
+/// @throws logic_error for a conf parse_allocator_options rejects; format_error for a fit limit
 /// below the trace's live peak ("cannot fit: live bytes alone peak at X") or sizes beyond 64 bits;
 /// interrupted on Ctrl-C.
 [[nodiscard]] advice advise_snapshot(const torch_snapshot& s, const std::string& file, int device,

@@ -41,19 +41,19 @@ struct replay_report {
 };
 
 /// A --policy string's options.
-/// @throws logic_error for a blank string or one parse_allocator_conf rejects.
+/// @throws logic_error for a blank string or one parse_allocator_options rejects.
 [[nodiscard]] allocator_options parse_user_policy(const std::string& conf);
 
 /// The built-in policies (defaults, max_split_size_mb 64-512, roundup_power2_divisions,
 /// expandable_segments, garbage_collection_threshold), then `user`'s.
-/// @throws logic_error for a user conf that is blank, that parse_allocator_conf rejects, or that
+/// @throws logic_error for a user conf that is blank, that parse_allocator_options rejects, or that
 /// is the same policy as one before it (built-in or given).
 [[nodiscard]] std::vector<std::string> replay_policies(const std::vector<std::string>& user);
 
 /// Replays `device`'s trace of `s` under every conf of `confs`, the policies on a pool of threads
 /// (each replay is independent: the report is the same however many run at once).
-/// @throws logic_error for a conf string parse_allocator_conf rejects; format_error naming `file`
-/// for sizes beyond 64 bits; interrupted on Ctrl-C / SIGTERM.
+/// @throws logic_error for a conf string parse_allocator_options rejects; format_error naming
+/// `file` for sizes beyond 64 bits; interrupted on Ctrl-C / SIGTERM.
 [[nodiscard]] replay_report replay_snapshot(const torch_snapshot& s, const std::string& file,
                                             int device, const std::vector<std::string>& confs);
 /// The same on `threads` threads at most (0: one per core, or 1 when the whole sweep is under a
