@@ -16,7 +16,7 @@ import json
 import os
 from typing import Optional
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 PLAIN = "libgpu_basics_torch_alloc.so"
 C10 = "libgpu_basics_torch_alloc_c10.so"
 ENV_LIB = "GPU_BASICS_TORCH_ALLOC_LIB"
@@ -129,6 +129,7 @@ class Library:
             "gpu_basics_torch_conf": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),
             "gpu_basics_torch_check_conf": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p,
                                                            ctypes.c_size_t]),
+            "gpu_basics_torch_conf_keys": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),
             "gpu_basics_torch_configure": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),
             "gpu_basics_torch_record_history": (ctypes.c_int, [ctypes.c_int, ctypes.c_size_t]),
             "gpu_basics_torch_last_error": (ctypes.c_char_p, []),
@@ -172,6 +173,11 @@ class Library:
 
     def check_conf(self, conf: str) -> str:
         return self._text(self.lib.gpu_basics_torch_check_conf, conf.encode())
+
+    def conf_keys(self) -> list:
+        """Every key a conf string may hold: dicts of name, module, accepts, example (a valid
+        value other than the default) and ignored (PyTorch's key, without effect here)."""
+        return json.loads(self._text(self.lib.gpu_basics_torch_conf_keys))
 
     def configure(self, conf: Optional[str], history: int = 0) -> None:
         self._check(self.lib.gpu_basics_torch_configure((conf or "").encode(), history),

@@ -36,6 +36,27 @@ def test_conf_strings_are_normalised_or_refused_with_the_bad_part():
         gpu_basics.check_conf("page_release:never")
 
 
+def test_every_registered_key_is_set_and_read_back_through_configure():
+    # gbt.use(conf=...) hands conf to configure(); build_info()["conf"] reads it back. The keys
+    # come from the library's registry, so a new key is covered as soon as it is registered.
+    lib = gpu_basics.Library()
+    keys = lib.conf_keys()
+    names = {k["name"] for k in keys}
+    assert {"max_split_size_mb", "roundup_power2_divisions", "garbage_collection_threshold",
+            "expandable_segments", "page_release", "thread_cache_blocks"} <= names
+    try:
+        for k in keys:
+            conf = f"{k['name']}:{k['example']}"
+            want = "" if k["ignored"] else conf
+            assert gpu_basics.check_conf(conf) == want, conf
+            lib.configure(conf)
+            assert lib.conf() == want, conf
+            with pytest.raises(ValueError, match=k["name"]):
+                lib.configure(f"{k['name']}:not-a-value")
+    finally:
+        lib.configure("")
+
+
 def test_a_missing_library_is_one_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv(_native.ENV_LIB, str(tmp_path / "nope.so"))
     with pytest.raises(gpu_basics.LibraryNotFound, match="nope.so: no such file"):
