@@ -58,7 +58,7 @@ struct conf_entry {
 /// ':'. Keys are not looked up here. Blank: none.
 /// @throws logic_error naming the piece: "allocator conf: 'x': expected key:value", "allocator
 /// conf: an empty entry at offset 7 (two commas in a row?)", "allocator conf: '[' at offset 3
-/// is never closed", "allocator conf: ']' at offset 9 closes nothing".
+/// is never closed".
 [[nodiscard]] std::vector<conf_entry> split_conf(std::string_view conf);
 
 /// A key a conf string may hold, as its module registers it.
