@@ -568,7 +568,8 @@ TEST(Snapshot, SizesBeyond64BitsAreAnErrorNeverWrapped) {
     EXPECT_NE(std::string(e.what()).find("beyond 64 bits"), std::string::npos) << e.what();
   }
   try {
-    (void)gb::replay_snapshot(s, "big.pickle", 0, {""});
+    (void)gb::replay_snapshot(s, "big.pickle", 0,
+                              gb::policy_list({""}, {}, gb::repeated_policy::refuse));
     ADD_FAILURE() << "no error";
   } catch (const gb::format_error& e) {
     EXPECT_EQ(std::string(e.what()).rfind("big.pickle: ", 0), 0u) << e.what();
