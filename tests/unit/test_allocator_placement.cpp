@@ -1,6 +1,6 @@
 // Block placement on the CPU: freed blocks merge with their neighbours at once, oversize blocks
-// follow max_split_size, garbage collection returns the oldest blocks past its threshold, the
-// stress invariants of one thread, and impossible sizes.
+// follow max_split_size, garbage collection returns the oldest blocks past its threshold,
+// and the stress invariants of one thread.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -125,11 +125,4 @@ TEST(AllocatorV2, StressOneThreadKeepsInvariants) {
     EXPECT_EQ(be->used(), 0u) << expandable;
   }
   EXPECT_EQ(be->bad_deallocations(), 0u);
-}
-
-TEST(AllocatorV2, ImpossibleSizesAreOutOfMemoryNotAWrappedRounding) {
-  caching_allocator a(std::make_shared<fake_backend>(1 * GiB, true));
-  EXPECT_THROW((void)a.allocate(SIZE_MAX), out_of_memory);
-  EXPECT_THROW((void)a.allocate(SIZE_MAX - 100), out_of_memory);
-  EXPECT_EQ(a.stats().allocation_count.current, 0);
 }
