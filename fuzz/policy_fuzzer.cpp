@@ -65,8 +65,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   std::vector<gpu_basics::allocator_options> policies;
   try {
-    (void)gpu_basics::replay_policies(user);
-    for (const auto& c : user) policies.push_back(gpu_basics::parse_allocator_options(c));
+    const auto list = gpu_basics::replay_policies(user);  // the user's come last, each once
+    for (std::size_t i = list.size() - user.size(); i < list.size(); ++i)
+      policies.push_back(list[i].options);
   } catch (const gpu_basics::logic_error&) {
     return 0;  // the one expected answer to a bad --policy
   }

@@ -14,8 +14,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   try {
     const gpu_basics::torch_snapshot s = gpu_basics::parse_torch_snapshot(bytes, "fuzz.pickle");
-    (void)gpu_basics::replay_snapshot(s, "fuzz.pickle", s.busiest_device(),
-                                      {"", "max_split_size_mb:64", "expandable_segments:True"});
+    static const auto policies =
+        gpu_basics::policy_list({"", "max_split_size_mb:64", "expandable_segments:True"}, {},
+                                gpu_basics::repeated_policy::refuse);
+    (void)gpu_basics::replay_snapshot(s, "fuzz.pickle", s.busiest_device(), policies);
   } catch (const gpu_basics::format_error&) {
     // the one expected answer to bad input
   }

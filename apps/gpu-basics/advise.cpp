@@ -8,8 +8,8 @@
 #include "gpu_basics/core/input_file.hpp"
 #include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/lessons/record.hpp"
-#include "gpu_basics/snapshot/advise.hpp"
 #include "gpu_basics/report/advice.hpp"
+#include "gpu_basics/snapshot/advise.hpp"
 #include "replay.hpp"
 
 namespace gpu_basics::cli {
@@ -21,10 +21,10 @@ int run_advise(const options& o, std::ostream& out, std::ostream& err) {
       if (*p && **p != "-") check_writable(**p);
     std::vector<std::size_t> limits;
     for (const auto& f : o.fit_sizes) limits.push_back(*parse_byte_size(f));  // checked by CLI11
-    const auto confs = advise_policies(o.policies);
+    const auto policies = advise_policies(o.policies);
     const torch_snapshot s = read_torch_snapshot(o.input_path);
     const int device = s.busiest_device();
-    const advice a = advise_snapshot(s, printable(o.input_path), device, confs, limits);
+    const advice a = advise_snapshot(s, printable(o.input_path), device, policies, limits);
     const bool json_to_stdout = o.json_path && *o.json_path == "-";
     const nlohmann::json j = to_json(a);
     // Strings from the file (the allocator conf) may not be UTF-8: such bytes become U+FFFD.

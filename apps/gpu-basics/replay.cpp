@@ -39,11 +39,10 @@ int guarded(const std::string& input, std::ostream& err, const std::function<int
 int run_replay(const options& o, std::ostream& out, std::ostream& err) {
   return guarded(o.input_path, err, [&] {
     if (o.json_path && *o.json_path != "-") check_writable(*o.json_path);
-    const auto confs = replay_policies(o.policies);
-    for (const auto& c : o.policies) (void)parse_allocator_options(c);  // a bad one: exit 2 first
+    const auto policies = replay_policies(o.policies);  // a bad one: exit 2 before reading
     const torch_snapshot s = read_torch_snapshot(o.input_path);
     const int device = s.busiest_device();
-    const replay_report r = replay_snapshot(s, printable(o.input_path), device, confs);
+    const replay_report r = replay_snapshot(s, printable(o.input_path), device, policies);
     const bool json_to_stdout = o.json_path && *o.json_path == "-";
     // Strings from the file (the allocator conf) may not be UTF-8: such bytes become U+FFFD.
     const auto json_text = [&] {

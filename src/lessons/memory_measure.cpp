@@ -20,8 +20,8 @@
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/cuda_backend.hpp"
 #include "gpu_basics/memory/pinned_pool.hpp"
-#include "gpu_basics/snapshot/snapshot.hpp"
 #include "gpu_basics/profiler/range.hpp"
+#include "gpu_basics/snapshot/snapshot.hpp"
 #include "gpu_basics/transfer/copy_bench.hpp"
 
 namespace gpu_basics::lessons {

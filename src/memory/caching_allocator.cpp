@@ -131,6 +131,24 @@ std::size_t segment_size_for(std::size_t rounded) noexcept {
   return (rounded + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
 }
 
+bool oversize_block_refused(std::size_t block_bytes, std::size_t rounded,
+                            const allocator_options& o) noexcept {
+  if (rounded < o.max_split_size) return block_bytes >= o.max_split_size;
+  return block_bytes >= rounded + kOversizeSlack;
+}
+
+std::string_view to_string(block_state s) noexcept {
+  switch (s) {
+    case block_state::active_allocated:
+      return "active_allocated";
+    case block_state::active_pending_free:
+      return "active_pending_free";
+    case block_state::inactive:
+      break;
+  }
+  return "inactive";
+}
+
 std::string_view to_string(alloc_source s) noexcept {
   switch (s) {
     case alloc_source::cache_hit:
@@ -315,9 +333,7 @@ block* caching_allocator::impl::find_free(stream_handle stream, std::size_t roun
       it = next;
   }
   block* b = *it;
-  if (rounded < o.max_split_size && b->size >= o.max_split_size) return nullptr;
-  if (rounded >= o.max_split_size && b->size >= rounded + kLargeSlack) return nullptr;
-  return b;
+  return oversize_block_refused(b->size, rounded, o) ? nullptr : b;
 }
 
 /// A new plain segment for `rounded`, outside every set; nullptr when the backend has none.

@@ -43,8 +43,7 @@ constexpr std::size_t kSmallRequest = 1 << 20;   // requests up to 1 MiB use the
 constexpr std::size_t kSmallSegment = 2 << 20;   // small pool segments
 constexpr std::size_t kLargeSegment = 20 << 20;  // segments for 1-10 MiB requests
 constexpr std::size_t kMediumLimit = 10 << 20;
-constexpr std::size_t kRoundLarge = 2 << 20;   // large requests round to 2 MiB segments
-constexpr std::size_t kLargeSlack = 20 << 20;  // oversize blocks may exceed a request by this
+constexpr std::size_t kRoundLarge = kLargePageBytes;  // large requests round to 2 MiB segments
 
 struct block;
 struct thread_cache;

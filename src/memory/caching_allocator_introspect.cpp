@@ -125,15 +125,15 @@ std::vector<segment_view> caching_allocator::segments() const {
       sv.total_size += size;
       if (b->allocated) {
         bv.requested = b->requested;
-        bv.state = "active_allocated";
+        bv.state = block_state::active_allocated;
         sv.allocated_size += b->size;
         sv.active_size += b->size;
         sv.requested_size += b->requested;
       } else if (b->pending_events > 0) {
-        bv.state = "active_pending_free";
+        bv.state = block_state::active_pending_free;
         sv.active_size += b->size;
       } else {
-        bv.state = "inactive";
+        bv.state = block_state::inactive;
       }
       sv.blocks.push_back(bv);
     };

@@ -159,9 +159,8 @@ bool caching_allocator::impl::cacheable(const block* b) {
   if (b->prev && b->prev->in_free_set) return false;
   const block* n = b->next && b->next->in_free_set ? b->next : nullptr;
   const std::size_t merged = b->size + (n ? n->size : 0);
-  // find_free()'s rules for oversize blocks, applied to M.
-  if (b->size < o.max_split_size && merged >= o.max_split_size) return false;
-  if (b->size >= o.max_split_size && merged >= b->size + kLargeSlack) return false;
+  // find_free()'s rule for oversize blocks, applied to M serving a request of b's size.
+  if (oversize_block_refused(merged, b->size, o)) return false;
   const block* after = n ? n->next : b->next;
   struct candidate {
     std::size_t size = 0;

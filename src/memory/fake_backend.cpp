@@ -20,6 +20,12 @@ std::string address_placement::name() const {
   return "shuffled (seed " + std::to_string(seed) + ")";
 }
 
+std::shared_ptr<fake_backend> simulated_device(address_placement placement) {
+  auto b = std::make_shared<fake_backend>(std::size_t{1} << 46, /*fake_addresses=*/true);
+  b->set_address_placement(placement);
+  return b;
+}
+
 fake_backend::fake_backend(std::size_t capacity, bool fake_addresses)
     : capacity_(capacity), fake_addresses_(fake_addresses) {}
 

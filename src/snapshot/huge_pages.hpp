@@ -1,4 +1,5 @@
-// Large buffers backed by huge pages where the system offers them (internal to the memory module).
+// Large buffers backed by huge pages where the system offers them (internal to the snapshot
+// module).
 #pragma once
 
 #include <cstddef>

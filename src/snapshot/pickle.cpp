@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "gpu_basics/core/errors.hpp"
-#include "pickle_detail.hpp"
+#include "pickle_value.hpp"
 
 namespace gpu_basics::pickle {
 
@@ -48,7 +48,7 @@ value value::list(items it) {
   auto n = std::make_shared<seq_node>();
   for (const auto& e : it) {
     n->height = std::max(n->height, e.height() + 1);
-    n->values = add_saturating(n->values, e.tree_values());
+    n->values = add_saturating(n->values, e.tree_size());
   }
   n->v = std::move(it);
   v.d_ = std::move(n);
@@ -64,7 +64,7 @@ value value::dict(entries e) {
   auto n = std::make_shared<dict_node>();
   for (const auto& [k, x] : e) {
     n->height = std::max(n->height, x.height() + 1);
-    n->values = add_saturating(n->values, add_saturating(k.tree_values(), x.tree_values()));
+    n->values = add_saturating(n->values, add_saturating(k.tree_size(), x.tree_size()));
   }
   n->v = std::move(e);
   v.d_ = std::move(n);
@@ -183,15 +183,19 @@ void value::append(value v) {
   auto* n = std::get_if<std::shared_ptr<seq_node>>(&d_);
   if (!n) wrong_type(type_name(), "list");
   (*n)->height = std::max((*n)->height, v.height() + 1);
-  (*n)->values = add_saturating((*n)->values, v.tree_values());
+  (*n)->values = add_saturating((*n)->values, v.tree_size());
   (*n)->v.push_back(std::move(v));
 }
 void value::set(value key, value v) {
   auto* n = std::get_if<std::shared_ptr<dict_node>>(&d_);
   if (!n) wrong_type(type_name(), "dict");
   (*n)->height = std::max((*n)->height, v.height() + 1);
-  (*n)->values = add_saturating((*n)->values, add_saturating(key.tree_values(), v.tree_values()));
+  (*n)->values = add_saturating((*n)->values, add_saturating(key.tree_size(), v.tree_size()));
   (*n)->v.emplace_back(std::move(key), std::move(v));
+}
+
+std::uint64_t value::tree_values() const noexcept {
+  return tree_size();
 }
 
 std::size_t value::taken() const noexcept {

@@ -1,8 +1,6 @@
 #include "gpu_basics/snapshot/policy_sweep.hpp"
 
 #include <algorithm>
-#include <condition_variable>
-#include <mutex>
 
 #include <fmt/format.h>
 
@@ -15,11 +13,6 @@
 namespace gpu_basics {
 
 namespace {
-
-/// A conf as the table shows it: escaped (a --policy or a snapshot's conf may hold anything).
-std::string label(const std::string& conf) {
-  return conf.empty() ? "(defaults)" : printable(conf);
-}
 
 double ratio(std::uint64_t a, std::uint64_t b) {
   return b ? static_cast<double>(a) / static_cast<double>(b) : 0.0;
@@ -49,133 +42,116 @@ allocator_options parse_user_policy(const std::string& conf) {
   return parse_allocator_options(conf);
 }
 
-std::vector<std::string> replay_policies(const std::vector<std::string>& user) {
-  std::vector<std::string> v = {"",
-                                "max_split_size_mb:64",
-                                "max_split_size_mb:128",
-                                "max_split_size_mb:256",
-                                "max_split_size_mb:512",
-                                "roundup_power2_divisions:4",
-                                "roundup_power2_divisions:[256:1,512:2,>:4]",
-                                "expandable_segments:True",
-                                "garbage_collection_threshold:0.6"};
-  std::vector<allocator_options> parsed;
-  parsed.reserve(v.size() + user.size());
-  for (const auto& c : v) parsed.push_back(parse_allocator_options(c));
+std::string policy_label(const std::string& conf) {
+  return conf.empty() ? "(defaults)" : printable(conf);
+}
+
+std::vector<replay_policy> policy_list(const std::vector<std::string>& builtin,
+                                       const std::vector<std::string>& user,
+                                       repeated_policy repeated) {
+  std::vector<replay_policy> v;
+  v.reserve(builtin.size() + user.size());
+  for (const auto& c : builtin) v.push_back({c, parse_allocator_options(c)});
   for (const auto& c : user) {
-    const allocator_options o = parse_user_policy(c);
-    for (std::size_t i = 0; i < parsed.size(); ++i)
-      if (parsed[i] == o)
-        throw logic_error(
-            fmt::format("{} is the same policy as {}, already in the sweep", quote_for_message(c),
-                        v[i].empty() ? std::string("the defaults") : quote_for_message(v[i])));
-    v.push_back(c);
-    parsed.push_back(o);
+    replay_policy p{c, parse_user_policy(c)};
+    const auto same = std::find_if(v.begin(), v.end(),
+                                   [&](const replay_policy& q) { return q.options == p.options; });
+    if (same != v.end()) {
+      if (repeated == repeated_policy::skip) continue;
+      throw logic_error(fmt::format(
+          "{} is the same policy as {}, already in the sweep", quote_for_message(c),
+          same->conf.empty() ? std::string("the defaults") : quote_for_message(same->conf)));
+    }
+    v.push_back(std::move(p));
   }
   return v;
 }
 
-replay_report replay_snapshot(const torch_snapshot& s, const std::string& file, int device,
-                              const std::vector<std::string>& confs) {
-  return replay_snapshot(s, file, device, confs, 0);
+std::vector<replay_policy> replay_policies(const std::vector<std::string>& user) {
+  return policy_list({"", "max_split_size_mb:64", "max_split_size_mb:128", "max_split_size_mb:256",
+                      "max_split_size_mb:512", "roundup_power2_divisions:4",
+                      "roundup_power2_divisions:[256:1,512:2,>:4]", "expandable_segments:True",
+                      "garbage_collection_threshold:0.6"},
+                     user, repeated_policy::refuse);
 }
 
-replay_report replay_snapshot(const torch_snapshot& s, const std::string& file, int device,
-                              const std::vector<std::string>& confs, unsigned threads) {
-  std::vector<allocator_options> opts;
-  opts.reserve(confs.size());
-  for (const auto& c : confs) opts.push_back(parse_allocator_options(c));  // all checked first
-  replay_report r;
-  r.file = file;
-  r.device = device;
-  const auto trace = to_replay_trace(s, device, &r.rebuilt);
-  prepared_trace prepared;
-  try {                                      // sizes beyond 64 bits: name the file
+policy_sweep sweep_policies(const prepared_trace& trace, const std::vector<replay_policy>& policies,
+                            std::uint64_t recorded_peak, thread_pool& pool,
+                            const std::function<void(std::size_t, const policy_run&)>& then) {
+  policy_sweep sw;
+  sw.runs.resize(policies.size());
+  const auto collects = [&](std::size_t i) {
+    return policies[i].options.garbage_collection_threshold > 0;
+  };
+  const auto run = [&](std::size_t i) {
+    throw_if_interrupted();
+    allocator_options o = policies[i].options;
+    if (collects(i) && o.reserved_limit == SIZE_MAX && sw.gc_reserved_limit > 0)
+      o.reserved_limit = sw.gc_reserved_limit;
+    try {
+      sw.runs[i].result = replay_trace(trace, o);
+    } catch (const out_of_memory& e) {
+      sw.runs[i].failure = e.what();
+    }
+    if (then) then(i, sw.runs[i]);
+  };
+  std::vector<std::size_t> first, second;  // without a collector (the defaults first), with one
+  for (std::size_t i = 0; i < policies.size(); ++i)
+    if (policies[i].options == allocator_options{}) first.push_back(i);
+  for (std::size_t i = 0; i < policies.size(); ++i)
+    if (!collects(i) && policies[i].options != allocator_options{}) first.push_back(i);
+  for (std::size_t i = 0; i < policies.size(); ++i)
+    if (collects(i)) second.push_back(i);
+  pool.parallel_for(first.size(), [&](std::size_t k) { run(first[k]); });
+  sw.gc_reserved_limit = recorded_peak;
+  for (std::size_t i = 0; i < policies.size(); ++i)
+    if (policies[i].options == allocator_options{} && sw.runs[i].result) {
+      sw.gc_reserved_limit =
+          std::max<std::uint64_t>(recorded_peak, sw.runs[i].result->peak_reserved);
+      break;
+    }
+  pool.parallel_for(second.size(), [&](std::size_t k) { run(second[k]); });
+  return sw;
+}
+
+snapshot_trace::snapshot_trace(const torch_snapshot& s, const std::string& file, int device) {
+  events = to_replay_trace(s, device, &rebuilt);  // in the body: after rebuilt's initialiser
+  try {                                           // sizes beyond 64 bits: name the file
     std::optional<format_error> live_bytes;  // reported after the segments' sizes, as recorded()
     try {
-      prepared = prepare_trace(trace);
+      prepared = prepare_trace(events);
     } catch (const format_error& e) {
       live_bytes = e;
     }
-    r.recorded = recorded(s, device, prepared);
+    recorded = gpu_basics::recorded(s, device, prepared);
     if (live_bytes) throw *live_bytes;
   } catch (const format_error& e) {
     throw format_error(fmt::format("{}: {}", file, e.what()));
   }
+}
+
+replay_report replay_snapshot(const torch_snapshot& s, const std::string& file, int device,
+                              const std::vector<replay_policy>& policies, unsigned threads) {
+  const snapshot_trace t(s, file, device);
+  replay_report r;
+  r.file = file;
+  r.device = device;
+  r.rebuilt = t.rebuilt;
+  r.recorded = t.recorded;
   r.recorded_conf = s.alloc_conf;
   r.trace_events = r.recorded.events;
-  r.replay_events = trace.size();
-  // garbage_collection_threshold acts only under a reserved limit, and a snapshot does not hold
-  // the device's memory size: the limit is the larger of what PyTorch reserved at its peak and
-  // what the default policy reserves in the replay (so the collector has the room the policy
-  // without it needed, and shows what it saves within that). The policies run on a pool of
-  // threads, each on its own allocator, in this order: the defaults, the others without a
-  // collector, then those with one, which wait for the defaults' peak.
-  std::vector<std::size_t> order;
-  const auto add = [&](auto pick) {
-    for (std::size_t i = 0; i < confs.size(); ++i)
-      if (pick(opts[i])) order.push_back(i);
-  };
-  const auto collects = [](const allocator_options& o) {
-    return o.garbage_collection_threshold > 0;
-  };
-  add([](const allocator_options& o) { return o == allocator_options{}; });
-  add([&](const allocator_options& o) { return !collects(o) && o != allocator_options{}; });
-  add(collects);
-  const std::size_t defaults =
-      static_cast<std::size_t>(std::count(opts.begin(), opts.end(), allocator_options{}));
-  r.policies.resize(confs.size());
-  std::mutex m;
-  std::condition_variable defaults_done;
-  std::size_t defaults_left = defaults;
-  bool failed = false;
-  const auto limit = [&] {  // the defaults' peak (the last of them, as they ran in order)
-    std::uint64_t default_peak = 0;
-    for (std::size_t k = 0; k < defaults; ++k)
-      if (const auto& p = r.policies[order[k]]; p.result) default_peak = p.result->peak_reserved;
-    r.gc_reserved_limit = std::max<std::uint64_t>(r.recorded.peak_reserved, default_peak);
-  };
-  if (defaults == 0) limit();
-  const auto replay = [&](std::size_t k) {
-    const std::size_t i = order[k];
-    policy_replay& p = r.policies[i];
-    p.conf = confs[i];
-    allocator_options o = opts[i];
-    if (collects(o)) {
-      std::unique_lock lock(m);
-      defaults_done.wait(lock, [&] { return defaults_left == 0; });
-      if (failed) return;
-      if (o.reserved_limit == SIZE_MAX && r.gc_reserved_limit > 0)
-        o.reserved_limit = r.gc_reserved_limit;
-    }
-    bool ok = false;
-    const auto finish = [&] {  // a default policy done (or failed): the collectors may start
-      if (k >= defaults) return;
-      std::lock_guard lock(m);
-      failed = failed || !ok;
-      if (--defaults_left == 0) limit();
-      defaults_done.notify_all();
-    };
-    try {
-      throw_if_interrupted();
-      try {
-        p.result = replay_trace(prepared, o);
-      } catch (const out_of_memory& e) {
-        p.failure = e.what();
-      }
-      ok = true;
-    } catch (...) {
-      finish();
-      throw;
-    }
-    finish();
-  };
-  const std::size_t work = trace.size() * confs.size();
+  r.replay_events = t.events.size();
+  const std::size_t work = t.events.size() * policies.size();
   if (threads == 0) threads = work < (std::size_t{1} << 20) ? 1 : default_thread_count();
-  thread_pool pool(static_cast<unsigned>(std::min<std::size_t>(threads, confs.size())));
-  pool.parallel_for(order.size(), replay);
-  for (const auto& p : r.policies)
-    if (p.result) r.seconds += p.result->seconds;
+  thread_pool pool(static_cast<unsigned>(
+      std::max<std::size_t>(1, std::min<std::size_t>(threads, policies.size()))));
+  policy_sweep sw = sweep_policies(t.prepared, policies, r.recorded.peak_reserved, pool);
+  r.gc_reserved_limit = sw.gc_reserved_limit;
+  r.policies.resize(policies.size());
+  for (std::size_t i = 0; i < policies.size(); ++i) {
+    r.policies[i] = {policies[i].conf, std::move(sw.runs[i].result), std::move(sw.runs[i].failure)};
+    if (r.policies[i].result) r.seconds += r.policies[i].result->seconds;
+  }
   return r;
 }
 
@@ -194,23 +170,23 @@ presentation::table replay_table(const replay_report& r) {
   using presentation::value;
   for (const auto& p : r.policies) {
     if (!p.result) {
-      t.add_row({label(p.conf), std::string("out of memory"), value{}, value{}, value{}, value{},
-                 value{}});
-      t.notes.push_back(fmt::format("{}: {}.", label(p.conf), p.failure));
+      t.add_row({policy_label(p.conf), std::string("out of memory"), value{}, value{}, value{},
+                 value{}, value{}});
+      t.notes.push_back(fmt::format("{}: {}.", policy_label(p.conf), p.failure));
       continue;
     }
     const auto& x = *p.result;
-    t.add_row({label(p.conf), static_cast<std::int64_t>(x.peak_reserved),
+    t.add_row({policy_label(p.conf), static_cast<std::int64_t>(x.peak_reserved),
                static_cast<std::int64_t>(x.peak_allocated),
                ratio(x.peak_reserved, x.peak_allocated), x.reserved_ratio(), x.backend_allocations,
                x.fragmentation_at_peak});
   }
   const auto& rec = r.recorded;
-  t.add_row(
-      {std::string("PyTorch (recorded)") +
-           (r.recorded_conf && !r.recorded_conf->empty() ? " " + label(*r.recorded_conf) : ""),
-       static_cast<std::int64_t>(rec.peak_reserved), value{}, value{},
-       ratio(rec.peak_reserved, rec.peak_requested), rec.backend_allocations, value{}});
+  t.add_row({std::string("PyTorch (recorded)") + (r.recorded_conf && !r.recorded_conf->empty()
+                                                      ? " " + policy_label(*r.recorded_conf)
+                                                      : ""),
+             static_cast<std::int64_t>(rec.peak_reserved), value{}, value{},
+             ratio(rec.peak_reserved, rec.peak_requested), rec.backend_allocations, value{}});
   t.notes.push_back(fmt::format(
       "Peak requested (live bytes as asked, the same for every policy): {:.1f} MiB. {} blocks "
       "alive when recording began were allocated first.",
@@ -227,7 +203,7 @@ presentation::table replay_table(const replay_report& r) {
       "the device's memory size).",
       static_cast<double>(r.gc_reserved_limit) * kPerMiB));
   if (const auto b = r.best())
-    t.notes.push_back(fmt::format("Lowest peak reserved: {}.", label(*b)));
+    t.notes.push_back(fmt::format("Lowest peak reserved: {}.", policy_label(*b)));
   t.notes.push_back(fmt::format("Replayed {} events in {:.3f} s: {:.2f} M events/s.",
                                 r.replay_events * r.policies.size(), r.seconds,
                                 r.events_per_second() * 1e-6));

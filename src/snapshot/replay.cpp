@@ -8,7 +8,6 @@
 
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/interrupt.hpp"
-#include "gpu_basics/memory/fake_backend.hpp"
 
 namespace gpu_basics {
 
@@ -57,46 +56,67 @@ std::size_t peak_of(const std::vector<replay_event>& trace, const std::vector<st
   return peak;
 }
 
-/// replay_trace() without its peak_requested.
-replay_result replay_blocks(const std::vector<replay_event>& trace,
-                            const std::vector<std::uint32_t>& block, std::size_t blocks,
-                            const allocator_options& o) {
-  auto backend = std::make_shared<fake_backend>(std::size_t{1} << 46, true);
-  allocator_options opts = o;
-  opts.history_capacity = 0;
-  // A trace has no GPU timing: a release of pages (eager or deferred) happens as if the GPU had
-  // caught up, which is what deferred comes to once its events are done.
-  if (opts.release_pages == page_release::deferred) opts.release_pages = page_release::eager;
-  caching_allocator a(backend, opts);
-  std::vector<void*> live(blocks, nullptr);  // deallocate(nullptr) does nothing
-  replay_result r;
+/// replay_trace() of a prepared trace, without its peak_requested.
+replay_result replay_prepared(const prepared_trace& trace, const allocator_options& o) {
+  trace_replayer r(trace, o);
+  replay_result res;
   const auto t0 = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < trace.size(); ++i) {
-    if ((i & 0xffff) == 0) throw_if_interrupted();
-    const replay_event& e = trace[i];
-    void*& p = live[block[i]];
-    if (e.kind == replay_event::op::alloc) {
-      p = a.allocate(e.bytes, e.stream);  // an id allocated twice: the first leaks
-      const std::size_t reserved = backend->used();
-      if (reserved > r.peak_reserved) {
-        r.peak_reserved = reserved;
-        r.fragmentation_at_peak = a.stats().fragmentation;
-      }
-    } else if (p) {
-      a.deallocate(p);
-      p = nullptr;
+  for (std::size_t i = 0; i < r.events(); ++i) {
+    if (!r.step(i)) continue;
+    if (const std::size_t reserved = r.reserved(); reserved > res.peak_reserved) {
+      res.peak_reserved = reserved;
+      res.fragmentation_at_peak = r.allocator().stats().fragmentation;
     }
   }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.events = trace.size();
-  const allocator_stats s = a.stats();
-  r.peak_allocated = static_cast<std::size_t>(s.allocated_bytes.peak);
-  r.backend_allocations = s.device_allocations;
-  for (void* p : live) a.deallocate(p);
-  return r;
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  res.events = r.events();
+  const allocator_stats st = r.allocator().stats();
+  res.peak_allocated = static_cast<std::size_t>(st.allocated_bytes.peak);
+  res.backend_allocations = st.device_allocations;
+  return res;
 }
 
 }  // namespace
+
+allocator_options replay_options(allocator_options o) {
+  o.history_capacity = 0;
+  if (o.release_pages == page_release::deferred) o.release_pages = page_release::eager;
+  return o;
+}
+
+trace_replayer::trace_replayer(const prepared_trace& trace, const allocator_options& o,
+                               address_placement placement, bool count_allocated)
+    : trace_(trace),
+      opts_(replay_options(o)),
+      device_(simulated_device(placement)),
+      alloc_(device_, opts_),
+      live_(trace.blocks),
+      count_allocated_(count_allocated) {}
+
+trace_replayer::~trace_replayer() {
+  for (const live_block& b : live_) alloc_.deallocate(b.ptr);  // nullptr is ignored
+}
+
+void* trace_replayer::step(std::size_t i) {
+  if ((i & 0xffff) == 0) throw_if_interrupted();
+  const replay_event& e = (*trace_.trace)[i];
+  live_block& b = live_[trace_.block[i]];
+  if (e.kind == replay_event::op::alloc) {
+    void* p = alloc_.allocate(e.bytes, e.stream);
+    // An id allocated again: its first block leaks (still allocated, still counted).
+    b = {p, count_allocated_ ? alloc_.block_size(p) : 0, e.bytes};
+    allocated_ += b.size;
+    requested_ += e.bytes;
+    return p;
+  }
+  if (b.ptr) {
+    alloc_.deallocate(b.ptr);
+    allocated_ -= b.size;
+    requested_ -= b.requested;
+    b = {};
+  }
+  return nullptr;
+}
 
 std::size_t peak_requested(const std::vector<replay_event>& trace) {
   std::size_t blocks = 0;
@@ -113,15 +133,16 @@ prepared_trace prepare_trace(const std::vector<replay_event>& trace) {
 }
 
 replay_result replay_trace(const std::vector<replay_event>& trace, const allocator_options& o) {
-  std::size_t blocks = 0;
-  const auto block = block_indices(trace, blocks);
-  replay_result r = replay_blocks(trace, block, blocks, o);
-  r.peak_requested = peak_of(trace, block, blocks);
+  prepared_trace p;
+  p.trace = &trace;
+  p.block = block_indices(trace, p.blocks);
+  replay_result r = replay_prepared(p, o);
+  r.peak_requested = peak_of(trace, p.block, p.blocks);
   return r;
 }
 
 replay_result replay_trace(const prepared_trace& trace, const allocator_options& o) {
-  replay_result r = replay_blocks(*trace.trace, trace.block, trace.blocks, o);
+  replay_result r = replay_prepared(trace, o);
   r.peak_requested = trace.peak_requested;
   return r;
 }

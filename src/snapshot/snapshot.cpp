@@ -40,7 +40,7 @@ value block_dict(const block_view& b) {
   d.set("address", int_value(b.ptr));
   d.set("size", int_value(b.size));
   d.set("requested_size", int_value(b.requested));
-  d.set("state", value::str(std::string(b.state.empty() ? "inactive" : b.state)));
+  d.set("state", value::str(std::string(to_string(b.state))));
   d.set("frames", empty_frames());
   return d;
 }

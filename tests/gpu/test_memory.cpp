@@ -1,5 +1,6 @@
-// The allocators on the GPU: every byte of every block usable across streams, record_stream
-// preventing early reuse (and the test catching it when it is missing), pinned copies verified.
+// The allocators on the GPU: record_stream preventing early reuse (and the test catching it when
+// it is missing), pinned copies verified, the memory lesson. What the caching allocator keeps
+// over every backend is in test_allocator_contract.cpp.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -27,37 +28,6 @@ stream_handle handle(const cuda_stream& s) {
 }
 
 }  // namespace
-
-TEST(GpuAllocator, EveryByteOfEveryBlockIsUsableAcrossStreams) {
-  SKIP_WITHOUT_GPU();
-  caching_allocator a(std::make_shared<cuda_device_backend>());
-  cuda_stream s1, s2;
-  const std::size_t sizes[] = {1, 511, 512, 4097, 1 << 20, (1 << 20) + 1, 5u << 20, 33u << 20};
-  for (int round = 0; round < 3; ++round) {
-    std::vector<std::pair<void*, std::size_t>> blocks;
-    for (int k = 0; k < 6; ++k)
-      for (std::size_t n : sizes) {
-        const cuda_stream& s = (k % 2) ? s2 : s1;
-        void* p = a.allocate(n, handle(s));
-        enqueue_fill_pattern(p, n, static_cast<std::uint32_t>(blocks.size()), s);
-        blocks.emplace_back(p, n);
-      }
-    s1.synchronize();
-    s2.synchronize();
-    // Blocks do not overlap: each still holds its own pattern after all were written.
-    for (std::size_t i = 0; i < blocks.size(); ++i)
-      ASSERT_EQ(gpu_basics::testing::device_mismatches(blocks[i].first, blocks[i].second,
-                                                       static_cast<std::uint32_t>(i), s1),
-                0u)
-          << i;
-    for (auto& [p, n] : blocks) a.deallocate(p);
-  }
-  const auto st = a.stats();
-  EXPECT_EQ(st.allocated_bytes.current, 0);
-  EXPECT_GT(st.allocation_count.allocated, 0);
-  EXPECT_LT(st.device_allocations, 3 * 6 * 8);  // rounds 2 and 3 were served from the cache
-  EXPECT_GT(a.empty_cache().released_bytes, 0u);
-}
 
 namespace {
 /// Frees a block still being written by a held kernel on another stream, allocates the same size
@@ -95,25 +65,6 @@ TEST(GpuAllocator, RecordStreamKeepsABlockFromBeingReusedWhileAnotherStreamUsesI
   // the check above would see the race.
   EXPECT_GT(reuse_while_in_use(false, &same), 0u);
   EXPECT_TRUE(same);
-}
-
-TEST(GpuAllocator, OutOfMemoryIsTypedAndDescribesTheDevice) {
-  SKIP_WITHOUT_GPU();
-  caching_allocator a(std::make_shared<cuda_device_backend>());
-  void* keep = a.allocate(64u << 20);
-  try {
-    (void)a.allocate(std::size_t{1} << 50);
-    FAIL();
-  } catch (const out_of_memory& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("64.0 MiB allocated"), std::string::npos) << m;
-    EXPECT_NE(m.find("device memory:"), std::string::npos) << m;
-  }
-  EXPECT_EQ(a.stats().ooms, 1);
-  EXPECT_EQ(a.stats().alloc_retries, 0);
-  void* more = a.allocate(1u << 20);  // still usable
-  a.deallocate(more);
-  a.deallocate(keep);
 }
 
 TEST(GpuPinnedPool, PooledPinnedBlocksCarryVerifiedCopiesBothWays) {
@@ -171,53 +122,4 @@ TEST(GpuCli, MemoryLessonRuns) {
   const auto& frag = tables["fragmentation"]["rows"];
   EXPECT_EQ(frag[0]["second_64mib"], "a new segment (cudaMalloc)");
   EXPECT_EQ(frag[1]["second_64mib"], "the cache");
-}
-
-TEST(GpuAllocator, ExpandableSegmentsMapAndUnmapDevicePages) {
-  SKIP_WITHOUT_GPU();
-  auto backend = std::make_shared<cuda_device_backend>();
-  if (!backend->supports_virtual_memory()) GTEST_SKIP() << "no virtual memory management";
-  allocator_options o;
-  o.expandable_segments = true;
-  caching_allocator a(backend, o);
-  cuda_stream s1, s2;
-  std::size_t free_before = 0, total = 0;
-  GPU_BASICS_CUDA_TRY(cudaMemGetInfo(&free_before, &total));
-  // Sizes across both pools and across page boundaries; the range grows while blocks are live.
-  const std::size_t sizes[] = {1000, 300u << 10, 1u << 20, 7u << 20, 19u << 20, 45u << 20};
-  std::vector<std::pair<void*, std::size_t>> blocks;
-  for (int round = 0; round < 4; ++round)
-    for (std::size_t n : sizes) {
-      const cuda_stream& s = (blocks.size() % 2) ? s2 : s1;
-      void* p = a.allocate(n + static_cast<std::size_t>(round) * 4096, handle(s));
-      enqueue_fill_pattern(p, n, static_cast<std::uint32_t>(blocks.size() + 77), s);
-      blocks.emplace_back(p, n);
-    }
-  s1.synchronize();
-  s2.synchronize();
-  for (std::size_t i = 0; i < blocks.size(); ++i)
-    ASSERT_EQ(gpu_basics::testing::device_mismatches(blocks[i].first, blocks[i].second,
-                                                     static_cast<std::uint32_t>(i + 77), s1),
-              0u)
-        << i;
-  // Free every other block and empty the cache: whole free pages are unmapped, the live blocks
-  // keep their data.
-  for (std::size_t i = 0; i < blocks.size(); i += 2) a.deallocate(blocks[i].first);
-  const auto before = a.stats().reserved_bytes.current;
-  const auto rep = a.empty_cache();
-  EXPECT_GT(rep.released_bytes, 0u);
-  EXPECT_EQ(a.stats().reserved_bytes.current,
-            before - static_cast<std::int64_t>(rep.released_bytes));
-  for (std::size_t i = 1; i < blocks.size(); i += 2)
-    ASSERT_EQ(gpu_basics::testing::device_mismatches(blocks[i].first, blocks[i].second,
-                                                     static_cast<std::uint32_t>(i + 77), s1),
-              0u)
-        << i;
-  for (std::size_t i = 1; i < blocks.size(); i += 2) a.deallocate(blocks[i].first);
-  (void)a.empty_cache();
-  EXPECT_EQ(a.stats().reserved_bytes.current, 0);
-  std::size_t free_after = 0;
-  GPU_BASICS_CUDA_TRY(cudaMemGetInfo(&free_after, &total));
-  // The device got its memory back (within what other processes may have moved meanwhile).
-  EXPECT_GT(free_after + (64u << 20), free_before);
 }

@@ -1,16 +1,28 @@
-// What the caching allocator's stress tests share: a shadow of the live blocks and the invariants
-// its statistics must keep against it.
+// What the caching allocator's tests share: sizes and addresses, a shadow of the live blocks and
+// the invariants its statistics must keep against it, and the multi-threaded stress run.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
 
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/fake_backend.hpp"
 
 namespace gpu_basics::test_util {
+
+inline constexpr std::size_t KiB = 1024, MiB = 1024 * KiB, GiB = 1024 * MiB;
+
+/// A pointer as a number, to compare and offset addresses.
+inline std::uintptr_t addr(void* p) {
+  return reinterpret_cast<std::uintptr_t>(p);
+}
 
 /// A live block as the test saw it handed out.
 struct live_block {
@@ -45,4 +57,73 @@ inline void check_invariants(const caching_allocator& a, const fake_backend& be,
   ASSERT_GE(s.allocated_bytes.peak, s.allocated_bytes.current);
 }
 
+/// Frees a thread's remaining blocks, taking each out of the shared shadow first.
+inline void free_all(caching_allocator& a, const std::vector<std::uintptr_t>& blocks, std::mutex& m,
+                     live_blocks& live) {
+  for (auto p : blocks) {
+    {
+      std::lock_guard lock(m);
+      live.erase(p);
+    }
+    a.deallocate(reinterpret_cast<void*>(p));
+  }
+}
+
+/// `threads` threads allocate, free, record streams, complete streams and empty the cache at random
+/// over one allocator, with a shared shadow of the live blocks; every block is freed at the end and
+/// the backend must get all its memory back.
+inline void stress(const allocator_options& o, int threads, int ops_per_thread) {
+  auto be = std::make_shared<fake_backend>(std::size_t{1} << 40, true);
+  caching_allocator a(be, o);
+  std::mutex m;
+  live_blocks live;  // shared shadow
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng(2024 + static_cast<unsigned>(t));
+      std::uniform_real_distribution<double> log_size(std::log(512.0), std::log(32.0 * MiB));
+      std::vector<std::uintptr_t> mine;
+      // Half the threads share stream 1, the others have their own.
+      const stream_handle s = t % 2 ? 1 : static_cast<stream_handle>(2 + t);
+      for (int op = 0; op < ops_per_thread; ++op) {
+        const auto r = rng() % 100;
+        if (r < 50 || mine.empty()) {
+          const auto bytes = rng() % 2 ? static_cast<std::size_t>(std::exp(log_size(rng)))
+                                       : std::size_t{512} << (rng() % 11);  // small, repeated
+          void* p = a.allocate(bytes, s);
+          const std::size_t size = a.block_size(p);
+          ASSERT_GE(size, round_request(bytes));
+          std::lock_guard lock(m);
+          ASSERT_TRUE(live.emplace(addr(p), live_block{size, bytes, s}).second)
+              << "handed out twice";
+          mine.push_back(addr(p));
+        } else if (r < 97) {
+          const std::size_t i = rng() % mine.size();
+          const std::uintptr_t p = mine[i];
+          mine[i] = mine.back();
+          mine.pop_back();
+          if (rng() % 8 == 0) a.record_stream(reinterpret_cast<void*>(p), 40 + rng() % 3);
+          {
+            std::lock_guard lock(m);
+            live.erase(p);
+          }
+          a.deallocate(reinterpret_cast<void*>(p));
+        } else if (r < 99) {
+          be->complete_stream(40 + rng() % 3);
+        } else {
+          (void)a.empty_cache();
+        }
+      }
+      free_all(a, mine, m, live);
+    });
+  for (auto& th : pool) th.join();
+  ASSERT_NO_FATAL_FAILURE(check_invariants(a, *be, live));
+  be->synchronize();
+  (void)a.empty_cache();
+  EXPECT_EQ(a.stats().allocated_bytes.current, 0);
+  EXPECT_EQ(a.stats().active_bytes.current, 0);
+  EXPECT_EQ(a.stats().reserved_bytes.current, 0);
+  EXPECT_EQ(be->used(), 0u);
+  EXPECT_EQ(be->bad_deallocations(), 0u);
+}
 }  // namespace gpu_basics::test_util

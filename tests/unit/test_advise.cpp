@@ -15,8 +15,9 @@
 #include "cli.hpp"
 #include "exit_codes.hpp"
 #include "gpu_basics/core/errors.hpp"
-#include "gpu_basics/snapshot/advise.hpp"
+#include "gpu_basics/core/thread_pool.hpp"
 #include "gpu_basics/report/advice.hpp"
+#include "gpu_basics/snapshot/advise.hpp"
 #include "run.hpp"
 
 namespace gb = gpu_basics;
@@ -32,6 +33,21 @@ ev alloc(std::uint64_t id, std::size_t bytes, gb::stream_handle s = 0) {
 }
 ev release(std::uint64_t id) {
   return {ev::op::free, id, 0, 0};
+}
+
+/// A trace and its preparation, for the replays that take a prepared trace (it points into the
+/// events: neither copied nor moved).
+struct held_trace {
+  explicit held_trace(std::vector<ev> e)
+      : events(std::move(e)), prepared(gb::prepare_trace(events)) {}
+  held_trace(const held_trace&) = delete;
+  held_trace& operator=(const held_trace&) = delete;
+  operator const gb::prepared_trace&() const { return prepared; }  // NOLINT: used in place
+  std::vector<ev> events;
+  gb::prepared_trace prepared;
+};
+held_trace held(std::vector<ev> events) {
+  return held_trace(std::move(events));
 }
 
 /// A snapshot of one device whose trace is `events` (ids as addresses).
@@ -134,12 +150,12 @@ TEST(Advise, BisectedLimitFitsAndOnePageLessDoesNot) {
   for (const char* conf : {"", "expandable_segments:True", "max_split_size_mb:64"}) {
     const auto o = gb::parse_allocator_options(conf);
     const auto unlimited = gb::replay_trace(trace, o);
-    const std::size_t l = gb::smallest_fitting_limit(trace, o, unlimited.peak_reserved);
+    const std::size_t l = gb::smallest_fitting_limit(held(trace), o, unlimited.peak_reserved);
     EXPECT_EQ(l % gb::kAdvicePage, 0u) << conf;
     EXPECT_GE(l, gb::peak_requested(trace)) << conf;
     EXPECT_LE(l, unlimited.peak_reserved + gb::kAdvicePage) << conf;
-    EXPECT_TRUE(gb::replay_under_limit(trace, o, l).fits()) << conf;
-    const auto below = gb::replay_under_limit(trace, o, l - gb::kAdvicePage);
+    EXPECT_TRUE(gb::replay_under_limit(held(trace), o, l).fits()) << conf;
+    const auto below = gb::replay_under_limit(held(trace), o, l - gb::kAdvicePage);
     ASSERT_FALSE(below.fits()) << conf;
     EXPECT_GT(below.oom->request_bytes, 0u);
     EXPECT_LE(below.oom->reserved, l - gb::kAdvicePage);
@@ -169,13 +185,14 @@ TEST(Advise, SmallestLimitCoversEveryPlacementOfSegments) {
   const gb::allocator_options defaults;
   const auto live = gb::peak_requested(trace);
   ASSERT_EQ(live, 36 * MiB);
-  EXPECT_EQ(gb::smallest_fitting_limit(trace, defaults, 60 * MiB, {}), 48 * MiB);
-  EXPECT_EQ(
-      gb::smallest_fitting_limit(trace, defaults, 60 * MiB, {gb::address_order::descending, 0}),
-      36 * MiB);
-  EXPECT_FALSE(gb::replay_under_limit(trace, defaults, 46 * MiB).fits());
+  EXPECT_EQ(gb::smallest_fitting_limit(held(trace), defaults, 60 * MiB, {}), 48 * MiB);
+  EXPECT_EQ(gb::smallest_fitting_limit(held(trace), defaults, 60 * MiB,
+                                       {gb::address_order::descending, 0}),
+            36 * MiB);
+  EXPECT_FALSE(gb::replay_under_limit(held(trace), defaults, 46 * MiB).fits());
   EXPECT_TRUE(
-      gb::replay_under_limit(trace, defaults, 36 * MiB, {gb::address_order::descending, 0}).fits());
+      gb::replay_under_limit(held(trace), defaults, 36 * MiB, {gb::address_order::descending, 0})
+          .fits());
 
   const auto a = gb::advise_snapshot(snapshot_of(trace), "tie", 0, gb::advise_policies({}), {}, 2);
   const auto placements = gb::advise_placements();
@@ -186,7 +203,7 @@ TEST(Advise, SmallestLimitCoversEveryPlacementOfSegments) {
   EXPECT_EQ(a.defaults.smallest_limit, 48 * MiB);            // fits under all of them
   EXPECT_EQ(a.defaults.smallest_low(), 36 * MiB);
   for (const auto& p : placements)
-    EXPECT_TRUE(gb::replay_under_limit(trace, defaults, a.defaults.smallest_limit, p).fits())
+    EXPECT_TRUE(gb::replay_under_limit(held(trace), defaults, a.defaults.smallest_limit, p).fits())
         << p.name();
   ASSERT_FALSE(a.defaults.below.fits());
   EXPECT_EQ(a.defaults.below.limit, 46 * MiB);
@@ -252,7 +269,7 @@ TEST(Advise, StrandedPartsSumToReservedLessAllocated) {
   const auto mixed = gb::mixed_trace(6000, 3);
   for (const char* conf :
        {"", "expandable_segments:True", "max_split_size_mb:64", "roundup_power2_divisions:4"}) {
-    const auto st = gb::stranded_at_peak(mixed, gb::parse_allocator_options(conf));
+    const auto st = gb::stranded_at_peak(held(mixed), gb::parse_allocator_options(conf));
     EXPECT_EQ(sum_of_parts(st), st.free_bytes()) << conf;
     EXPECT_EQ(st.bytes_of(gb::stranded_cause::unexplained), 0u) << conf;
     EXPECT_EQ(st.reserved, gb::replay_trace(mixed, gb::parse_allocator_options(conf)).peak_reserved)
@@ -264,7 +281,9 @@ TEST(Advise, StrandedCausesByConstruction) {
   const gb::allocator_options defaults;
   {  // a block cached on stream 1 cannot serve stream 2
     const auto st =
-        gb::stranded_at_peak({alloc(1, 30 * MiB, 1), release(1), alloc(2, 30 * MiB, 2)}, defaults);
+        gb::stranded_at_peak(held(std::vector<gb::replay_event>{alloc(1, 30 * MiB, 1), release(1),
+                                                                alloc(2, 30 * MiB, 2)}),
+                             defaults);
     ASSERT_EQ(st.parts.size(), 1u);
     EXPECT_EQ(st.parts[0].cause, gb::stranded_cause::other_stream);
     EXPECT_EQ(st.parts[0].stream, 1u);
@@ -273,17 +292,19 @@ TEST(Advise, StrandedCausesByConstruction) {
   }
   {  // max_split_size_mb:64 keeps a free 100 MiB block from a 20 MiB request
     const std::vector<ev> t = {alloc(1, 100 * MiB), release(1), alloc(2, 20 * MiB)};
-    const auto st = gb::stranded_at_peak(t, gb::parse_allocator_options("max_split_size_mb:64"));
+    const auto st =
+        gb::stranded_at_peak(held(t), gb::parse_allocator_options("max_split_size_mb:64"));
     EXPECT_EQ(st.bytes_of(gb::stranded_cause::max_split), 100 * MiB);
     EXPECT_EQ(st.free_bytes(), 100 * MiB);
     // Without it the block is split: the peak is the 100 MiB segment, all of it in use.
-    const auto plain = gb::stranded_at_peak(t, defaults);
+    const auto plain = gb::stranded_at_peak(held(t), defaults);
     EXPECT_EQ(plain.reserved, 100 * MiB);
     EXPECT_EQ(plain.event, 0u);
     EXPECT_EQ(plain.free_bytes(), 0u);
   }
   {  // a small block's segment is the other pool; a 5 MiB request takes a 20 MiB segment
-    const auto st = gb::stranded_at_peak({alloc(1, 512), alloc(2, 5 * MiB)}, defaults);
+    const auto st = gb::stranded_at_peak(
+        held(std::vector<gb::replay_event>{alloc(1, 512), alloc(2, 5 * MiB)}), defaults);
     EXPECT_EQ(st.bytes_of(gb::stranded_cause::other_pool), 2 * MiB - 512);
     EXPECT_EQ(st.bytes_of(gb::stranded_cause::segment_rest), 15 * MiB);
     EXPECT_EQ(st.rounding_bytes(), 0u);
@@ -291,13 +312,14 @@ TEST(Advise, StrandedCausesByConstruction) {
   {  // two free 12 MiB holes between live blocks are too small for 14 MiB
     const std::vector<ev> t = {alloc(1, 12 * MiB), alloc(2, 12 * MiB), alloc(3, 12 * MiB),
                                release(1),         release(3),         alloc(4, 14 * MiB)};
-    const auto st = gb::stranded_at_peak(t, defaults);
+    const auto st = gb::stranded_at_peak(held(t), defaults);
     EXPECT_EQ(st.bytes_of(gb::stranded_cause::too_small), 24 * MiB);
     EXPECT_EQ(st.reserved, 50 * MiB);
     EXPECT_EQ(st.allocated, 26 * MiB);
   }
   {  // rounding: 1000 bytes take a 1024-byte block
-    const auto st = gb::stranded_at_peak({alloc(1, 1000)}, defaults);
+    const auto st =
+        gb::stranded_at_peak(held(std::vector<gb::replay_event>{alloc(1, 1000)}), defaults);
     EXPECT_EQ(st.rounding_bytes(), 24u);
     EXPECT_EQ(st.bytes_of(gb::stranded_cause::segment_rest), 2 * MiB - 1024);
   }
@@ -340,7 +362,22 @@ TEST(Advise, BadAdviceFilesAreOneLineNamingTheFile) {
             "a.json: not an advice file (its \"command\" is not \"advise\")");
   auto no_curve = j;
   no_curve["defaults"].erase("curve");
-  EXPECT_EQ(message(no_curve).rfind("a.json: not an advice file that can be read: ", 0), 0u);
+  EXPECT_EQ(message(no_curve),
+            "a.json: not an advice file that can be read: defaults.curve: missing");
+  // A value of the wrong kind is named by its key path, as in the lessons' results.
+  auto bad_kind = j;
+  bad_kind["policies"][3]["keys"] = "two";
+  EXPECT_EQ(message(bad_kind),
+            "a.json: not an advice file that can be read: policies[3].keys: expected an integer, "
+            "got \"two\"");
+  auto contradiction = j;
+  contradiction["policies"][0]["fits"] = {{{"limit_bytes", 1},
+                                           {"fits", false},
+                                           {"peak_reserved_bytes", 0},
+                                           {"headroom_bytes", 0},
+                                           {"oom", nullptr}}};
+  contradiction["fit_limits_bytes"] = {1};
+  EXPECT_EQ(message(contradiction), "a.json: a fit whose \"fits\" contradicts its \"oom\"");
   auto bad_split = j;
   bad_split["defaults"]["stranded"]["allocated_bytes"] = 1ull << 60;
   EXPECT_EQ(message(bad_split),
@@ -376,20 +413,55 @@ TEST(Advise, BadAdviceFilesAreOneLineNamingTheFile) {
 
 TEST(Advise, PoliciesAreSearchedNotListed) {
   const auto p = gb::advise_policies({});
-  EXPECT_EQ(p.front(), "");
+  EXPECT_EQ(p.front().conf, "");
+  EXPECT_EQ(p.front().options, gb::allocator_options{});
   EXPECT_EQ(p.size(), 6u * 4u * 2u * 3u);
-  // Every one distinct, every one readable.
+  EXPECT_EQ(gb::advise_confs().size(), p.size());
+  // Every one distinct, every one parsed once into the options its conf says.
   std::vector<gb::allocator_options> seen;
   for (const auto& c : p) {
-    const auto o = gb::parse_allocator_options(c);
-    EXPECT_EQ(std::count(seen.begin(), seen.end(), o), 0) << c;
-    seen.push_back(o);
+    EXPECT_EQ(c.options, gb::parse_allocator_options(c.conf)) << c.conf;
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), c.options), 0) << c.conf;
+    seen.push_back(c.options);
   }
   // A user's policy already searched is not added twice; a new one is; bad ones are refused.
   EXPECT_EQ(gb::advise_policies({"expandable_segments:True"}).size(), p.size());
   EXPECT_EQ(gb::advise_policies({"max_split_size_mb:300"}).size(), p.size() + 1);
   EXPECT_THROW((void)gb::advise_policies({"bogus_key:1"}), gb::logic_error);
   EXPECT_THROW((void)gb::advise_policies({" "}), gb::logic_error);
+  // One list rule, two answers to a repeat: replay refuses it, advise skips it.
+  EXPECT_THROW((void)gb::replay_policies({"max_split_size_mb:64"}), gb::logic_error);
+  const auto skipped = gb::policy_list({"", "max_split_size_mb:64"},
+                                       {"max_split_size_mb:64", "expandable_segments:True"},
+                                       gb::repeated_policy::skip);
+  ASSERT_EQ(skipped.size(), 3u);
+  EXPECT_EQ(skipped[2].conf, "expandable_segments:True");
+  EXPECT_EQ(gb::policy_label(""), "(defaults)");
+}
+
+TEST(Advise, SweepRunsCollectorsUnderTheDefaultsPeak) {
+  // Two buffers of 30 MiB, then one of 50 MiB after both are freed: the defaults cache the
+  // 60 MiB and take 50 more (110 MiB at peak); a collector under that limit frees first.
+  const held_trace t(std::vector<ev>{alloc(1, 30 * MiB), alloc(2, 30 * MiB), release(1), release(2),
+                                     alloc(3, 50 * MiB), release(3)});
+  const auto policies =
+      gb::policy_list({"", "garbage_collection_threshold:0.6"}, {}, gb::repeated_policy::refuse);
+  gb::thread_pool pool(2);
+  std::vector<std::size_t> then_order;
+  const auto sw =
+      gb::sweep_policies(t, policies, 0, pool, [&](std::size_t i, const gb::policy_run& run) {
+        EXPECT_TRUE(run.result.has_value()) << i;
+        then_order.push_back(i);
+      });
+  ASSERT_EQ(sw.runs.size(), 2u);
+  ASSERT_TRUE(sw.runs[0].result && sw.runs[1].result);
+  EXPECT_EQ(sw.runs[0].result->peak_reserved, 110 * MiB);
+  EXPECT_EQ(sw.gc_reserved_limit, 110 * MiB);  // the defaults' peak: above the recorded 0
+  EXPECT_LE(sw.runs[1].result->peak_reserved, sw.gc_reserved_limit);
+  EXPECT_EQ(then_order, (std::vector<std::size_t>{0, 1}));  // the collector after the defaults
+  // A recorded peak above the defaults' is the limit.
+  const auto higher = gb::sweep_policies(t, policies, 200 * MiB, pool);
+  EXPECT_EQ(higher.gc_reserved_limit, 200 * MiB);
 }
 
 TEST(Advise, CommandLineRefusesBadInputWithExit2) {

@@ -33,7 +33,10 @@ std::string edited(const std::string& fixture, const std::string& name,
                    const std::function<void(nlohmann::json&)>& edit) {
   nlohmann::json j = load_json(kData + fixture);
   edit(j);
-  const std::string path = ::testing::TempDir() + "gb_paths_" + name + ".json";
+  // Per test: ctest runs the tests of this file in parallel, on the same fixtures' names.
+  const std::string path = ::testing::TempDir() + "gb_paths_" +
+                           ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+                           name + ".json";
   std::ofstream(path, std::ios::binary) << j.dump(2);
   return path;
 }

@@ -164,6 +164,19 @@ void read_member(const nlohmann::json& j, const char* key, T& out) {
   }
 }
 
+/// `j[key]` into `out`; `j` (an object) must have the key.
+/// @throws json_path_error naming the path from `key` on ("key: missing" when it is absent).
+template <class T>
+void read_required_member(const nlohmann::json& j, const char* key, T& out) {
+  const auto it = j.find(key);
+  if (it == j.end()) {
+    json_path_error e("missing");
+    e.prepend_key(key);
+    throw e;
+  }
+  read_member(j, key, out);
+}
+
 }  // namespace gpu_basics
 
 #define GPU_BASICS_JSON_READ_MEMBER(v1) \
@@ -180,4 +193,19 @@ void read_member(const nlohmann::json& j, const char* key, T& out) {
     ::gpu_basics::require_json_object(nlohmann_json_j);                                 \
     nlohmann_json_t = Type{};                                                           \
     NLOHMANN_JSON_EXPAND(NLOHMANN_JSON_PASTE(GPU_BASICS_JSON_READ_MEMBER, __VA_ARGS__)) \
+  }
+
+#define GPU_BASICS_JSON_READ_REQUIRED_MEMBER(v1) \
+  ::gpu_basics::read_required_member(nlohmann_json_j, #v1, nlohmann_json_t.v1);
+
+/// As GPU_BASICS_JSON, for documents every key of which must be there (a file whose keys are all
+/// written by one version, as advise's): a missing member is a json_path_error naming it.
+#define GPU_BASICS_JSON_STRICT(Type, ...)                                                        \
+  inline void to_json(nlohmann::json& nlohmann_json_j, const Type& nlohmann_json_t) {            \
+    NLOHMANN_JSON_EXPAND(NLOHMANN_JSON_PASTE(NLOHMANN_JSON_TO, __VA_ARGS__))                     \
+  }                                                                                              \
+  inline void from_json(const nlohmann::json& nlohmann_json_j, Type& nlohmann_json_t) {          \
+    ::gpu_basics::require_json_object(nlohmann_json_j);                                          \
+    nlohmann_json_t = Type{};                                                                    \
+    NLOHMANN_JSON_EXPAND(NLOHMANN_JSON_PASTE(GPU_BASICS_JSON_READ_REQUIRED_MEMBER, __VA_ARGS__)) \
   }

@@ -220,15 +220,34 @@ struct history_event {
 /// The segment a rounded request takes from the backend when the cache cannot serve it: 2 MiB
 /// up to 1 MiB, 20 MiB below 10 MiB, else the request rounded up to 2 MiB.
 [[nodiscard]] std::size_t segment_size_for(std::size_t rounded) noexcept;
+/// Large segments are whole multiples of this (2 MiB), as expandable segments' pages are.
+inline constexpr std::size_t kLargePageBytes = std::size_t{2} << 20;
+/// How far a free block may exceed a request of max_split_size or more and still serve it
+/// (PyTorch's kLargeBuffer, 20 MiB).
+inline constexpr std::size_t kOversizeSlack = std::size_t{20} << 20;
+/// PyTorch's rule for oversize blocks (max_split_size_mb, as its get_free_block applies it): a
+/// request under max_split_size never takes a free block of max_split_size or more, and one of
+/// max_split_size or more takes only a block less than kOversizeSlack larger than itself.
+/// Whether the rule keeps a free block of `block_bytes` from serving a request of `rounded`
+/// bytes under `o`.
+[[nodiscard]] bool oversize_block_refused(std::size_t block_bytes, std::size_t rounded,
+                                          const allocator_options& o) noexcept;
+
+/// A block's state, as PyTorch's snapshots name it (to_string).
+enum class block_state : std::uint8_t {
+  active_allocated,     // in use
+  active_pending_free,  // freed, awaiting other streams' events (record_stream)
+  inactive,             // free in the cache, or in a thread cache
+};
+/// "active_allocated", "active_pending_free", "inactive".
+[[nodiscard]] std::string_view to_string(block_state s) noexcept;
 
 /// One block of a segment, for snapshots (PyTorch's memory_viz "blocks").
 struct block_view {
   std::uintptr_t ptr = 0;
   std::size_t size = 0;
   std::size_t requested = 0;  // 0 unless allocated
-  /// "active_allocated", "active_pending_free" (freed, awaiting other streams' events) or
-  /// "inactive" (free in the cache, or in a thread cache).
-  std::string_view state;
+  block_state state = block_state::inactive;
   bool mapped = true;  // false for the unmapped part of an expandable segment (not listed)
 };
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -30,6 +31,13 @@ struct address_placement {
   [[nodiscard]] std::string name() const;
   bool operator==(const address_placement&) const = default;
 };
+
+class fake_backend;
+
+/// The simulated device that replays and advice run the allocator on: a fake_backend of 64 TiB
+/// of made-up addresses (nothing is touched, so no replay is bounded by the host's memory), with
+/// virtual memory for expandable segments and new segments placed as `placement` says.
+[[nodiscard]] std::shared_ptr<fake_backend> simulated_device(address_placement placement = {});
 
 class fake_backend final : public allocator_backend {
  public:

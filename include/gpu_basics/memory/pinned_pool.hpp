@@ -4,9 +4,6 @@
 // block used by copies on streams (record_stream) is reused only after those streams pass
 // events recorded at its free. Host-only bookkeeping over an allocator_backend. Thread-safe.
 #pragma once
-#if defined(GPU_BASICS_HOST_LAYER)
-#error "gpu_basics/memory/pinned_pool.hpp is a CUDA header: a host-only target may not include it"
-#endif
 
 #include <cstddef>
 #include <cstdint>

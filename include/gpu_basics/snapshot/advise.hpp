@@ -1,5 +1,5 @@
-// Advice from a memory snapshot's allocation trace, replayed through the caching allocator on the
-// fake backend (host-only): will it fit under a reserved limit (PyTorch's
+// Advice from a memory snapshot's allocation trace, replayed through the caching allocator on a
+// simulated device (host-only): will it fit under a reserved limit (PyTorch's
 // set_per_process_memory_fraction), with PyTorch's out-of-memory path (free the cache, retry);
 // the smallest limit that fits, bisected to one 2 MiB page; a search over the policy space
 // (max_split_size_mb, roundup_power2_divisions, expandable_segments,
@@ -20,13 +20,14 @@
 #include "gpu_basics/core/results.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/fake_backend.hpp"
+#include "gpu_basics/snapshot/policy_sweep.hpp"
 #include "gpu_basics/snapshot/replay.hpp"
 #include "gpu_basics/snapshot/snapshot.hpp"
 
 namespace gpu_basics {
 
-/// The granularity of limits advise proposes: one large-pool page.
-inline constexpr std::size_t kAdvicePage = std::size_t{2} << 20;
+/// The granularity of limits advise proposes: one large-pool page, as the allocator has it.
+inline constexpr std::size_t kAdvicePage = kLargePageBytes;
 
 /// Why bytes reserved at a moment are free and still not used by the request being served then.
 enum class stranded_cause {
@@ -152,6 +153,8 @@ struct advice {
   policy_detail recommendation;
   double seconds = 0;  // the whole search
   unsigned threads = 1;
+  /// The index of the smallest fit limit some policy fits, if any.
+  [[nodiscard]] std::optional<std::size_t> tightest_fit() const;
 };
 
 /// The searched policies: the defaults, then every combination of max_split_size_mb (unset, 64,
@@ -159,7 +162,9 @@ struct advice {
 /// True) and garbage_collection_threshold (unset, 0.6, 0.8), then `user`'s (checked as
 /// replay_policies() checks them; one equal to a searched policy is not added twice).
 /// @throws logic_error for a blank or unreadable user conf.
-[[nodiscard]] std::vector<std::string> advise_policies(const std::vector<std::string>& user);
+[[nodiscard]] std::vector<replay_policy> advise_policies(const std::vector<std::string>& user);
+/// The searched confs of advise_policies() without a user's, unparsed.
+[[nodiscard]] std::vector<std::string> advise_confs();
 
 /// How many segment placements advise replays the smallest limits under.
 inline constexpr std::size_t kAdvicePlacements = 8;
@@ -169,34 +174,33 @@ inline constexpr std::size_t kAdvicePlacements = 8;
 
 /// Replays `trace` under `o` with reserved limited to `limit` bytes, its segments placed as
 /// `placement` says.
-[[nodiscard]] fit_outcome replay_under_limit(const std::vector<replay_event>& trace,
+[[nodiscard]] fit_outcome replay_under_limit(const prepared_trace& trace,
                                              const allocator_options& o, std::size_t limit,
                                              address_placement placement = {});
 
 /// The smallest multiple of kAdvicePage under which `trace` replays without running out of memory
 /// under `o` (segments placed as `placement` says), by bisection between the trace's live peak
 /// and `fitting` (a limit thought to fit; widened when it does not).
-[[nodiscard]] std::size_t smallest_fitting_limit(const std::vector<replay_event>& trace,
+[[nodiscard]] std::size_t smallest_fitting_limit(const prepared_trace& trace,
                                                  const allocator_options& o, std::size_t fitting,
                                                  address_placement placement = {});
 
 /// The split of reserved-but-free bytes at the first moment reserved reaches its peak under `o`
 /// (without a limit; garbage_collection_threshold policies under `o.reserved_limit`).
-[[nodiscard]] stranded_split stranded_at_peak(const std::vector<replay_event>& trace,
+[[nodiscard]] stranded_split stranded_at_peak(const prepared_trace& trace,
                                               const allocator_options& o);
 
 /// Reserved and allocated over `trace` under `o`, in at most `points` points.
-[[nodiscard]] usage_curve usage_over_trace(const std::vector<replay_event>& trace,
-                                           const allocator_options& o, std::size_t points = 1500);
+[[nodiscard]] usage_curve usage_over_trace(const prepared_trace& trace, const allocator_options& o,
+                                           std::size_t points = 1500);
 
-/// The whole advice for `device`'s trace of `s`: every conf of `confs` (advise_policies())
-/// replayed without a limit and under each of `fit_limits`, on `threads` threads (0: one per
-/// core).
-/// @throws logic_error for a conf parse_allocator_options rejects; format_error for a fit limit
-/// below the trace's live peak ("cannot fit: live bytes alone peak at X") or sizes beyond 64 bits;
-/// interrupted on Ctrl-C.
+/// The whole advice for `device`'s trace of `s`: every policy of `policies` (advise_policies(),
+/// the defaults first) replayed without a limit (sweep_policies()) and under each of
+/// `fit_limits`, on `threads` threads (0: one per core).
+/// @throws logic_error when the first policy is not the defaults; format_error for sizes beyond
+/// 64 bits; interrupted on Ctrl-C.
 [[nodiscard]] advice advise_snapshot(const torch_snapshot& s, const std::string& file, int device,
-                                     const std::vector<std::string>& confs,
+                                     const std::vector<replay_policy>& policies,
                                      const std::vector<std::size_t>& fit_limits,
                                      unsigned threads = 0);
 

@@ -74,11 +74,7 @@ class value {
 
   /// Values in this value as a tree: 1 for a scalar or a string, 1 + its elements' (keys
   /// included) for a container, a shared container counted at each place (saturates).
-  [[nodiscard]] std::uint64_t tree_values() const noexcept {
-    if (const auto* n = std::get_if<std::shared_ptr<seq_node>>(&d_)) return (*n)->values;
-    if (const auto* n = std::get_if<std::shared_ptr<dict_node>>(&d_)) return (*n)->values;
-    return 1;
-  }
+  [[nodiscard]] std::uint64_t tree_values() const noexcept;
 
   /// Equal types and contents (containers compared element by element; items an item_sink
   /// took are not compared).
@@ -90,45 +86,29 @@ class value {
   [[nodiscard]] std::size_t taken() const noexcept;
   [[nodiscard]] std::uint64_t list_id() const noexcept;
 
+ private:
+  // The representation; the nodes and what read() keeps in them are private to the reader
+  // (src/snapshot/pickle_value.hpp).
+  friend class reader;
   struct str_data {
     std::shared_ptr<const std::string> s;
   };
   struct bytes_data {
     std::shared_ptr<const std::string> s;
   };
-  struct seq_node {
-    items v;
-    std::uint32_t height = 1;  // nesting levels, this one included
-    bool tuple = false;
-    bool sealed = false;        // read(): shared or inside another container, so never changed
-    bool left_out = false;      // read(): under an opaque key; its items are not kept
-    std::uint64_t values = 1;   // tree_values()
-    std::uint64_t list_id = 0;  // list_id()
-    std::size_t taken = 0;      // taken()
-  };
-  struct dict_node {
-    entries v;
-    std::uint32_t height = 1;
-    bool sealed = false;
-    bool left_out = false;
-    std::uint64_t values = 1;
-  };
+  struct seq_node;
+  struct dict_node;
   /// read(): a use of a value that is left out (under an opaque key), standing in for it on the
   /// stack; never in read()'s result.
   struct left_out_use {
     std::uint32_t height = 0;
     type kind = type::none;
   };
-  /// Nesting levels: 0 for a scalar, 1 for a container of scalars.
-  [[nodiscard]] std::uint32_t height() const noexcept {
-    if (const auto* n = std::get_if<std::shared_ptr<seq_node>>(&d_)) return (*n)->height;
-    if (const auto* n = std::get_if<std::shared_ptr<dict_node>>(&d_)) return (*n)->height;
-    if (const auto* u = std::get_if<left_out_use>(&d_)) return u->height;
-    return 0;
-  }
+  /// Nesting levels (0 for a scalar, 1 for a container of scalars), and tree_values(): inline
+  /// where the nodes are seen.
+  [[nodiscard]] std::uint32_t height() const noexcept;
+  [[nodiscard]] std::uint64_t tree_size() const noexcept;
 
- private:
-  friend class reader;
   using data = std::variant<std::monostate, bool, std::int64_t, double, str_data, bytes_data,
                             std::shared_ptr<seq_node>, std::shared_ptr<dict_node>, left_out_use>;
   data d_;

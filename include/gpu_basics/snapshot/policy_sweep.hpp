@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,10 +13,77 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu_basics/core/results.hpp"
+#include "gpu_basics/core/thread_pool.hpp"
 #include "gpu_basics/snapshot/replay.hpp"
 #include "gpu_basics/snapshot/snapshot.hpp"
 
 namespace gpu_basics {
+
+/// A policy as given (a PYTORCH_CUDA_ALLOC_CONF string, "" for the defaults) and its options,
+/// parsed once where it enters (the command line, the built-in lists) and carried as such.
+struct replay_policy {
+  std::string conf;
+  allocator_options options;
+  bool operator==(const replay_policy&) const = default;
+};
+
+/// A conf as tables show it: "(defaults)" for "", else escaped (a --policy or a snapshot's conf
+/// may hold anything).
+[[nodiscard]] std::string policy_label(const std::string& conf);
+
+/// What a list does with a user policy equal to one before it: refuse it (replay: the user named
+/// it twice) or skip it (advise: it was searched already).
+enum class repeated_policy { refuse, skip };
+
+/// `builtin` (trusted confs), then `user`'s (--policy strings, checked as parse_user_policy
+/// does), each parsed once.
+/// @throws logic_error for a blank or unreadable user conf, or under `refuse` one that is the
+/// same policy as one before it.
+[[nodiscard]] std::vector<replay_policy> policy_list(const std::vector<std::string>& builtin,
+                                                     const std::vector<std::string>& user,
+                                                     repeated_policy repeated);
+
+/// A replay without a limit: its result, or the out-of-memory message that ended it (a
+/// garbage_collection_threshold policy under the sweep's limit).
+struct policy_run {
+  std::optional<replay_result> result;
+  std::string failure;
+};
+
+/// The sweep: one replay per policy and the limit garbage_collection_threshold ran under.
+struct policy_sweep {
+  std::vector<policy_run> runs;         // as the policies
+  std::uint64_t gc_reserved_limit = 0;  // see sweep_policies()
+};
+
+/// The one schedule of policy replays (replay, advise). garbage_collection_threshold acts only
+/// under a reserved limit, and a snapshot does not hold the device's memory size: those policies
+/// run under the larger of `recorded_peak` (what PyTorch reserved at its peak) and the peak the
+/// defaults reserve in the replay (so the collector has the room the policy without it needed,
+/// and shows what it saves within that). So the policies without a collector (the defaults among
+/// them) run first, on `pool`, then those with one. `then(i, run)`, where given, runs on the same
+/// thread right after policy i's replay (further work per policy). A policy with its own
+/// reserved limit keeps it.
+/// @throws interrupted on Ctrl-C / SIGTERM; what `then` throws.
+[[nodiscard]] policy_sweep sweep_policies(
+    const prepared_trace& trace, const std::vector<replay_policy>& policies,
+    std::uint64_t recorded_peak, thread_pool& pool,
+    const std::function<void(std::size_t, const policy_run&)>& then = {});
+
+/// A device's trace of a snapshot, ready for many replays: its events, their preparation and
+/// what PyTorch recorded. Not copyable: `prepared` points into `events`.
+struct snapshot_trace {
+  /// @throws format_error naming `file` for sizes beyond 64 bits (the segments' sizes reported
+  /// before the live bytes', as recorded() does); interrupted on Ctrl-C / SIGTERM.
+  snapshot_trace(const torch_snapshot& s, const std::string& file, int device);
+  snapshot_trace(const snapshot_trace&) = delete;
+  snapshot_trace& operator=(const snapshot_trace&) = delete;
+
+  std::vector<replay_event> events;
+  prepared_trace prepared;
+  recorded_figures recorded;
+  std::size_t rebuilt = 0;  // allocs added for blocks alive when recording began
+};
 
 /// One policy's replay: its result, or why it could not finish (out of memory under a limit).
 struct policy_replay {
@@ -48,19 +116,16 @@ struct replay_report {
 /// expandable_segments, garbage_collection_threshold), then `user`'s.
 /// @throws logic_error for a user conf that is blank, that parse_allocator_options rejects, or that
 /// is the same policy as one before it (built-in or given).
-[[nodiscard]] std::vector<std::string> replay_policies(const std::vector<std::string>& user);
+[[nodiscard]] std::vector<replay_policy> replay_policies(const std::vector<std::string>& user);
 
-/// Replays `device`'s trace of `s` under every conf of `confs`, the policies on a pool of threads
-/// (each replay is independent: the report is the same however many run at once).
-/// @throws logic_error for a conf string parse_allocator_options rejects; format_error naming
-/// `file` for sizes beyond 64 bits; interrupted on Ctrl-C / SIGTERM.
+/// Replays `device`'s trace of `s` under every policy of `policies` (sweep_policies()), on
+/// `threads` threads at most (0: one per core, or 1 when the whole sweep is under a million
+/// events, where starting threads is not worth it). Each replay is independent: the report is
+/// the same however many run at once.
+/// @throws format_error naming `file` for sizes beyond 64 bits; interrupted on Ctrl-C / SIGTERM.
 [[nodiscard]] replay_report replay_snapshot(const torch_snapshot& s, const std::string& file,
-                                            int device, const std::vector<std::string>& confs);
-/// The same on `threads` threads at most (0: one per core, or 1 when the whole sweep is under a
-/// million events, where starting threads is not worth it).
-[[nodiscard]] replay_report replay_snapshot(const torch_snapshot& s, const std::string& file,
-                                            int device, const std::vector<std::string>& confs,
-                                            unsigned threads);
+                                            int device, const std::vector<replay_policy>& policies,
+                                            unsigned threads = 0);
 
 /// The table: one row per policy, then "PyTorch (recorded)".
 [[nodiscard]] presentation::table replay_table(const replay_report& r);

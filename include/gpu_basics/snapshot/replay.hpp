@@ -1,13 +1,17 @@
-// Replaying an allocation trace through the caching allocator's host-only logic on the fake
-// backend: what would a policy (allocator_options) have reserved for the same requests? Used by
-// `gpu-basics replay` (traces from PyTorch memory snapshots) and by the allocator benchmarks.
+// The replay engine: an allocation trace run through the caching allocator's host-only logic on a
+// simulated device (memory/fake_backend.hpp): what would a policy (allocator_options) have
+// reserved for the same requests? One engine, trace_replayer, under every use: replay_trace()
+// (`gpu-basics replay`, the policy sweep, the allocator benchmarks) and advise's replays under a
+// limit, its usage curve and its stranded split (snapshot/advise.hpp).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "gpu_basics/memory/caching_allocator.hpp"
+#include "gpu_basics/memory/fake_backend.hpp"
 
 namespace gpu_basics {
 
@@ -36,9 +40,8 @@ struct replay_result {
   }
 };
 
-/// Replays `trace` on a fresh allocator with `o` over a fake backend of 64 TiB (made-up
-/// addresses: nothing is touched). Frees of ids never allocated in the trace are skipped;
-/// allocations still live at the end stay live.
+/// Replays `trace` on a fresh allocator with `o` on a simulated device (simulated_device()). Frees
+/// of ids never allocated in the trace are skipped; allocations still live at the end stay live.
 /// @throws format_error when the live requested bytes overflow 64 bits (peak_requested());
 /// interrupted on Ctrl-C / SIGTERM (checked every 64Ki events).
 [[nodiscard]] replay_result replay_trace(const std::vector<replay_event>& trace,
@@ -62,6 +65,59 @@ struct prepared_trace {
 /// Replays of one prepared trace may run on several threads at once.
 /// @throws interrupted on Ctrl-C / SIGTERM (checked every 64Ki events).
 [[nodiscard]] replay_result replay_trace(const prepared_trace& trace, const allocator_options& o);
+
+/// The options a replay runs the allocator with: `o` without a history, and a deferred page
+/// release made eager (a trace has no GPU timing: pages are released as if the GPU had caught
+/// up, which is what deferred comes to once its events are done).
+[[nodiscard]] allocator_options replay_options(allocator_options o);
+
+/// One replay in progress: an allocator (under replay_options()) on its own simulated device,
+/// the trace's live blocks, and the requested bytes live as the trace goes (and, when asked, the
+/// allocated ones). The hooks of a replay (a peak, a limit, a curve, a look at the cache at one
+/// event) are the caller's loop around step().
+class trace_replayer {
+ public:
+  /// `count_allocated`: keep allocated() (one block-size lookup per allocation).
+  trace_replayer(const prepared_trace& trace, const allocator_options& o,
+                 address_placement placement = {}, bool count_allocated = false);
+  trace_replayer(const trace_replayer&) = delete;
+  trace_replayer& operator=(const trace_replayer&) = delete;
+  /// Returns the blocks still live (the trace's leaks included).
+  ~trace_replayer();
+
+  /// Applies the trace's `i`th event (Ctrl-C checked every 64Ki events): an alloc's block, else
+  /// nullptr. An id allocated again without a free leaks its first block, as recorded; a free of
+  /// an id not live does nothing.
+  /// @throws out_of_memory as the allocator does (under a reserved limit).
+  void* step(std::size_t i);
+
+  [[nodiscard]] const replay_event& event(std::size_t i) const noexcept {
+    return (*trace_.trace)[i];
+  }
+  [[nodiscard]] std::size_t events() const noexcept { return trace_.trace->size(); }
+  /// Bytes the allocator holds from the device now (reserved).
+  [[nodiscard]] std::size_t reserved() const { return device_->used(); }
+  /// Rounded block sizes live now, leaked ones included (0 unless count_allocated).
+  [[nodiscard]] std::size_t allocated() const noexcept { return allocated_; }
+  /// Requested bytes live now, leaked ones included.
+  [[nodiscard]] std::size_t requested() const noexcept { return requested_; }
+  [[nodiscard]] caching_allocator& allocator() noexcept { return alloc_; }
+  [[nodiscard]] const allocator_options& options() const noexcept { return opts_; }
+
+ private:
+  struct live_block {
+    void* ptr = nullptr;
+    std::size_t size = 0;
+    std::size_t requested = 0;
+  };
+  const prepared_trace& trace_;
+  allocator_options opts_;
+  std::shared_ptr<fake_backend> device_;
+  caching_allocator alloc_;
+  std::vector<live_block> live_;  // by the trace's dense block index
+  bool count_allocated_;
+  std::size_t allocated_ = 0, requested_ = 0;
+};
 
 /// The trace's own peak of live requested bytes (an id allocated again without a free replaces
 /// its block; frees of unknown ids are skipped), as replay_trace() counts it.

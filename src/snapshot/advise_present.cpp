@@ -1,0 +1,321 @@
+// advise's presentation: the tables (the recommendation with the line to use, the fit table, the
+// stranded split, the searched policies ranked) drawn from an advice, pure.
+#include <algorithm>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/units.hpp"
+#include "gpu_basics/snapshot/advise.hpp"
+#include "gpu_basics/snapshot/policy_sweep.hpp"
+
+namespace gpu_basics {
+
+namespace {
+
+double mib(std::size_t b) {
+  return static_cast<double>(b) * kPerMiB;
+}
+
+std::size_t fitting_count(const advice& a, std::size_t k) {
+  return static_cast<std::size_t>(std::count_if(a.policies.begin(), a.policies.end(),
+                                                [&](const auto& p) { return p.fits[k].fits(); }));
+}
+
+}  // namespace
+
+std::string torch_env_line(const std::string& conf) {
+  return conf.empty() ? std::string("(unset PYTORCH_CUDA_ALLOC_CONF: the defaults)")
+                      : "PYTORCH_CUDA_ALLOC_CONF=" + printable(conf);
+}
+
+namespace {
+
+/// "fits, 38 MiB to spare" (the limit less the smallest that fits) / "OOM at event 1234".
+std::string fit_cell(const fit_outcome& f, const policy_detail& d, std::size_t k) {
+  const std::size_t placements = d.smallest_by_placement.size();
+  const bool counted = k < d.fits_in.size() && placements > 1;
+  const std::size_t n = counted ? d.fits_in[k] : 0;
+  if (f.fits() && (!counted || n == placements))
+    return fmt::format("fits, {} to spare",
+                       format_bytes(f.limit > d.smallest_limit ? f.limit - d.smallest_limit : 0));
+  if (f.fits()) return fmt::format("fits in {} of {} placements", n, placements);
+  return counted && n > 0 ? fmt::format("OOM at event {} (fits in {} of {} placements)",
+                                        f.oom->event, n, placements)
+                          : fmt::format("OOM at event {}", f.oom->event);
+}
+
+std::string oom_note(const std::string& who, const fit_outcome& f) {
+  const oom_point& o = *f.oom;
+  std::string n = fmt::format(
+      "{} under {}: out of memory at event {}, a request of {:.1f} MiB on stream {:#x}; "
+      "after freeing the cache: {:.1f} MiB allocated, {:.1f} MiB reserved, largest free block "
+      "{:.1f} MiB.",
+      who, format_bytes(f.limit), o.event, mib(o.request_bytes), o.stream, mib(o.allocated),
+      mib(o.reserved), mib(o.largest_free));
+  if (!o.frames.empty()) {
+    n += " Allocated at:";
+    for (const auto& fr : o.frames) n += " " + printable(fr) + ";";
+    n.back() = '.';
+  }
+  return n;
+}
+
+/// "812.0 MiB stranded at peak: 640.0 MiB too small, 172.0 MiB on stream 0x7" (largest first).
+std::string stranded_sentence(const stranded_split& s) {
+  std::vector<stranded_part> parts = s.parts;
+  std::sort(parts.begin(), parts.end(),
+            [](const auto& x, const auto& y) { return x.bytes > y.bytes; });
+  std::string out = fmt::format("{:.1f} MiB reserved but free at peak", mib(s.free_bytes()));
+  for (std::size_t i = 0; i < parts.size() && i < 3; ++i) {
+    const auto& p = parts[i];
+    out += (i == 0 ? ": " : ", ") + fmt::format("{:.1f} MiB ", mib(p.bytes));
+    switch (p.cause) {
+      case stranded_cause::other_stream:
+        out += fmt::format("cached on stream {:#x}", p.stream);
+        break;
+      case stranded_cause::other_pool:
+        out += s.small_pool ? "in large-pool segments" : "in small-pool segments";
+        break;
+      case stranded_cause::expandable_pages:
+        out += "in free pages of expandable ranges";
+        break;
+      case stranded_cause::segment_rest:
+        out += "the rest of the new segment";
+        break;
+      case stranded_cause::max_split:
+        out += "in blocks max_split_size_mb keeps whole";
+        break;
+      case stranded_cause::too_small:
+        out += "in blocks too small for the request";
+        break;
+      case stranded_cause::unexplained:
+        out += "unexplained";
+        break;
+    }
+  }
+  return out;
+}
+
+/// The least and the largest of the placements' smallest limits (smallest_limit twice in advice
+/// without them).
+std::pair<std::size_t, std::size_t> placement_bounds(const policy_detail& d) {
+  if (d.smallest_by_placement.empty()) return {d.smallest_limit, d.smallest_limit};
+  const auto [lo, hi] =
+      std::minmax_element(d.smallest_by_placement.begin(), d.smallest_by_placement.end());
+  return {*lo, *hi};
+}
+
+/// "1670-1718" (MiB) over the placements; the one limit where they agree.
+std::string placement_range(const policy_detail& d) {
+  const auto [lo, hi] = placement_bounds(d);
+  return lo == hi ? fmt::format("{:.0f}", mib(lo)) : fmt::format("{:.0f}-{:.0f}", mib(lo), mib(hi));
+}
+
+/// The largest less the least of the placements' smallest limits.
+std::size_t spread(const policy_detail& d) {
+  const auto [lo, hi] = placement_bounds(d);
+  return hi - lo;
+}
+
+}  // namespace
+
+std::vector<presentation::table> advice_tables(const advice& a) {
+  using presentation::value;
+  std::vector<presentation::table> out;
+  const policy_outcome& d = a.policies[a.defaults.index];
+  const policy_outcome& r = a.policies[a.recommended];
+  const auto peak = [](const policy_outcome& p) -> value {
+    if (!p.result) return value{};
+    return static_cast<std::int64_t>(p.result->peak_reserved);
+  };
+
+  presentation::table t;
+  t.id = "advice";
+  t.title = fmt::format("Advice for {} (device {}, {} trace events, {} policies searched)", a.file,
+                        a.device, a.trace_events, a.policies.size());
+  t.columns = {{"policy", "policy"},
+               {"conf", "PYTORCH_CUDA_ALLOC_CONF"},
+               {"peak_reserved_bytes", "peak reserved MiB", kPerMiB, 1},
+               {"smallest_limit_bytes", "smallest limit that fits MiB", kPerMiB, 0},
+               {"smallest_by_placement", "by placement MiB"},
+               {"stranded_bytes", "free at peak MiB", kPerMiB, 1}};
+  t.add_row({std::string("defaults"), policy_label(d.conf), peak(d),
+             static_cast<std::int64_t>(a.defaults.smallest_limit), placement_range(a.defaults),
+             static_cast<std::int64_t>(a.defaults.stranded.free_bytes())});
+  t.add_row({std::string("recommended"), policy_label(r.conf), peak(r),
+             static_cast<std::int64_t>(a.recommendation.smallest_limit),
+             placement_range(a.recommendation),
+             static_cast<std::int64_t>(a.recommendation.stranded.free_bytes())});
+  t.notes.push_back(
+      fmt::format("Live bytes (as requested) peak at {:.1f} MiB: no limit below "
+                  "that can fit, whatever the policy.",
+                  mib(a.live_peak)));
+  if (a.recommended == a.defaults.index) {
+    t.notes.push_back(
+        a.fit_limits.empty()
+            ? "The defaults are the best: no searched policy reserves a page less at peak."
+            : "The defaults are the simplest policy that fits the tightest limit given.");
+  } else if (const auto k = a.tightest_fit()) {
+    const fit_outcome& fd = d.fits[*k];
+    t.notes.push_back(fmt::format(
+        "Why: under {}, the tightest limit given that a policy fits, the defaults {}; {} fits "
+        "(of {} policies that fit it with the replay's ascending addresses, the one with the "
+        "fewest keys that fits under every placement, where one does). Its smallest limit is {} "
+        "against the defaults' {}. At peak without a limit the defaults leave {}.",
+        format_bytes(a.fit_limits[*k]),
+        fd.fits() ? std::string("fit")
+                  : fmt::format("run out of memory at event {}", fd.oom->event),
+        policy_label(r.conf), fitting_count(a, *k), format_bytes(a.recommendation.smallest_limit),
+        format_bytes(a.defaults.smallest_limit), stranded_sentence(a.defaults.stranded)));
+  } else if (d.result && r.result) {
+    const auto saved = static_cast<std::int64_t>(d.result->peak_reserved) -
+                       static_cast<std::int64_t>(r.result->peak_reserved);
+    t.notes.push_back(fmt::format(
+        "Why: the defaults leave {}. {} reserves {:.1f} MiB at peak, {:.1f} MiB {} than the "
+        "defaults, leaving {}; its smallest limit is {:.1f} MiB against the defaults' {:.1f} MiB.",
+        stranded_sentence(a.defaults.stranded), policy_label(r.conf), mib(r.result->peak_reserved),
+        mib(static_cast<std::size_t>(std::abs(saved))), saved >= 0 ? "less" : "more",
+        stranded_sentence(a.recommendation.stranded), mib(a.recommendation.smallest_limit),
+        mib(a.defaults.smallest_limit)));
+  }
+  t.notes.push_back("Use with PyTorch: " + torch_env_line(r.conf));
+  t.notes.push_back(r.conf.empty() ? "Use with gpu-basics' allocator: gbt.use()"
+                                   : "Use with gpu-basics' allocator: gbt.use(conf=\"" +
+                                         printable(r.conf) + "\")");
+  t.notes.push_back(fmt::format(
+      "A limit is PyTorch's torch.cuda.set_per_process_memory_fraction(limit / device memory): "
+      "reserved may not pass it; at the limit the cache is freed and the request retried, then "
+      "torch.OutOfMemoryError. Smallest limits are bisected to {} MiB pages.",
+      kAdvicePage / kMiB));
+  if (const auto n = a.recommendation.smallest_by_placement.size(); n > 1)
+    t.notes.push_back(fmt::format(
+        "A smallest limit can hang on where the CUDA driver places segments: among free blocks "
+        "of one size the allocator takes the lowest address. Each was bisected under {} "
+        "placements (the replay's ascending addresses, descending, {} shuffled); the table gives "
+        "the limit that fits under all of them, and beside it their range{}",
+        n, n - 2,
+        spread(a.defaults) + spread(a.recommendation) == 0
+            ? std::string(": here every placement gave the same limits.")
+        : a.recommended == a.defaults.index
+            ? fmt::format(". The defaults' limits span {:.0f} MiB over them: plan for the "
+                          "table's limit.",
+                          mib(spread(a.defaults)))
+            : fmt::format(". The defaults' limits span {:.0f} MiB over them, the "
+                          "recommendation's {:.0f} MiB: plan for the table's limit.",
+                          mib(spread(a.defaults)), mib(spread(a.recommendation)))));
+  if (r.conf.find("expandable_segments:True") != std::string::npos)
+    t.notes.push_back(
+        "Expandable segments grow inside address ranges reserved once, which every placement "
+        "lays out alike: for the recommendation the placements do not vary.");
+  out.push_back(std::move(t));
+
+  if (!a.fit_limits.empty()) {
+    presentation::table f;
+    f.id = "fit";
+    f.title = "Will it fit? Each limit replayed under the defaults and the recommendation";
+    f.columns = {{"limit", "limit"},
+                 {"defaults", "defaults"},
+                 {"recommended", "recommended"},
+                 {"simplest_fitting", "simplest policy that fits"}};
+    for (std::size_t k = 0; k < a.fit_limits.size(); ++k) {
+      const auto& c = a.fit_choice[k];
+      f.add_row({format_bytes(a.fit_limits[k]), fit_cell(d.fits[k], a.defaults, k),
+                 fit_cell(r.fits[k], a.recommendation, k),
+                 !c ? fmt::format("none of {} policies", a.policies.size())
+                 : k < a.fit_choice_everywhere.size() && !a.fit_choice_everywhere[k]
+                     ? policy_label(a.policies[*c].conf) + " (not under every placement)"
+                     : policy_label(a.policies[*c].conf)});
+      if (a.fit_limits[k] < a.live_peak)
+        f.notes.push_back(fmt::format("{} cannot fit: live bytes alone peak at {}.",
+                                      format_bytes(a.fit_limits[k]), format_bytes(a.live_peak)));
+      else
+        for (const auto& [who, p] :
+             {std::pair{"The defaults", &d}, std::pair{"The recommendation", &r}})
+          if (!p->fits[k].fits() && (p == &d || &r != &d))
+            f.notes.push_back(oom_note(who, p->fits[k]));
+    }
+    out.push_back(std::move(f));
+  }
+
+  presentation::table s;
+  s.id = "stranded";
+  s.title = "Reserved but free at peak reserved, by why the request could not use it";
+  s.columns = {{"cause", "cause"},
+               {"defaults_bytes", "defaults MiB", kPerMiB, 1},
+               {"recommended_bytes", "recommended MiB", kPerMiB, 1}};
+  const auto causes = {stranded_cause::other_stream,     stranded_cause::other_pool,
+                       stranded_cause::expandable_pages, stranded_cause::segment_rest,
+                       stranded_cause::max_split,        stranded_cause::too_small,
+                       stranded_cause::unexplained};
+  const stranded_split& sd = a.defaults.stranded;
+  const stranded_split& sr = a.recommendation.stranded;
+  for (stranded_cause c : causes) {
+    const std::size_t x = sd.bytes_of(c), y = sr.bytes_of(c);
+    if (x == 0 && y == 0) continue;
+    s.add_row(
+        {std::string(to_string(c)), static_cast<std::int64_t>(x), static_cast<std::int64_t>(y)});
+  }
+  s.add_row({std::string("total free (reserved - allocated)"),
+             static_cast<std::int64_t>(sd.free_bytes()),
+             static_cast<std::int64_t>(sr.free_bytes())});
+  s.add_row({std::string("rounding inside allocated blocks"),
+             static_cast<std::int64_t>(sd.rounding_bytes()),
+             static_cast<std::int64_t>(sr.rounding_bytes())});
+  for (const auto* x : {&sd, &sr})
+    s.notes.push_back(fmt::format(
+        "{}: peak reserved {:.1f} MiB first reached at event {}, by a request of {:.1f} MiB "
+        "({:.1f} MiB rounded, {} pool) on stream {:#x} that no free block could serve; {}.",
+        x == &sd ? "Defaults" : "Recommended", mib(x->reserved), x->event, mib(x->request_bytes),
+        mib(x->rounded_bytes), x->small_pool ? "small" : "large", x->stream,
+        stranded_sentence(*x)));
+  out.push_back(std::move(s));
+
+  presentation::table p;
+  p.id = "policies";
+  p.title = "The searched policies, by peak reserved (the first 12, the defaults and the user's)";
+  p.columns = {{"conf", "policy"},
+               {"knobs", "keys"},
+               {"peak_reserved_bytes", "peak reserved MiB", kPerMiB, 1},
+               {"vs_defaults", "vs defaults %", 100.0, 1},
+               {"backend_allocations", "backend allocations"}};
+  for (std::size_t k = 0; k < a.fit_limits.size(); ++k)
+    p.columns.push_back({fmt::format("fits_{}", k), "under " + format_bytes(a.fit_limits[k])});
+  std::vector<std::size_t> order(a.policies.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+    const auto& px = a.policies[x];
+    const auto& py = a.policies[y];
+    if (!px.result || !py.result) return px.result.has_value() && !py.result.has_value();
+    return std::tuple(px.result->peak_reserved, px.knobs) <
+           std::tuple(py.result->peak_reserved, py.knobs);
+  });
+  const std::size_t searched = advise_confs().size();
+  for (std::size_t rank = 0; rank < order.size(); ++rank) {
+    const std::size_t i = order[rank];
+    if (rank >= 12 && i != 0 && i < searched) continue;
+    const auto& x = a.policies[i];
+    std::vector<value> row = {policy_label(x.conf), static_cast<std::int64_t>(x.knobs), peak(x),
+                              value{}, value{}};
+    if (x.result) {
+      if (d.result && d.result->peak_reserved > 0)
+        row[3] = static_cast<double>(x.result->peak_reserved) /
+                     static_cast<double>(d.result->peak_reserved) -
+                 1.0;
+      row[4] = x.result->backend_allocations;
+    }
+    for (const auto& f : x.fits) row.push_back(f.fits() ? std::string("fits") : std::string("OOM"));
+    p.add_row(std::move(row));
+  }
+  p.notes.push_back(fmt::format(
+      "{} policies replayed {} events each in {:.2f} s on {} threads. vs defaults: the change in "
+      "peak reserved (negative is less). garbage_collection_threshold acts only under a limit: "
+      "without --fit it runs under {:.1f} MiB (the larger of PyTorch's recorded peak and the "
+      "defaults' replayed one).",
+      a.policies.size(), a.replay_events, a.seconds, a.threads, mib(a.gc_reserved_limit)));
+  out.push_back(std::move(p));
+  return out;
+}
+
+}  // namespace gpu_basics
