@@ -3,6 +3,8 @@
 // checks that what was read holds together.
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "gpu_basics/core/json.hpp"
 #include "gpu_basics/snapshot/advise.hpp"
 
@@ -158,24 +160,29 @@ struct recorded_doc {
 };
 GPU_BASICS_JSON_STRICT(recorded_doc, alloc_conf, peak_reserved_bytes, ooms)
 
+/// The recommendation as printed: `conf` the searched policy, `use_conf` the conf its lines set
+/// (with the memory fraction, where one is needed), `torch_env` and `gbt` the lines themselves.
 struct recommended_doc {
   std::string conf;
+  std::string use_conf;
   std::string torch_env;
+  std::string gbt;
 };
-GPU_BASICS_JSON_STRICT(recommended_doc, conf, torch_env)
+GPU_BASICS_JSON_STRICT(recommended_doc, conf, use_conf, torch_env, gbt)
 
 /// The file. "tables" is written for readers of the file (the report draws them) and not read
 /// back: advice_tables() makes them again.
 struct advice_doc {
   std::string command = "advise";
-  int schema_version = 1;
+  int schema_version = kAdviceSchemaVersion;
   std::string snapshot;
   int device = 0;
   std::size_t trace_events = 0;
   std::size_t replay_events = 0;
   std::size_t live_peak_bytes = 0;
   recorded_doc recorded;
-  std::uint64_t gc_reserved_limit_bytes = 0;
+  std::optional<std::size_t> device_memory_bytes;
+  std::optional<std::size_t> line_limit_bytes;
   std::vector<std::size_t> fit_limits_bytes;
   std::vector<policy_doc> policies;
   recommended_doc recommended;
@@ -195,7 +202,8 @@ void to_json(nlohmann::json& j, const advice_doc& a) {
        {"replay_events", a.replay_events},
        {"live_peak_bytes", a.live_peak_bytes},
        {"recorded", a.recorded},
-       {"gc_reserved_limit_bytes", a.gc_reserved_limit_bytes},
+       {"device_memory_bytes", a.device_memory_bytes},
+       {"line_limit_bytes", a.line_limit_bytes},
        {"fit_limits_bytes", a.fit_limits_bytes},
        {"policies", a.policies},
        {"recommended", a.recommended},
@@ -210,14 +218,22 @@ void from_json(const nlohmann::json& j, advice_doc& a) {
   require_json_object(j);
   a = {};
   read_required_member(j, "schema_version", a.schema_version);
-  if (a.schema_version != 1) throw format_error("an advice file of another schema version than 1");
+  if (a.schema_version != kAdviceSchemaVersion)
+    throw format_error(fmt::format(
+        "an advice file of schema version {}, where this gpu-basics reads {}{}", a.schema_version,
+        kAdviceSchemaVersion,
+        a.schema_version < kAdviceSchemaVersion
+            ? " (older advice replayed garbage_collection_threshold under a limit PyTorch never "
+              "sets: run advise again)"
+            : ""));
   read_required_member(j, "snapshot", a.snapshot);
   read_required_member(j, "device", a.device);
   read_required_member(j, "trace_events", a.trace_events);
   read_required_member(j, "replay_events", a.replay_events);
   read_required_member(j, "live_peak_bytes", a.live_peak_bytes);
   read_required_member(j, "recorded", a.recorded);
-  read_required_member(j, "gc_reserved_limit_bytes", a.gc_reserved_limit_bytes);
+  read_required_member(j, "device_memory_bytes", a.device_memory_bytes);
+  read_required_member(j, "line_limit_bytes", a.line_limit_bytes);
   read_required_member(j, "fit_limits_bytes", a.fit_limits_bytes);
   read_required_member(j, "policies", a.policies);
   read_required_member(j, "fit_choice", a.fit_choice);
@@ -271,7 +287,8 @@ advice_doc doc_of(const advice& a) {
   x.replay_events = a.replay_events;
   x.live_peak_bytes = a.live_peak;
   x.recorded = {a.recorded_conf, a.recorded.peak_reserved, a.recorded.ooms};
-  x.gc_reserved_limit_bytes = a.gc_reserved_limit;
+  x.device_memory_bytes = a.device_memory;
+  x.line_limit_bytes = a.line_limit;
   x.fit_limits_bytes = a.fit_limits;
   for (const auto& p : a.policies) {
     policy_doc d;
@@ -289,7 +306,8 @@ advice_doc doc_of(const advice& a) {
     x.policies.push_back(std::move(d));
   }
   const std::string& rec = a.policies[a.recommended].conf;
-  x.recommended = {rec, torch_env_line(rec)};
+  const recommendation_lines lines = lines_of(a);
+  x.recommended = {rec, lines.conf, lines.torch, lines.gbt};
   for (const auto& c : a.fit_choice)
     x.fit_choice.push_back(c ? std::optional<std::string>(a.policies[*c].conf) : std::nullopt);
   x.fit_choice_everywhere = a.fit_choice_everywhere;
@@ -385,7 +403,8 @@ advice advice_from(const advice_doc& x) {
   a.recorded_conf = x.recorded.alloc_conf;
   a.recorded.peak_reserved = x.recorded.peak_reserved_bytes;
   a.recorded.ooms = x.recorded.ooms;
-  a.gc_reserved_limit = x.gc_reserved_limit_bytes;
+  a.device_memory = x.device_memory_bytes;
+  a.line_limit = x.line_limit_bytes;
   a.fit_limits = x.fit_limits_bytes;
   for (const auto& e : x.policies) {
     policy_outcome p;

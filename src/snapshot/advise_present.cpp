@@ -1,7 +1,9 @@
 // advise's presentation: the tables (the recommendation with the line to use, the fit table, the
 // stranded split, the searched policies ranked) drawn from an advice, pure.
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -25,9 +27,65 @@ std::size_t fitting_count(const advice& a, std::size_t k) {
 
 }  // namespace
 
+namespace {
+
+/// `s` as one shell word: as it is when every character is plain, else in single quotes.
+std::string shell_word(const std::string& s) {
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("_:.,-+/=").find(c) !=
+                                                              std::string_view::npos;
+  });
+  if (plain) return s;
+  std::string q = "'";
+  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+}  // namespace
+
 std::string torch_env_line(const std::string& conf) {
-  return conf.empty() ? std::string("(unset PYTORCH_CUDA_ALLOC_CONF: the defaults)")
-                      : "PYTORCH_CUDA_ALLOC_CONF=" + printable(conf);
+  return conf.empty() ? std::string("unset PYTORCH_CUDA_ALLOC_CONF")
+                      : "export PYTORCH_CUDA_ALLOC_CONF=" + shell_word(printable(conf));
+}
+
+std::string fraction_text(std::size_t limit, std::size_t device_memory) {
+  if (device_memory == 0) return "1";
+  // Millionths: floor(limit / memory) + 2, so fraction * memory passes the limit by at least one
+  // millionth of the memory (no rounding of a double brings it back below) and by two at most.
+  if (limit >= device_memory || device_memory > (std::size_t{1} << 50)) return "1";
+  // limit < memory: floor(limit * 10^6 / memory) a thousand at a time, exactly.
+  const std::size_t m1 = limit * 1000 / device_memory, r1 = limit * 1000 % device_memory;
+  const std::size_t millionths = m1 * 1000 + r1 * 1000 / device_memory + 2;
+  if (millionths >= 1000000u) return "1";
+  std::string t = fmt::format("0.{:06}", millionths);
+  while (t.back() == '0') t.pop_back();
+  return t;
+}
+
+recommendation_lines lines_of(const advice& a) {
+  recommendation_lines l;
+  l.conf = a.policies.at(a.recommended).conf;
+  if (!a.line_limit) {
+    l.torch = torch_env_line(l.conf);
+    l.gbt = l.conf.empty() ? "gbt.use()" : "gbt.use(conf=\"" + printable(l.conf) + "\")";
+    return l;
+  }
+  const std::string key = (l.conf.empty() ? "" : ",") + std::string("per_process_memory_fraction:");
+  if (a.device_memory) {
+    l.conf += key + fraction_text(*a.line_limit, *a.device_memory);
+    l.torch = torch_env_line(l.conf);
+    l.gbt = "gbt.use(conf=\"" + printable(l.conf) + "\")";
+    return l;
+  }
+  // The same arithmetic as fraction_text, by the PyTorch that will run the job.
+  const std::string f = fmt::format(
+      "$(python -c 'import torch; print(min(1.0, ({} * 10**6 // torch.cuda.mem_get_info()[1] + "
+      "2) / 10**6))')",
+      *a.line_limit);
+  l.torch = "export PYTORCH_CUDA_ALLOC_CONF=" +
+            (l.conf.empty() ? std::string() : shell_word(printable(l.conf))) + key + "\"" + f + "\"";
+  l.conf += key + f;
+  return l;
 }
 
 namespace {
@@ -144,7 +202,13 @@ std::vector<presentation::table> advice_tables(const advice& a) {
   t.add_row({std::string("defaults"), policy_label(d.conf), peak(d),
              static_cast<std::int64_t>(a.defaults.smallest_limit), placement_range(a.defaults),
              static_cast<std::int64_t>(a.defaults.stranded.free_bytes())});
-  t.add_row({std::string("recommended"), policy_label(r.conf), peak(r),
+  // The recommendation as its line runs it: under the fraction it sets, where it sets one.
+  const auto tight = a.tightest_fit();
+  const recommendation_lines lines = lines_of(a);
+  t.add_row({std::string("recommended"), policy_label(lines.conf),
+             a.line_limit && tight
+                 ? value{static_cast<std::int64_t>(r.fits[*tight].peak_reserved)}
+                 : peak(r),
              static_cast<std::int64_t>(a.recommendation.smallest_limit),
              placement_range(a.recommendation),
              static_cast<std::int64_t>(a.recommendation.stranded.free_bytes())});
@@ -180,10 +244,22 @@ std::vector<presentation::table> advice_tables(const advice& a) {
         stranded_sentence(a.recommendation.stranded), mib(a.recommendation.smallest_limit),
         mib(a.defaults.smallest_limit)));
   }
-  t.notes.push_back("Use with PyTorch: " + torch_env_line(r.conf));
-  t.notes.push_back(r.conf.empty() ? "Use with gpu-basics' allocator: gbt.use()"
-                                   : "Use with gpu-basics' allocator: gbt.use(conf=\"" +
-                                         printable(r.conf) + "\")");
+  t.notes.push_back("Use with PyTorch: " + lines.torch);
+  t.notes.push_back(
+      lines.gbt.empty()
+          ? "Use with gpu-basics' allocator: gbt.use(conf=...) with the same conf and the "
+            "fraction that command prints (or pass --device-memory to have it printed here)"
+          : "Use with gpu-basics' allocator: " + lines.gbt);
+  if (a.line_limit)
+    t.notes.push_back(fmt::format(
+        "The line sets a memory fraction of {} (per_process_memory_fraction, as torch.cuda."
+        "set_per_process_memory_fraction would): {}{}",
+        format_bytes(*a.line_limit),
+        parse_allocator_options(a.policies[a.recommended].conf).garbage_collection_threshold > 0
+            ? "garbage_collection_threshold acts only under a fraction"
+            : "without it this policy reserves more than the limit, on a device that has more",
+        a.device_memory ? fmt::format(", of the {} device memory given.", format_bytes(*a.device_memory))
+                        : "; the command in it computes the fraction from the running GPU."));
   t.notes.push_back(fmt::format(
       "A limit is PyTorch's torch.cuda.set_per_process_memory_fraction(limit / device memory): "
       "reserved may not pass it; at the limit the cache is freed and the request retried, then "
@@ -310,10 +386,11 @@ std::vector<presentation::table> advice_tables(const advice& a) {
   }
   p.notes.push_back(fmt::format(
       "{} policies replayed {} events each in {:.2f} s on {} threads. vs defaults: the change in "
-      "peak reserved (negative is less). garbage_collection_threshold acts only under a limit: "
-      "without --fit it runs under {:.1f} MiB (the larger of PyTorch's recorded peak and the "
-      "defaults' replayed one).",
-      a.policies.size(), a.replay_events, a.seconds, a.threads, mib(a.gc_reserved_limit)));
+      "peak reserved (negative is less), without a limit, as PyTorch runs a policy without a "
+      "memory fraction. garbage_collection_threshold acts only under a fraction, so it is "
+      "searched only under the --fit limits{}.",
+      a.policies.size(), a.replay_events, a.seconds, a.threads,
+      a.fit_limits.empty() ? " (none given: not searched)" : ""));
   out.push_back(std::move(p));
   return out;
 }

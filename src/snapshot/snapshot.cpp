@@ -553,8 +553,10 @@ torch_snapshot read_torch_snapshot(const std::string& path) {
   const std::uint64_t cap = input_size_cap(kMaxSnapshotFileBytes);
   const std::string head = read_input_head(path, 64, cap, "snapshot pickle");
   if (is_gzip(head)) {  // snapshot.pickle.gz: inflated whole (within the cap), then read
+    // The first inflated bytes must start a pickle: a bomb that is not one stops there.
     const std::string bytes =
-        gunzip(read_input_file(path, cap, "snapshot pickle"), cap, printable(path));
+        gunzip(read_input_file(path, cap, "snapshot pickle"), cap, printable(path),
+               [&](std::string_view inflated) { check_snapshot_start(inflated, printable(path)); });
     return parse_torch_snapshot(bytes, printable(path));
   }
   // The first bytes first: a file that is not a pickle is refused before the rest is read.
