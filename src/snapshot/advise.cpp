@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 
 #include <fmt/format.h>
 
@@ -36,20 +35,6 @@ int knobs_of(const allocator_options& o) {
   return n;
 }
 
-/// Why the free block `b` of segment `g` could not serve the request of `s` (a new segment's rest
-/// when `holds_new`).
-stranded_cause cause_of(const block_view& b, const segment_view& g, const stranded_split& s,
-                        bool holds_new, const allocator_options& o) {
-  if (b.state != block_state::inactive) return stranded_cause::unexplained;  // none in a replay
-  if (g.stream != s.stream) return stranded_cause::other_stream;
-  if (g.small != s.small_pool) return stranded_cause::other_pool;
-  if (g.expandable) return stranded_cause::expandable_pages;
-  if (holds_new) return stranded_cause::segment_rest;
-  if (oversize_block_refused(b.size, s.rounded_bytes, o)) return stranded_cause::max_split;
-  if (b.size < s.rounded_bytes) return stranded_cause::too_small;
-  return stranded_cause::unexplained;
-}
-
 }  // namespace
 
 std::string_view to_string(stranded_cause c) noexcept {
@@ -77,13 +62,6 @@ std::optional<std::size_t> advice::tightest_fit() const {
   for (std::size_t i = 0; i < fit_limits.size(); ++i)
     if (fit_choice[i] && (!k || fit_limits[i] < fit_limits[*k])) k = i;
   return k;
-}
-
-std::size_t stranded_split::bytes_of(stranded_cause c) const noexcept {
-  std::size_t n = 0;
-  for (const auto& p : parts)
-    if (p.cause == c) n += p.bytes;
-  return n;
 }
 
 std::vector<std::string> advise_confs(bool collect) {
@@ -171,50 +149,6 @@ std::size_t smallest_fitting_limit(const prepared_trace& trace, const allocator_
   return hi;
 }
 
-stranded_split stranded_at_peak(const prepared_trace& trace, const allocator_options& o) {
-  // First pass: where reserved first reaches its peak; second: replay up to it, then look.
-  std::size_t peak = 0, at = 0;
-  bool any = false;
-  {
-    trace_replayer r(trace, o);
-    for (std::size_t i = 0; i < r.events(); ++i) {
-      if (!r.step(i)) continue;
-      if (const std::size_t now = r.reserved(); now > peak || !any) {
-        peak = now;
-        at = i;
-        any = true;
-      }
-    }
-  }
-  stranded_split s;
-  if (!any) return s;
-  trace_replayer r(trace, o);
-  void* p = nullptr;
-  for (std::size_t i = 0; i <= at; ++i) p = r.step(i);
-  const replay_event& e = r.event(at);
-  s.event = at;
-  s.request_bytes = e.bytes;
-  s.rounded_bytes = round_request(e.bytes, r.options());
-  s.stream = e.stream;
-  s.small_pool = is_small_request(s.rounded_bytes);
-  const auto new_ptr = reinterpret_cast<std::uintptr_t>(p);
-  std::map<std::pair<stranded_cause, stream_handle>, std::size_t> parts;
-  for (const segment_view& g : r.allocator().segments()) {
-    s.reserved += g.total_size;
-    s.allocated += g.allocated_size;
-    s.requested += g.requested_size;
-    const bool holds_new = !g.expandable && new_ptr >= g.ptr && new_ptr - g.ptr < g.total_size;
-    for (const block_view& b : g.blocks) {
-      if (b.state == block_state::active_allocated) continue;
-      const stranded_cause c = cause_of(b, g, s, holds_new, r.options());
-      parts[{c, c == stranded_cause::other_stream ? g.stream : 0}] += b.size;
-    }
-  }
-  for (const auto& [k, bytes] : parts)
-    if (bytes > 0) s.parts.push_back({k.first, bytes, k.second});
-  return s;
-}
-
 usage_curve usage_over_trace(const prepared_trace& trace, const allocator_options& o,
                              std::size_t points) {
   usage_curve c;
@@ -263,8 +197,8 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
   std::vector<allocator_options> opts;
   for (const auto& p : policies) opts.push_back(p.options);
   // Each policy once without a limit (the sweep), then under each fit limit on the same thread.
-  policy_sweep sw = sweep_policies(
-      trace, policies, pool, [&](std::size_t i, const policy_run& run) {
+  policy_sweep sw =
+      sweep_policies(trace, policies, pool, [&](std::size_t i, const policy_run& run) {
         policy_outcome& p = a.policies[i];
         p.conf = policies[i].conf;
         p.knobs = knobs_of(opts[i]);
@@ -331,9 +265,8 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
     a.recommended = *a.fit_choice[*k];
     const policy_outcome& p = a.policies[a.recommended];
     const allocator_options& o = opts[a.recommended];
-    if (o.per_process_memory_fraction <= 0 &&
-        (o.garbage_collection_threshold > 0 || !p.result ||
-         p.result->peak_reserved > a.fit_limits[*k]))
+    if (o.per_process_memory_fraction <= 0 && (o.garbage_collection_threshold > 0 || !p.result ||
+                                               p.result->peak_reserved > a.fit_limits[*k]))
       a.line_limit = a.fit_limits[*k] / kAdvicePage * kAdvicePage;
   }
 
@@ -385,7 +318,11 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
       d.fits_in.push_back(n);
     }
     if (which == 1 && a.line_limit) o.reserved_limit = *a.line_limit;  // as its line runs it
-    d.stranded = stranded_at_peak(trace, o);
+    replay_moments m = moments_of(trace, o);
+    d.stranded = std::move(m.at_peak_reserved);
+    d.stranded_at_allocated = std::move(m.at_peak_allocated);
+    d.growth = std::move(m.growth);
+    d.growth_total = m.growth_total;
     d.curve = usage_over_trace(trace, o);
     return d;
   };

@@ -76,6 +76,19 @@ GPU_BASICS_JSON_STRICT(stranded_doc, event, request_bytes, rounded_bytes, stream
                        reserved_bytes, allocated_bytes, requested_bytes, free_bytes, rounding_bytes,
                        parts)
 
+/// An event that grew reserved beyond what live blocks needed.
+struct growth_doc {
+  std::size_t event = 0;
+  std::size_t request_bytes = 0;
+  std::size_t grew_bytes = 0;
+  std::size_t beyond_need_bytes = 0;
+  std::size_t free_before_bytes = 0;
+  std::string cause;
+  stream_handle stream = 0;
+};
+GPU_BASICS_JSON_STRICT(growth_doc, event, request_bytes, grew_bytes, beyond_need_bytes,
+                       free_before_bytes, cause, stream)
+
 struct curve_doc {
   std::vector<std::size_t> event;
   std::vector<std::size_t> reserved_bytes;
@@ -92,6 +105,9 @@ struct detail_doc {
   std::optional<std::vector<std::size_t>> fits_in_placements;
   fit_doc below_smallest;
   stranded_doc stranded;
+  stranded_doc stranded_at_peak_allocated;
+  std::vector<growth_doc> growth;
+  std::size_t growth_beyond_need_bytes = 0;
   curve_doc curve;
 };
 void to_json(nlohmann::json& j, const detail_doc& d) {
@@ -102,6 +118,9 @@ void to_json(nlohmann::json& j, const detail_doc& d) {
        {"fits_in_placements", d.fits_in_placements.value_or(std::vector<std::size_t>{})},
        {"below_smallest", d.below_smallest},
        {"stranded", d.stranded},
+       {"stranded_at_peak_allocated", d.stranded_at_peak_allocated},
+       {"growth", d.growth},
+       {"growth_beyond_need_bytes", d.growth_beyond_need_bytes},
        {"curve", d.curve}};
 }
 void from_json(const nlohmann::json& j, detail_doc& d) {
@@ -113,6 +132,9 @@ void from_json(const nlohmann::json& j, detail_doc& d) {
   read_member(j, "fits_in_placements", d.fits_in_placements);
   read_required_member(j, "below_smallest", d.below_smallest);
   read_required_member(j, "stranded", d.stranded);
+  read_required_member(j, "stranded_at_peak_allocated", d.stranded_at_peak_allocated);
+  read_required_member(j, "growth", d.growth);
+  read_required_member(j, "growth_beyond_need_bytes", d.growth_beyond_need_bytes);
   read_required_member(j, "curve", d.curve);
 }
 
@@ -256,6 +278,18 @@ fit_doc fit_of(const fit_outcome& f) {
   return d;
 }
 
+stranded_doc stranded_doc_of(const stranded_split& s) {
+  stranded_doc x{s.event,    s.request_bytes, s.rounded_bytes, s.stream,       s.small_pool,
+                 s.reserved, s.allocated,     s.requested,     s.free_bytes(), s.rounding_bytes(),
+                 {}};
+  for (const auto& p : s.parts)
+    x.parts.push_back({std::string(to_string(p.cause)), p.bytes,
+                       p.cause == stranded_cause::other_stream
+                           ? std::optional<stream_handle>(p.stream)
+                           : std::nullopt});
+  return x;
+}
+
 detail_doc detail_of(const advice& a, const policy_detail& d) {
   detail_doc x;
   x.conf = a.policies[d.index].conf;
@@ -266,15 +300,12 @@ detail_doc detail_of(const advice& a, const policy_detail& d) {
     x.smallest_limit_by_placement->push_back({names[k].name(), d.smallest_by_placement[k]});
   x.fits_in_placements = d.fits_in;
   x.below_smallest = fit_of(d.below);
-  const stranded_split& s = d.stranded;
-  x.stranded = {s.event,    s.request_bytes, s.rounded_bytes, s.stream,       s.small_pool,
-                s.reserved, s.allocated,     s.requested,     s.free_bytes(), s.rounding_bytes(),
-                {}};
-  for (const auto& p : s.parts)
-    x.stranded.parts.push_back({std::string(to_string(p.cause)), p.bytes,
-                                p.cause == stranded_cause::other_stream
-                                    ? std::optional<stream_handle>(p.stream)
-                                    : std::nullopt});
+  x.stranded = stranded_doc_of(d.stranded);
+  x.stranded_at_peak_allocated = stranded_doc_of(d.stranded_at_allocated);
+  for (const auto& g : d.growth)
+    x.growth.push_back({g.event, g.request_bytes, g.grew_bytes, g.excess_bytes, g.free_before,
+                        std::string(to_string(g.cause)), g.stream});
+  x.growth_beyond_need_bytes = d.growth_total;
   x.curve = {d.curve.event, d.curve.reserved, d.curve.allocated};
   return x;
 }
@@ -343,6 +374,23 @@ stranded_cause cause_named(const std::string& name) {
   throw format_error("an unknown stranded cause " + quote_for_message(name));
 }
 
+stranded_split stranded_from(const stranded_doc& s) {
+  stranded_split d;
+  d.event = s.event;
+  d.request_bytes = s.request_bytes;
+  d.rounded_bytes = s.rounded_bytes;
+  d.stream = s.stream;
+  d.small_pool = s.small_pool;
+  d.reserved = s.reserved_bytes;
+  d.allocated = s.allocated_bytes;
+  d.requested = s.requested_bytes;
+  if (d.allocated > d.reserved || d.requested > d.allocated)
+    throw format_error("stranded bytes where allocated exceeds reserved or requested allocated");
+  for (const auto& p : s.parts)
+    d.parts.push_back({cause_named(p.cause), p.bytes, p.stream.value_or(0)});
+  return d;
+}
+
 policy_detail detail_from(const detail_doc& x, const std::vector<policy_outcome>& ps) {
   policy_detail d;
   const auto it =
@@ -373,19 +421,15 @@ policy_detail detail_from(const detail_doc& x, const std::vector<policy_outcome>
         throw format_error("fits_in_placements counts more placements than were replayed");
   }
   d.below = fit_from(x.below_smallest);
-  const stranded_doc& s = x.stranded;
-  d.stranded.event = s.event;
-  d.stranded.request_bytes = s.request_bytes;
-  d.stranded.rounded_bytes = s.rounded_bytes;
-  d.stranded.stream = s.stream;
-  d.stranded.small_pool = s.small_pool;
-  d.stranded.reserved = s.reserved_bytes;
-  d.stranded.allocated = s.allocated_bytes;
-  d.stranded.requested = s.requested_bytes;
-  if (d.stranded.allocated > d.stranded.reserved || d.stranded.requested > d.stranded.allocated)
-    throw format_error("stranded bytes where allocated exceeds reserved or requested allocated");
-  for (const auto& p : s.parts)
-    d.stranded.parts.push_back({cause_named(p.cause), p.bytes, p.stream.value_or(0)});
+  d.stranded = stranded_from(x.stranded);
+  d.stranded_at_allocated = stranded_from(x.stranded_at_peak_allocated);
+  for (const auto& g : x.growth) {
+    if (g.beyond_need_bytes > g.grew_bytes)
+      throw format_error("a growth beyond need larger than the growth");
+    d.growth.push_back({g.event, g.request_bytes, g.grew_bytes, g.beyond_need_bytes,
+                        g.free_before_bytes, cause_named(g.cause), g.stream});
+  }
+  d.growth_total = x.growth_beyond_need_bytes;
   d.curve = {x.curve.event, x.curve.reserved_bytes, x.curve.allocated_bytes};
   if (d.curve.reserved.size() != d.curve.event.size() ||
       d.curve.allocated.size() != d.curve.event.size())

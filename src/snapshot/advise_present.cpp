@@ -1,6 +1,7 @@
 // advise's presentation: the tables (the recommendation with the line to use, the fit table, the
 // stranded split, the searched policies ranked) drawn from an advice, pure.
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdlib>
 #include <string_view>
@@ -32,8 +33,8 @@ namespace {
 /// `s` as one shell word: as it is when every character is plain, else in single quotes.
 std::string shell_word(const std::string& s) {
   const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("_:.,-+/=").find(c) !=
-                                                              std::string_view::npos;
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("_:.,-+/=").find(c) != std::string_view::npos;
   });
   if (plain) return s;
   std::string q = "'";
@@ -83,7 +84,8 @@ recommendation_lines lines_of(const advice& a) {
       "2) / 10**6))')",
       *a.line_limit);
   l.torch = "export PYTORCH_CUDA_ALLOC_CONF=" +
-            (l.conf.empty() ? std::string() : shell_word(printable(l.conf))) + key + "\"" + f + "\"";
+            (l.conf.empty() ? std::string() : shell_word(printable(l.conf))) + key + "\"" + f +
+            "\"";
   l.conf += key + f;
   return l;
 }
@@ -177,6 +179,84 @@ std::size_t spread(const policy_detail& d) {
   return hi - lo;
 }
 
+/// Reserved but free at the first peaks of reserved and of allocated, defaults and
+/// recommendation side by side, split by cause.
+presentation::table stranded_table(const advice& a) {
+  presentation::table s;
+  s.id = "stranded";
+  s.title =
+      "Reserved but free at peak reserved and at peak allocated, by why the request then "
+      "could not use it";
+  s.columns = {
+      {"cause", "cause"},
+      {"defaults_bytes", "defaults at peak reserved MiB", kPerMiB, 1},
+      {"recommended_bytes", "recommended at peak reserved MiB", kPerMiB, 1},
+      {"defaults_allocated_peak_bytes", "defaults at peak allocated MiB", kPerMiB, 1},
+      {"recommended_allocated_peak_bytes", "recommended at peak allocated MiB", kPerMiB, 1}};
+  const std::array<const stranded_split*, 4> at = {&a.defaults.stranded, &a.recommendation.stranded,
+                                                   &a.defaults.stranded_at_allocated,
+                                                   &a.recommendation.stranded_at_allocated};
+  const auto row = [&](std::string label, auto bytes) {
+    std::vector<presentation::value> r = {std::move(label)};
+    bool any = false;
+    for (const auto* x : at) {
+      const std::size_t b = bytes(*x);
+      any = any || b > 0;
+      r.emplace_back(static_cast<std::int64_t>(b));
+    }
+    if (any) s.add_row(std::move(r));
+  };
+  for (stranded_cause c :
+       {stranded_cause::other_stream, stranded_cause::other_pool, stranded_cause::expandable_pages,
+        stranded_cause::segment_rest, stranded_cause::max_split, stranded_cause::too_small,
+        stranded_cause::unexplained})
+    row(std::string(to_string(c)), [c](const stranded_split& x) { return x.bytes_of(c); });
+  row("total free (reserved - allocated)", [](const stranded_split& x) { return x.free_bytes(); });
+  row("rounding inside allocated blocks",
+      [](const stranded_split& x) { return x.rounding_bytes(); });
+  for (const auto* x : {at[0], at[1]})
+    s.notes.push_back(fmt::format(
+        "{}: peak reserved {:.1f} MiB first reached at event {}, by a request of {:.1f} MiB "
+        "({:.1f} MiB rounded, {} pool) on stream {:#x} that no free block could serve; {}.",
+        x == at[0] ? "Defaults" : "Recommended", mib(x->reserved), x->event, mib(x->request_bytes),
+        mib(x->rounded_bytes), x->small_pool ? "small" : "large", x->stream,
+        stranded_sentence(*x)));
+  for (const auto* x : {at[2], at[3]})
+    s.notes.push_back(fmt::format(
+        "{}: peak allocated {:.1f} MiB first reached at event {} ({:.1f} MiB reserved then).",
+        x == at[2] ? "Defaults" : "Recommended", mib(x->allocated), x->event, mib(x->reserved)));
+  return s;
+}
+
+/// The events that grew reserved most beyond what the live blocks needed, up to peak reserved.
+presentation::table growth_table(const advice& a) {
+  presentation::table g;
+  g.id = "growth";
+  g.title = "The events that grew reserved beyond what live blocks needed, up to peak reserved";
+  g.columns = {{"policy", "policy"},
+               {"event", "event"},
+               {"request_bytes", "request MiB", kPerMiB, 2},
+               {"grew_bytes", "reserved grew MiB", kPerMiB, 1},
+               {"beyond_need_bytes", "beyond need MiB", kPerMiB, 1},
+               {"free_before_bytes", "free before MiB", kPerMiB, 1},
+               {"cause", "why the free bytes could not serve it"}};
+  for (const auto* d : {&a.defaults, &a.recommendation}) {
+    if (d == &a.recommendation && a.recommendation.index == a.defaults.index) break;
+    const std::string who = d == &a.defaults ? "defaults" : "recommended";
+    for (const auto& e : d->growth)
+      g.add_row({who, static_cast<std::int64_t>(e.event),
+                 static_cast<std::int64_t>(e.request_bytes),
+                 static_cast<std::int64_t>(e.grew_bytes), static_cast<std::int64_t>(e.excess_bytes),
+                 static_cast<std::int64_t>(e.free_before), std::string(to_string(e.cause))});
+    g.notes.push_back(fmt::format(
+        "{}: up to peak reserved, segments taken beyond what live blocks needed add up to {:.1f} "
+        "MiB; the {} largest are listed. Beyond need: reserved after the event less the larger of "
+        "reserved before it and allocated after it.",
+        who == "defaults" ? "Defaults" : "Recommended", mib(d->growth_total), d->growth.size()));
+  }
+  return g;
+}
+
 }  // namespace
 
 std::vector<presentation::table> advice_tables(const advice& a) {
@@ -206,9 +286,8 @@ std::vector<presentation::table> advice_tables(const advice& a) {
   const auto tight = a.tightest_fit();
   const recommendation_lines lines = lines_of(a);
   t.add_row({std::string("recommended"), policy_label(lines.conf),
-             a.line_limit && tight
-                 ? value{static_cast<std::int64_t>(r.fits[*tight].peak_reserved)}
-                 : peak(r),
+             a.line_limit && tight ? value{static_cast<std::int64_t>(r.fits[*tight].peak_reserved)}
+                                   : peak(r),
              static_cast<std::int64_t>(a.recommendation.smallest_limit),
              placement_range(a.recommendation),
              static_cast<std::int64_t>(a.recommendation.stranded.free_bytes())});
@@ -258,8 +337,9 @@ std::vector<presentation::table> advice_tables(const advice& a) {
         parse_allocator_options(a.policies[a.recommended].conf).garbage_collection_threshold > 0
             ? "garbage_collection_threshold acts only under a fraction"
             : "without it this policy reserves more than the limit, on a device that has more",
-        a.device_memory ? fmt::format(", of the {} device memory given.", format_bytes(*a.device_memory))
-                        : "; the command in it computes the fraction from the running GPU."));
+        a.device_memory
+            ? fmt::format(", of the {} device memory given.", format_bytes(*a.device_memory))
+            : "; the command in it computes the fraction from the running GPU."));
   t.notes.push_back(fmt::format(
       "A limit is PyTorch's torch.cuda.set_per_process_memory_fraction(limit / device memory): "
       "reserved may not pass it; at the limit the cache is freed and the request retried, then "
@@ -315,38 +395,8 @@ std::vector<presentation::table> advice_tables(const advice& a) {
     out.push_back(std::move(f));
   }
 
-  presentation::table s;
-  s.id = "stranded";
-  s.title = "Reserved but free at peak reserved, by why the request could not use it";
-  s.columns = {{"cause", "cause"},
-               {"defaults_bytes", "defaults MiB", kPerMiB, 1},
-               {"recommended_bytes", "recommended MiB", kPerMiB, 1}};
-  const auto causes = {stranded_cause::other_stream,     stranded_cause::other_pool,
-                       stranded_cause::expandable_pages, stranded_cause::segment_rest,
-                       stranded_cause::max_split,        stranded_cause::too_small,
-                       stranded_cause::unexplained};
-  const stranded_split& sd = a.defaults.stranded;
-  const stranded_split& sr = a.recommendation.stranded;
-  for (stranded_cause c : causes) {
-    const std::size_t x = sd.bytes_of(c), y = sr.bytes_of(c);
-    if (x == 0 && y == 0) continue;
-    s.add_row(
-        {std::string(to_string(c)), static_cast<std::int64_t>(x), static_cast<std::int64_t>(y)});
-  }
-  s.add_row({std::string("total free (reserved - allocated)"),
-             static_cast<std::int64_t>(sd.free_bytes()),
-             static_cast<std::int64_t>(sr.free_bytes())});
-  s.add_row({std::string("rounding inside allocated blocks"),
-             static_cast<std::int64_t>(sd.rounding_bytes()),
-             static_cast<std::int64_t>(sr.rounding_bytes())});
-  for (const auto* x : {&sd, &sr})
-    s.notes.push_back(fmt::format(
-        "{}: peak reserved {:.1f} MiB first reached at event {}, by a request of {:.1f} MiB "
-        "({:.1f} MiB rounded, {} pool) on stream {:#x} that no free block could serve; {}.",
-        x == &sd ? "Defaults" : "Recommended", mib(x->reserved), x->event, mib(x->request_bytes),
-        mib(x->rounded_bytes), x->small_pool ? "small" : "large", x->stream,
-        stranded_sentence(*x)));
-  out.push_back(std::move(s));
+  out.push_back(stranded_table(a));
+  if (auto g = growth_table(a); !g.rows.empty()) out.push_back(std::move(g));
 
   presentation::table p;
   p.id = "policies";

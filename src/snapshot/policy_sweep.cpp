@@ -123,7 +123,7 @@ snapshot_trace::snapshot_trace(const torch_snapshot& s, const std::string& file,
         "the memory history (torch.cuda.memory._record_memory_history) before the job allocates",
         file, device, n));
   }
-  try {                                           // sizes beyond 64 bits: name the file
+  try {                                      // sizes beyond 64 bits: name the file
     std::optional<format_error> live_bytes;  // reported after the segments' sizes, as recorded()
     try {
       prepared = prepare_trace(events);

@@ -116,8 +116,8 @@ TEST(Advise, GrowingBufferRecommendsExpandableSegments) {
   ASSERT_FALSE(tables.empty());
   bool says_line = false;
   for (const auto& n : tables[0].notes)
-    says_line =
-        says_line || n == "Use with PyTorch: export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
+    says_line = says_line ||
+                n == "Use with PyTorch: export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
   EXPECT_TRUE(says_line);
 }
 
@@ -167,7 +167,8 @@ TEST(Advise, FitPicksTheSimplestPolicyThatFits) {
 }
 
 TEST(Advise, FractionTextSetsTheLimitWithinOnePage) {
-  for (const std::size_t memory : {80 * GiB, std::size_t{150109880320}, std::size_t{85029158912}, 1000 * MiB}) {
+  for (const std::size_t memory :
+       {80 * GiB, std::size_t{150109880320}, std::size_t{85029158912}, 1000 * MiB}) {
     for (const std::size_t limit : {2 * MiB, 100 * MiB, 8700 * MiB, 9000 * MiB, 40 * GiB}) {
       if (limit >= memory) continue;
       const std::string f = gb::fraction_text(limit, memory);
@@ -197,17 +198,16 @@ TEST(Advise, GarbageCollectionIsNeverRecommendedWithoutItsFraction) {
   EXPECT_EQ(r.conf.find("garbage_collection_threshold"), std::string::npos) << r.conf;
   EXPECT_FALSE(a.line_limit);
   const gb::snapshot_trace t(s, "h200", s.busiest_device());
-  EXPECT_LE(gb::replay_trace(t.prepared, gb::parse_allocator_options(gb::lines_of(a).conf))
-                .peak_reserved,
-            a.policies[0].result->peak_reserved);
+  EXPECT_LE(
+      gb::replay_trace(t.prepared, gb::parse_allocator_options(gb::lines_of(a).conf)).peak_reserved,
+      a.policies[0].result->peak_reserved);
   // A collecting policy chosen under a limit carries the limit as a fraction.
   gb::advice g = a;
   g.policies[g.recommended].conf = "garbage_collection_threshold:0.6";
   g.line_limit = 240 * MiB;
   g.device_memory = 80 * GiB;
-  EXPECT_EQ(gb::lines_of(g).conf,
-            "garbage_collection_threshold:0.6,per_process_memory_fraction:" +
-                gb::fraction_text(240 * MiB, 80 * GiB));
+  EXPECT_EQ(gb::lines_of(g).conf, "garbage_collection_threshold:0.6,per_process_memory_fraction:" +
+                                      gb::fraction_text(240 * MiB, 80 * GiB));
 }
 
 TEST(Advise, BisectedLimitFitsAndOnePageLessDoesNot) {
@@ -411,7 +411,7 @@ TEST(Advise, JsonReadsBackToTheSameTables) {
   EXPECT_NE(html.find("data-chart=\"advice-usage\""), std::string::npos);
   EXPECT_NE(html.find("data-chart=\"advice-stranded\""), std::string::npos);
   EXPECT_EQ(b.recommended, 0u);  // the defaults fit 100 MiB
-  ASSERT_TRUE(b.line_limit);  // ... under a fraction: the line carries it
+  ASSERT_TRUE(b.line_limit);     // ... under a fraction: the line carries it
   EXPECT_EQ(b.line_limit, a.line_limit);
   EXPECT_NE(html.find("export PYTORCH_CUDA_ALLOC_CONF=per_process_memory_fraction:"),
             std::string::npos);
@@ -519,19 +519,20 @@ TEST(Advise, SweepRunsCollectorsOnlyUnderAFraction) {
   // the cached 60 MiB go back before the 50 MiB segment is taken.
   const held_trace t(std::vector<ev>{alloc(1, 30 * MiB), alloc(2, 30 * MiB), release(1), release(2),
                                      alloc(3, 50 * MiB), release(3)});
-  const auto policies = gb::policy_list(
-      {"", "garbage_collection_threshold:0.6"},
-      {"garbage_collection_threshold:0.6,per_process_memory_fraction:0.8"},
-      gb::repeated_policy::refuse, 100 * MiB);
+  const auto policies =
+      gb::policy_list({"", "garbage_collection_threshold:0.6"},
+                      {"garbage_collection_threshold:0.6,per_process_memory_fraction:0.8"},
+                      gb::repeated_policy::refuse, 100 * MiB);
   ASSERT_EQ(policies.size(), 3u);
   EXPECT_EQ(policies[2].options.reserved_limit, 80 * MiB);
   EXPECT_EQ(policies[1].options.reserved_limit, SIZE_MAX);
   gb::thread_pool pool(2);
   std::vector<int> then_ran(3, 0);
-  const auto sw = gb::sweep_policies(t, policies, pool, [&](std::size_t i, const gb::policy_run& run) {
-    EXPECT_TRUE(run.result.has_value()) << i;
-    ++then_ran[i];
-  });
+  const auto sw =
+      gb::sweep_policies(t, policies, pool, [&](std::size_t i, const gb::policy_run& run) {
+        EXPECT_TRUE(run.result.has_value()) << i;
+        ++then_ran[i];
+      });
   ASSERT_EQ(sw.runs.size(), 3u);
   ASSERT_TRUE(sw.runs[0].result && sw.runs[1].result && sw.runs[2].result);
   EXPECT_EQ(then_ran, (std::vector<int>{1, 1, 1}));

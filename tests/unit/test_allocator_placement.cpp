@@ -87,8 +87,8 @@ TEST(AllocatorV2, MemoryFractionLimitsReservedToItsShareOfTheDevice) {
   // per_process_memory_fraction:0.25 of a 400 MiB device: a 100 MiB reserved limit, with
   // PyTorch's path at the limit (free the cache, retry, then out of memory); without a fraction
   // the threshold never collects.
-  auto o = parse_allocator_options(
-      "per_process_memory_fraction:0.25,garbage_collection_threshold:0.5");
+  auto o =
+      parse_allocator_options("per_process_memory_fraction:0.25,garbage_collection_threshold:0.5");
   o.thread_cache_blocks = 0;
   auto be = std::make_shared<fake_backend>(400 * MiB, true);
   caching_allocator a(be, o);

@@ -68,9 +68,9 @@ TEST(HostileSnapshot, ASizeNoGpuHoldsIsAnInputErrorAtOnce) {
 TEST(HostileSnapshot, ATraceOfNothingToReplayGivesNoAdvice) {
   // Only actions the replay does not know ("snapshot", "oom") and segment events: no advice
   // ("peak 0.0 MiB, the defaults are best") may come of it.
-  const auto snap = write_snapshot("unknown", {trace_event("snapshot", 0, 0),
-                                               trace_event("segment_alloc", 0x1000, 2 * MiB),
-                                               trace_event("oom", 0, 4 * MiB)});
+  const auto snap = write_snapshot(
+      "unknown", {trace_event("snapshot", 0, 0), trace_event("segment_alloc", 0x1000, 2 * MiB),
+                  trace_event("oom", 0, 4 * MiB)});
   for (const char* command : {"advise", "replay"}) {
     const auto r = run_args({command, snap});
     EXPECT_EQ(r.code, gb::cli::exit_usage) << command << ": " << r.out;
@@ -117,8 +117,8 @@ TEST(HostileSnapshot, AFractionNeedsTheDevicesMemory) {
 
 TEST(HostileSnapshot, DeviceMemoryComesFromASavedInfoResult) {
   const std::string snap = kData + "/snapshot_small.pickle";
-  const auto r = run_args({"advise", snap, "--fit", "30MiB", "--device", kData + "/h200_all.json",
-                           "--json", "-"});
+  const auto r = run_args(
+      {"advise", snap, "--fit", "30MiB", "--device", kData + "/h200_all.json", "--json", "-"});
   ASSERT_EQ(r.code, gb::cli::exit_ok) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["device_memory_bytes"], 150109880320ull);  // the H200's, as `info` recorded it

@@ -69,6 +69,29 @@ struct stranded_split {
   [[nodiscard]] std::size_t bytes_of(stranded_cause c) const noexcept;
 };
 
+/// An event that grew reserved memory beyond what the live blocks needed: reserved after it less
+/// the larger of reserved before it and allocated after it (a new segment taken while enough
+/// bytes were free in all, but not where the request could use them).
+struct growth_event {
+  std::size_t event = 0;  // index in the replayed trace
+  std::size_t request_bytes = 0;
+  std::size_t grew_bytes = 0;                          // reserved after less before
+  std::size_t excess_bytes = 0;                        // beyond what live blocks needed
+  std::size_t free_before = 0;                         // reserved less allocated before it
+  stranded_cause cause = stranded_cause::unexplained;  // the largest part of the free bytes then
+  stream_handle stream = 0;
+};
+
+/// The moments of a replay that explain its peak.
+struct replay_moments {
+  std::size_t peak_reserved_event = 0;   // the first event at peak reserved
+  std::size_t peak_allocated_event = 0;  // the first event at peak allocated
+  stranded_split at_peak_reserved;
+  stranded_split at_peak_allocated;
+  std::vector<growth_event> growth;  // the largest, up to peak reserved, in event order
+  std::size_t growth_total = 0;      // every growth beyond need up to peak reserved, summed
+};
+
 /// Where a replay under a limit ran out of memory (after freeing the cache and retrying).
 struct oom_point {
   std::size_t event = 0;  // index in the replayed trace
@@ -128,7 +151,10 @@ struct policy_detail {
                ? smallest_limit
                : *std::min_element(smallest_by_placement.begin(), smallest_by_placement.end());
   }
-  stranded_split stranded;
+  stranded_split stranded;               // at the first peak of reserved
+  stranded_split stranded_at_allocated;  // at the first peak of allocated
+  std::vector<growth_event> growth;      // replay_moments::growth
+  std::size_t growth_total = 0;
   usage_curve curve;
 };
 
@@ -199,6 +225,11 @@ inline constexpr std::size_t kAdvicePlacements = 8;
 [[nodiscard]] stranded_split stranded_at_peak(const prepared_trace& trace,
                                               const allocator_options& o);
 
+/// The stranded splits at the first peaks of reserved and of allocated under `o` (and its
+/// reserved limit, if any), and the `growth_events` events up to peak reserved that grew reserved
+/// most beyond what live blocks needed.
+[[nodiscard]] replay_moments moments_of(const prepared_trace& trace, const allocator_options& o,
+                                        std::size_t growth_events = 5);
 /// Reserved and allocated over `trace` under `o`, in at most `points` points.
 [[nodiscard]] usage_curve usage_over_trace(const prepared_trace& trace, const allocator_options& o,
                                            std::size_t points = 1500);
