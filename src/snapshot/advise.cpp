@@ -318,6 +318,8 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
       d.fits_in.push_back(n);
     }
     if (which == 1 && a.line_limit) o.reserved_limit = *a.line_limit;  // as its line runs it
+    for (const auto& q : placements)
+      d.peak_by_placement.push_back(replay_under_limit(trace, o, SIZE_MAX, q).peak_reserved);
     replay_moments m = moments_of(trace, o);
     d.stranded = std::move(m.at_peak_reserved);
     d.stranded_at_allocated = std::move(m.at_peak_allocated);

@@ -104,6 +104,7 @@ struct detail_doc {
   std::optional<std::vector<placement_doc>> smallest_limit_by_placement;
   std::optional<std::vector<std::size_t>> fits_in_placements;
   fit_doc below_smallest;
+  std::vector<placement_doc> peak_reserved_by_placement;
   stranded_doc stranded;
   stranded_doc stranded_at_peak_allocated;
   std::vector<growth_doc> growth;
@@ -117,6 +118,7 @@ void to_json(nlohmann::json& j, const detail_doc& d) {
         d.smallest_limit_by_placement.value_or(std::vector<placement_doc>{})},
        {"fits_in_placements", d.fits_in_placements.value_or(std::vector<std::size_t>{})},
        {"below_smallest", d.below_smallest},
+       {"peak_reserved_by_placement", d.peak_reserved_by_placement},
        {"stranded", d.stranded},
        {"stranded_at_peak_allocated", d.stranded_at_peak_allocated},
        {"growth", d.growth},
@@ -131,6 +133,7 @@ void from_json(const nlohmann::json& j, detail_doc& d) {
   read_member(j, "smallest_limit_by_placement", d.smallest_limit_by_placement);
   read_member(j, "fits_in_placements", d.fits_in_placements);
   read_required_member(j, "below_smallest", d.below_smallest);
+  read_required_member(j, "peak_reserved_by_placement", d.peak_reserved_by_placement);
   read_required_member(j, "stranded", d.stranded);
   read_required_member(j, "stranded_at_peak_allocated", d.stranded_at_peak_allocated);
   read_required_member(j, "growth", d.growth);
@@ -299,6 +302,8 @@ detail_doc detail_of(const advice& a, const policy_detail& d) {
   for (std::size_t k = 0; k < d.smallest_by_placement.size() && k < names.size(); ++k)
     x.smallest_limit_by_placement->push_back({names[k].name(), d.smallest_by_placement[k]});
   x.fits_in_placements = d.fits_in;
+  for (std::size_t k = 0; k < d.peak_by_placement.size() && k < names.size(); ++k)
+    x.peak_reserved_by_placement.push_back({names[k].name(), d.peak_by_placement[k]});
   x.below_smallest = fit_of(d.below);
   x.stranded = stranded_doc_of(d.stranded);
   x.stranded_at_peak_allocated = stranded_doc_of(d.stranded_at_allocated);
@@ -421,6 +426,10 @@ policy_detail detail_from(const detail_doc& x, const std::vector<policy_outcome>
         throw format_error("fits_in_placements counts more placements than were replayed");
   }
   d.below = fit_from(x.below_smallest);
+  if (!x.peak_reserved_by_placement.empty() &&
+      x.peak_reserved_by_placement.size() != advise_placements().size())
+    throw format_error("peak_reserved_by_placement is not a list of the placements");
+  for (const auto& e : x.peak_reserved_by_placement) d.peak_by_placement.push_back(e.bytes);
   d.stranded = stranded_from(x.stranded);
   d.stranded_at_allocated = stranded_from(x.stranded_at_peak_allocated);
   for (const auto& g : x.growth) {

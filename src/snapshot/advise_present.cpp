@@ -345,6 +345,18 @@ std::vector<presentation::table> advice_tables(const advice& a) {
       "reserved may not pass it; at the limit the cache is freed and the request retried, then "
       "torch.OutOfMemoryError. Smallest limits are bisected to {} MiB pages.",
       kAdvicePage / kMiB));
+  const auto peaks = [](const policy_detail& x) {
+    if (x.peak_by_placement.empty()) return std::string("n/a");
+    const auto [lo, hi] =
+        std::minmax_element(x.peak_by_placement.begin(), x.peak_by_placement.end());
+    return *lo == *hi ? fmt::format("{:.0f} MiB", mib(*lo))
+                      : fmt::format("{:.0f}-{:.0f} MiB", mib(*lo), mib(*hi));
+  };
+  if (!a.defaults.peak_by_placement.empty())
+    t.notes.push_back(fmt::format(
+        "Peak reserved over the {} placements of segments: the defaults {}, the recommendation {} "
+        "(the table gives the replay's ascending addresses).",
+        a.defaults.peak_by_placement.size(), peaks(a.defaults), peaks(a.recommendation)));
   if (const auto n = a.recommendation.smallest_by_placement.size(); n > 1)
     t.notes.push_back(fmt::format(
         "A smallest limit can hang on where the CUDA driver places segments: among free blocks "

@@ -114,16 +114,7 @@ policy_sweep sweep_policies(const prepared_trace& trace, const std::vector<repla
 
 snapshot_trace::snapshot_trace(const torch_snapshot& s, const std::string& file, int device) {
   events = to_replay_trace(s, device, &rebuilt);  // in the body: after rebuilt's initialiser
-  if (events.empty()) {  // advice on nothing would read as advice ("peak 0.0 MiB")
-    const std::size_t n = device >= 0 && static_cast<std::size_t>(device) < s.device_traces.size()
-                              ? s.device_traces[static_cast<std::size_t>(device)].size()
-                              : 0;
-    throw format_error(fmt::format(
-        "{}: device {}'s trace holds no allocation or free to replay ({} other entries): record "
-        "the memory history (torch.cuda.memory._record_memory_history) before the job allocates",
-        file, device, n));
-  }
-  try {                                      // sizes beyond 64 bits: name the file
+  try {                                           // sizes beyond 64 bits: name the file
     std::optional<format_error> live_bytes;  // reported after the segments' sizes, as recorded()
     try {
       prepared = prepare_trace(events);
@@ -134,6 +125,15 @@ snapshot_trace::snapshot_trace(const torch_snapshot& s, const std::string& file,
     if (live_bytes) throw *live_bytes;
   } catch (const format_error& e) {
     throw format_error(fmt::format("{}: {}", file, e.what()));
+  }
+  if (events.empty()) {  // advice on nothing would read as advice ("peak 0.0 MiB")
+    const std::size_t n = device >= 0 && static_cast<std::size_t>(device) < s.device_traces.size()
+                              ? s.device_traces[static_cast<std::size_t>(device)].size()
+                              : 0;
+    throw format_error(fmt::format(
+        "{}: device {}'s trace holds no allocation or free to replay ({} other entries): record "
+        "the memory history (torch.cuda.memory._record_memory_history) before the job allocates",
+        file, device, n));
   }
 }
 

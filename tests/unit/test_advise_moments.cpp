@@ -17,7 +17,9 @@ using ev = gb::replay_event;
 ev alloc(std::uint64_t id, std::size_t bytes, gb::stream_handle s = 0) {
   return {ev::op::alloc, id, bytes, s};
 }
-ev release(std::uint64_t id, gb::stream_handle s = 0) { return {ev::op::free, id, 0, s}; }
+ev release(std::uint64_t id, gb::stream_handle s = 0) {
+  return {ev::op::free, id, 0, s};
+}
 
 }  // namespace
 
@@ -26,7 +28,7 @@ TEST(AdviseMoments, AnotherStreamsCacheGrowsReservedBeyondNeed) {
   // for stream 1, so a second segment is taken while live blocks need only 30 MiB. Then 8 MiB
   // more on stream 2 (peak allocated, 38 MiB) take a fresh 20 MiB segment: beyond need too.
   const std::vector<ev> events = {alloc(1, 30 * MiB, 1), release(1, 1), alloc(2, 30 * MiB, 2),
-                                  alloc(3, 8 * MiB, 2), release(3, 2), release(2, 2)};
+                                  alloc(3, 8 * MiB, 2),  release(3, 2), release(2, 2)};
   const auto trace = gb::prepare_trace(events);
   const auto m = gb::moments_of(trace, {}, 5);
   EXPECT_EQ(m.peak_reserved_event, 3u);   // 30 + 30 + 20 MiB
@@ -53,8 +55,8 @@ TEST(AdviseMoments, AnotherStreamsCacheGrowsReservedBeyondNeed) {
 TEST(AdviseMoments, PeakAllocatedComesBeforePeakReservedWhenTheCacheGrowsLater) {
   // 40 MiB live at event 1, then all freed; a 30 MiB request fits neither cached 20 MiB block
   // (too small): reserved peaks later than allocated.
-  const std::vector<ev> events = {alloc(1, 20 * MiB), alloc(2, 20 * MiB), release(1), release(2),
-                                  alloc(3, 30 * MiB), release(3)};
+  const std::vector<ev> events = {alloc(1, 20 * MiB), alloc(2, 20 * MiB), release(1),
+                                  release(2),         alloc(3, 30 * MiB), release(3)};
   const auto trace = gb::prepare_trace(events);
   const auto m = gb::moments_of(trace, {}, 5);
   EXPECT_EQ(m.peak_allocated_event, 1u);

@@ -142,6 +142,9 @@ struct policy_detail {
   /// saved before placements were replayed.
   std::vector<std::size_t> smallest_by_placement;
   fit_outcome below;  // one page below smallest_limit, under the placement that needed it most
+  /// Per placement, the peak reserved without a limit (under line_limit for a recommendation
+  /// whose line sets one): where the driver places segments moves the peak too.
+  std::vector<std::size_t> peak_by_placement;
   /// Per advice::fit_limits entry, how many of the placements fit it (empty in advice saved
   /// before placements were replayed).
   std::vector<std::size_t> fits_in;
