@@ -248,12 +248,12 @@ presentation::table growth_table(const advice& a) {
                  static_cast<std::int64_t>(e.request_bytes),
                  static_cast<std::int64_t>(e.grew_bytes), static_cast<std::int64_t>(e.excess_bytes),
                  static_cast<std::int64_t>(e.free_before), std::string(to_string(e.cause))});
-    g.notes.push_back(fmt::format(
-        "{}: up to peak reserved, segments taken beyond what live blocks needed add up to {:.1f} "
-        "MiB; the {} largest are listed. Beyond need: reserved after the event less the larger of "
-        "reserved before it and allocated after it.",
-        who == "defaults" ? "Defaults" : "Recommended", mib(d->growth_total), d->growth.size()));
   }
+  g.notes.push_back(
+      "Each event took a new segment while reserved memory already held at least the live "
+      "blocks, but not where the request could use it. Beyond need: reserved after the event "
+      "less the larger of reserved before it and allocated after it (later requests may fill "
+      "it); the five largest per policy, up to peak reserved.");
   return g;
 }
 
