@@ -14,6 +14,7 @@
 #include "gpu_basics/report/advice.hpp"
 #include "gpu_basics/snapshot/advise.hpp"
 #include "replay.hpp"
+#include "torch_check.hpp"
 
 namespace gpu_basics::cli {
 
@@ -41,6 +42,8 @@ int run_advise(const options& o, std::ostream& out, std::ostream& err) {
     const int device = s.busiest_device();
     const advice a =
         advise_snapshot(s, printable(o.input_path), device, policies, limits, 0, device_memory);
+    if (const std::string conf = lines_of(a).conf; o.torch_python && !conf.empty())
+      check_with_torch(*o.torch_python, conf);  // refused: nothing printed, nothing written
     const bool json_to_stdout = o.json_path && *o.json_path == "-";
     const nlohmann::json j = to_json(a);
     // Strings from the file (the allocator conf) may not be UTF-8: such bytes become U+FFFD.

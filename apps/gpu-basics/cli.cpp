@@ -324,6 +324,10 @@ void add_advise_options(CLI::App& adv, options& o, raw_options& raw, const comma
       ->check(non_empty());
   adv.add_option("--html", raw.html, "Draw the advice as one HTML file")->check(non_empty());
   add_device_memory_options(adv, o);
+  adv.add_option("--torch-python", o.torch_python,
+                 "A Python with PyTorch: its parser reads the printed conf first, so a key it "
+                 "does not know is never printed")
+      ->check(non_empty());
 }
 
 std::vector<command> make_table() {

@@ -30,6 +30,7 @@ struct options {
   std::vector<std::string> fit_sizes;        // advise --fit SIZE (parse_byte_size), in order
   std::optional<std::string> device_memory;  // replay, advise --device-memory SIZE
   std::optional<std::string> device_result;  // replay, advise --device RESULT.json (info, all)
+  std::optional<std::string> torch_python;   // advise --torch-python PY: PyTorch reads the line
   std::optional<std::string> snapshot_path;  // memory --snapshot: a PyTorch memory snapshot
 };
 

@@ -1,6 +1,7 @@
 // Snapshots and options built to hurt `replay` and `advise`: each is refused with one line and
 // exit 2 (or bounded), whatever the sizes, the streams or the repetitions in it.
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -124,4 +125,41 @@ TEST(HostileSnapshot, DeviceMemoryComesFromASavedInfoResult) {
   EXPECT_EQ(j["device_memory_bytes"], 150109880320ull);  // the H200's, as `info` recorded it
   const auto bad = run_args({"advise", snap, "--device", snap});
   EXPECT_EQ(bad.code, gb::cli::exit_usage) << bad.err;
+}
+
+TEST(HostileSnapshot, APyTorchThatRefusesTheLineStopsItBeingPrinted) {
+  if (!have_python()) GTEST_SKIP() << "no python3";
+  // A stand-in torch whose parser refuses expandable_segments and writes down what it read.
+  const auto dir = scratch("torch_check");
+  std::filesystem::create_directories(dir / "torch" / "cuda");
+  write_bytes(dir / "torch" / "__init__.py",
+              "import os\n"
+              "class _C:\n"
+              "    @staticmethod\n"
+              "    def _accelerator_setAllocatorSettings(conf):\n"
+              "        open(os.environ['SEEN'], 'w').write(conf)\n"
+              "        if os.environ.get('REFUSE') and os.environ['REFUSE'] in conf:\n"
+              "            raise RuntimeError('Unrecognized key ' + os.environ['REFUSE'])\n");
+  ASSERT_EQ(setenv("PYTHONPATH", dir.c_str(), 1), 0);
+  ASSERT_EQ(setenv("SEEN", (dir / "seen.txt").c_str(), 1), 0);
+  const std::string snap = kData + "/h200_torch_snapshot.pickle";
+  const auto ok = run_args({"advise", snap, "--torch-python", "python3", "--json", "-"});
+  EXPECT_EQ(ok.code, gb::cli::exit_ok) << ok.err;
+  const auto j = nlohmann::json::parse(ok.out);
+  EXPECT_EQ(read_bytes(dir / "seen.txt"), j["recommended"]["use_conf"].get<std::string>());
+  // The fraction the shell would compute is read as a stand-in number.
+  const auto fit = run_args({"advise", snap, "--fit", "240MiB", "--torch-python", "python3"});
+  EXPECT_EQ(fit.code, gb::cli::exit_ok) << fit.err;
+  EXPECT_NE(read_bytes(dir / "seen.txt").find("per_process_memory_fraction:0.5"), std::string::npos)
+      << read_bytes(dir / "seen.txt");
+  ASSERT_EQ(setenv("REFUSE", "per_process_memory_fraction", 1), 0);
+  const auto no = run_args({"advise", snap, "--fit", "240MiB", "--torch-python", "python3"});
+  EXPECT_EQ(no.code, gb::cli::exit_usage);
+  EXPECT_EQ(no.out, "");
+  EXPECT_NE(no.err.find("--torch-python: python3 does not accept"), std::string::npos) << no.err;
+  EXPECT_NE(no.err.find("Unrecognized key per_process_memory_fraction"), std::string::npos)
+      << no.err;
+  unsetenv("REFUSE");
+  unsetenv("SEEN");
+  unsetenv("PYTHONPATH");
 }
