@@ -5,6 +5,7 @@
 
 #include "gpu_basics/core/json.hpp"
 #include "gpu_basics/snapshot/advise.hpp"
+#include "gpu_basics/snapshot/replay_json.hpp"
 
 namespace gpu_basics {
 
@@ -210,7 +211,7 @@ void from_json(const nlohmann::json& j, advice_doc& a) {
   require_json_object(j);
   a = {};
   read_required_member(j, "schema_version", a.schema_version);
-  if (a.schema_version != 1) throw format_error("an advice file of another schema version than 1");
+  (void)saved_schema_version(j, advice_doc{}.schema_version);  // the one written; newer refused
   read_required_member(j, "snapshot", a.snapshot);
   read_required_member(j, "device", a.device);
   read_required_member(j, "trace_events", a.trace_events);

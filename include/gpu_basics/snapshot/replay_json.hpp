@@ -1,0 +1,32 @@
+// A saved replay (`gpu-basics replay --json`) read back, so that `show` prints its table and
+// `report` draws it as they do for the run it came from; and the schema version that the files of
+// replay and advise carry. The reader is as strict as advice_from_json(): every key the writer
+// writes must be there, each value of its kind, and the figures must hold together. Host-only.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu_basics/snapshot/policy_sweep.hpp"
+
+namespace gpu_basics {
+
+/// The schema of the replay file this build writes (to_json(const replay_report&)).
+inline constexpr int kReplaySchemaVersion = 1;
+
+/// The "schema_version" of a saved replay or advice `j`, 1 where it is absent (files written
+/// before it was recorded), checked to be one this build reads: 1 to `current`.
+/// @throws format_error "schema_version N is not one this build reads (1 to C)", adding "; a newer
+/// gpu-basics wrote it" above `current`.
+int saved_schema_version(const nlohmann::json& j, int current);
+
+/// The replay `j` holds (a "command": "replay" object that to_json() wrote). The table and the
+/// derived keys ("best_conf", "events_per_s", "table") are not read: replay_table() and
+/// replay_report's methods make them again from the figures.
+/// @throws format_error "<source>: ..." naming the key path of the first value that is missing,
+/// of the wrong kind or out of range ("policies[3].peak_reserved_bytes: expected an integer ..."),
+/// or figures that contradict one another.
+[[nodiscard]] replay_report replay_from_json(const nlohmann::json& j, const std::string& source);
+
+}  // namespace gpu_basics
