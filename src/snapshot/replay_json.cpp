@@ -80,10 +80,35 @@ void from_json(const nlohmann::json& j, replay_doc& r) {
   throw e;
 }
 
-/// Sizes the table shows as signed 64-bit integers: beyond that they would print negative.
-void check_bytes(std::string_view path, std::uint64_t bytes) {
+bool names_bytes(std::string_view key) {
+  return key == "bytes" || key.ends_with("_bytes");
+}
+
+/// check_saved_byte_sizes() below `j`; `bytes`: `j` is the value of a key that names bytes.
+void check_sizes_in(const nlohmann::json& j, bool bytes) {
   constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-  if (bytes > kMax) refuse(path, "expected at most " + std::to_string(kMax) + " bytes");
+  if (bytes && j.is_number()) {
+    if (j.is_number_unsigned() ? j.get<std::uint64_t>() > kMax
+                               : j.is_number_float() && j.get<double>() >= 0x1p63)
+      throw json_path_error("expected at most " + std::to_string(kMax) + " bytes, got " +
+                            json_kind(j));
+    return;
+  }
+  if (j.is_array()) {
+    for (std::size_t i = 0; i < j.size(); ++i) try {
+        check_sizes_in(j[i], bytes);
+      } catch (json_path_error& e) {
+        e.prepend_index(i);
+        throw;
+      }
+  } else if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) try {
+        check_sizes_in(value, names_bytes(key));
+      } catch (json_path_error& e) {
+        e.prepend_key(key);
+        throw;
+      }
+  }
 }
 
 void check_fraction(std::string_view path, double v) {
@@ -103,14 +128,7 @@ replay_report replay_from(const replay_doc& x) {
   r.replay_events = x.replay_events;
   r.rebuilt = x.rebuilt_blocks;
   r.gc_reserved_limit = x.gc_reserved_limit_bytes;
-  check_bytes("gc_reserved_limit_bytes", x.gc_reserved_limit_bytes);
   const recorded_doc& rec = x.recorded;
-  for (const auto& [key, bytes] :
-       {std::pair{"recorded.peak_reserved_bytes", rec.peak_reserved_bytes},
-        std::pair{"recorded.peak_requested_bytes", rec.peak_requested_bytes},
-        std::pair{"recorded.reserved_at_start_bytes", rec.reserved_at_start_bytes},
-        std::pair{"recorded.reserved_at_end_bytes", rec.reserved_at_end_bytes}})
-    check_bytes(key, bytes);
   r.recorded_conf = rec.alloc_conf;
   r.recorded = {rec.reserved_at_start_bytes,
                 rec.reserved_at_end_bytes,
@@ -128,7 +146,6 @@ replay_report replay_from(const replay_doc& x) {
     if (!seen.insert(p.conf).second) refuse(at + ".conf", "a policy listed twice");
     policy_replay out{p.conf, std::nullopt, p.failure.value_or("")};
     if (!p.failure) {
-      check_bytes(at + ".peak_reserved_bytes", p.peak_reserved_bytes);
       if (p.peak_allocated_bytes > p.peak_reserved_bytes)
         refuse(at + ".peak_allocated_bytes", "above peak_reserved_bytes");
       if (p.peak_requested_bytes > p.peak_allocated_bytes)
@@ -155,6 +172,10 @@ replay_report replay_from(const replay_doc& x) {
 
 }  // namespace
 
+void check_saved_byte_sizes(const nlohmann::json& j) {
+  check_sizes_in(j, false);
+}
+
 int saved_schema_version(const nlohmann::json& j, int current) {
   const auto it = j.find("schema_version");
   if (it == j.end()) return 1;
@@ -177,6 +198,7 @@ replay_report replay_from_json(const nlohmann::json& j, const std::string& sourc
     if (!j.is_object() || j.value("command", std::string()) != "replay")
       throw format_error("not a replay file (its \"command\" is not \"replay\")");
     (void)saved_schema_version(j, kReplaySchemaVersion);
+    check_saved_byte_sizes(j);
     replay_doc x;
     read_json(j, x);
     return replay_from(x);

@@ -21,6 +21,12 @@ inline constexpr int kReplaySchemaVersion = 1;
 /// gpu-basics wrote it" above `current`.
 int saved_schema_version(const nlohmann::json& j, int current);
 
+/// Refuses a size in bytes (the value of a key "bytes" or "..._bytes", or of any element of a
+/// list under one) above 2^63 - 1: no device holds that much, and tables show sizes as signed
+/// 64-bit integers (where 2^64 - 1 once printed as "-0").
+/// @throws json_path_error naming its key path.
+void check_saved_byte_sizes(const nlohmann::json& j);
+
 /// The replay `j` holds (a "command": "replay" object that to_json() wrote). The table and the
 /// derived keys ("best_conf", "events_per_s", "table") are not read: replay_table() and
 /// replay_report's methods make them again from the figures.
