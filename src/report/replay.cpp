@@ -13,23 +13,28 @@ namespace {
 using detail::chart;
 using nlohmann::json;
 
-/// One bar per policy (its peak reserved; none where it ran out of memory), the recorded peak as
-/// a line across them.
+/// Two bars per policy, its peak reserved and peak allocated (none where it ran out of memory),
+/// and the peak PyTorch reserved as a line across them.
 chart peaks_chart(const replay_report& r) {
   chart c =
-      detail::horizontal_bars("replay-peaks", "Peak reserved per policy",
+      detail::horizontal_bars("replay-peaks", "Peak reserved and allocated per policy",
                               detail::axis("peak reserved", "bytes"), detail::axis("policy", ""));
   c.height = r.policies.size() > 8 ? "tall" : "normal";
   json labels = json::array();
-  std::vector<std::optional<double>> peaks;
+  std::vector<std::optional<double>> reserved, allocated;
   for (const auto& p : r.policies) {
     labels.push_back(policy_label(p.conf));
-    peaks.push_back(p.result ? std::optional(static_cast<double>(p.result->peak_reserved))
-                             : std::nullopt);
+    const auto of = [&](std::size_t replay_result::*field) {
+      return p.result ? std::optional(static_cast<double>((*p.result).*field)) : std::nullopt;
+    };
+    reserved.push_back(of(&replay_result::peak_reserved));
+    allocated.push_back(of(&replay_result::peak_allocated));
   }
   c.config["data"]["labels"] = std::move(labels);
   c.config["data"]["datasets"].push_back(
-      detail::bar_dataset("peak reserved (replayed)", detail::color(0), 0, peaks));
+      detail::bar_dataset("peak reserved (replayed)", detail::color(0), 0, reserved));
+  c.config["data"]["datasets"].push_back(
+      detail::bar_dataset("peak allocated (replayed)", detail::color(1), 0, allocated));
   detail::annotate(
       c.config, "recorded",
       detail::reference_line(static_cast<double>(r.recorded.peak_reserved),
