@@ -21,8 +21,17 @@ struct recorded_doc {
   std::int64_t backend_allocations = 0;
   std::size_t ooms = 0;
 };
-GPU_BASICS_JSON_STRICT(recorded_doc, alloc_conf, peak_reserved_bytes, peak_requested_bytes,
-                       reserved_at_start_bytes, reserved_at_end_bytes, backend_allocations, ooms)
+void from_json(const nlohmann::json& j, recorded_doc& r) {  // read only: to_json() writes it
+  require_json_object(j);
+  r = {};
+  read_required_member(j, "alloc_conf", r.alloc_conf);
+  read_required_member(j, "peak_reserved_bytes", r.peak_reserved_bytes);
+  read_required_member(j, "peak_requested_bytes", r.peak_requested_bytes);
+  read_required_member(j, "reserved_at_start_bytes", r.reserved_at_start_bytes);
+  read_required_member(j, "reserved_at_end_bytes", r.reserved_at_end_bytes);
+  read_required_member(j, "backend_allocations", r.backend_allocations);
+  read_required_member(j, "ooms", r.ooms);
+}
 
 /// A policy: its figures only where its replay finished ("failure" null).
 struct policy_doc {
