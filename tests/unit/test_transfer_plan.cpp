@@ -327,6 +327,14 @@ TEST(ByteSize, RefusesWhatIsNotASize) {
     EXPECT_EQ(parse_byte_size(bad), std::nullopt) << quote_for_message(bad);
 }
 
+TEST(ByteSize, ConfigurationSizesTakeDecimalsToo) {
+  EXPECT_EQ(
+      parse_config("transfer:\n  large_copy_bytes: 1.5 GiB\n", "t.yaml").transfer.large_copy_bytes,
+      3ull << 29);
+  EXPECT_THROW((void)parse_config("transfer:\n  large_copy_bytes: 1610612736.5\n", "t.yaml"),
+               config_error);
+}
+
 TEST(ByteSize, EchoesTheUnitGiven) {
   EXPECT_EQ(echo_byte_size("8.8GiB"), "8.8 GiB");
   EXPECT_EQ(echo_byte_size("9.5GB"), "9.5 GB");
