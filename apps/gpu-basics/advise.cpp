@@ -1,6 +1,9 @@
 // `gpu-basics advise SNAPSHOT`: the policy search, fit table and stranded split of a memory
 // snapshot (gpu_basics/snapshot/advise.hpp), printed, written as JSON and drawn as HTML.
+#include <algorithm>
 #include <ostream>
+
+#include <fmt/format.h>
 
 #include "exit_codes.hpp"
 #include "gpu_basics/core/config.hpp"
@@ -14,17 +17,30 @@
 
 namespace gpu_basics::cli {
 
+namespace {
+constexpr std::size_t kMaxFitLimits = 16;
+}  // namespace
+
 int run_advise(const options& o, std::ostream& out, std::ostream& err) {
   return guarded(o.input_path, err, [&] {
     // Outputs that are an input or each other were refused by run(); unwritable ones are now.
     for (const auto* p : {&o.json_path, &o.html_path})
       if (*p && **p != "-") check_writable(**p);
-    std::vector<std::size_t> limits;
-    for (const auto& f : o.fit_sizes) limits.push_back(*parse_byte_size(f));  // checked by CLI11
-    const auto policies = advise_policies(o.policies);
+    std::vector<std::size_t> limits;  // each once, in the order given
+    for (const auto& f : o.fit_sizes)
+      if (const std::size_t l = *parse_byte_size(f);  // checked by CLI11
+          std::find(limits.begin(), limits.end(), l) == limits.end())
+        limits.push_back(l);
+    if (limits.size() > kMaxFitLimits)
+      throw format_error(fmt::format(
+          "--fit: {} different limits; at most {} (each is replayed under every policy)",
+          limits.size(), kMaxFitLimits));
+    const auto device_memory = device_memory_of(o);
+    const auto policies = advise_policies(o.policies, !limits.empty(), device_memory);
     const torch_snapshot s = read_torch_snapshot(o.input_path);
     const int device = s.busiest_device();
-    const advice a = advise_snapshot(s, printable(o.input_path), device, policies, limits);
+    const advice a =
+        advise_snapshot(s, printable(o.input_path), device, policies, limits, 0, device_memory);
     const bool json_to_stdout = o.json_path && *o.json_path == "-";
     const nlohmann::json j = to_json(a);
     const auto json_text = [&] { return saved_json_text(j); };

@@ -267,19 +267,6 @@ bool validate_compare(const options& o, std::ostream& err) {
   return false;
 }
 
-void add_replay_options(CLI::App& rpl, options& o, raw_options& raw, const command&) {
-  rpl.add_option("snapshot", o.input_path, "A snapshot pickle recorded with history")
-      ->required()
-      ->check(non_empty());
-  rpl.add_option("--policy", o.policies,
-                 "Also replay this PYTORCH_CUDA_ALLOC_CONF string, e.g. "
-                 "\"expandable_segments:True,max_split_size_mb:256\" (repeatable)")
-      ->allow_extra_args(false)
-      ->check(non_empty());
-  rpl.add_option("--json", raw.json, "Write the replay as JSON to this file ('-' for stdout)")
-      ->check(non_empty());
-}
-
 /// Accepts a byte size parse_byte_size reads ("24GiB", "40 GB", "1073741824"), above 0.
 const CLI::Validator& byte_size() {
   static const CLI::Validator v(
@@ -291,6 +278,33 @@ const CLI::Validator& byte_size() {
       },
       "SIZE");
   return v;
+}
+
+/// --device-memory SIZE / --device RESULT.json: the device a fraction is of.
+void add_device_memory_options(CLI::App& app, options& o) {
+  auto* size = app.add_option("--device-memory", o.device_memory,
+                              "The GPU's total memory, e.g. 80GiB: a limit becomes "
+                              "per_process_memory_fraction of it")
+                   ->check(byte_size());
+  app.add_option("--device", o.device_result,
+                 "A saved `gpu-basics info` (or `all`) result: its GPU's total memory, as "
+                 "--device-memory")
+      ->check(non_empty())
+      ->excludes(size);
+}
+
+void add_replay_options(CLI::App& rpl, options& o, raw_options& raw, const command&) {
+  rpl.add_option("snapshot", o.input_path, "A snapshot pickle recorded with history")
+      ->required()
+      ->check(non_empty());
+  rpl.add_option("--policy", o.policies,
+                 "Also replay this PYTORCH_CUDA_ALLOC_CONF string, e.g. "
+                 "\"expandable_segments:True,max_split_size_mb:256\" (repeatable)")
+      ->allow_extra_args(false)
+      ->check(non_empty());
+  rpl.add_option("--json", raw.json, "Write the replay as JSON to this file ('-' for stdout)")
+      ->check(non_empty());
+  add_device_memory_options(rpl, o);
 }
 
 void add_advise_options(CLI::App& adv, options& o, raw_options& raw, const command&) {
@@ -309,6 +323,7 @@ void add_advise_options(CLI::App& adv, options& o, raw_options& raw, const comma
   adv.add_option("--json", raw.json, "Write the advice as JSON to this file ('-' for stdout)")
       ->check(non_empty());
   adv.add_option("--html", raw.html, "Draw the advice as one HTML file")->check(non_empty());
+  add_device_memory_options(adv, o);
 }
 
 std::vector<command> make_table() {

@@ -28,6 +28,8 @@ struct options {
   bool fleet = false;                        // compare --fleet
   std::vector<std::string> policies;         // replay, advise --policy CONF, in order
   std::vector<std::string> fit_sizes;        // advise --fit SIZE (parse_byte_size), in order
+  std::optional<std::string> device_memory;  // replay, advise --device-memory SIZE
+  std::optional<std::string> device_result;  // replay, advise --device RESULT.json (info, all)
   std::optional<std::string> snapshot_path;  // memory --snapshot: a PyTorch memory snapshot
 };
 

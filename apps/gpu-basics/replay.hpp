@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <iosfwd>
+#include <optional>
 #include <string>
 
 #include "cli.hpp"
@@ -16,6 +17,10 @@ namespace gpu_basics::cli {
 /// or input 2, an unwritable output 7, Ctrl-C 130 (SIGTERM 143), no host memory left 6 (naming
 /// `input`), anything else 1.
 int guarded(const std::string& input, std::ostream& err, const std::function<int()>& body);
+/// The device's memory that --device-memory SIZE or --device RESULT.json (a saved `info` or
+/// `all`: its device's total memory) gives, if either does.
+/// @throws format_error for a file that is not such a result; io_error when it cannot be read.
+[[nodiscard]] std::optional<std::size_t> device_memory_of(const options& o);
 /// `replay`: reads, replays, prints, writes --json. Returns the exit code; never throws.
 int run_replay(const options& o, std::ostream& out, std::ostream& err);
 /// `advise`: reads, searches, prints, writes --json and --html. Returns the exit code; never

@@ -114,6 +114,7 @@ void check_distinct_paths(const options& o) {
   if (o.from_path) inputs.emplace_back("--from", *o.from_path);
   if (o.baseline_path) inputs.emplace_back("--baseline", *o.baseline_path);
   if (!o.config_path.empty()) inputs.emplace_back("--config", o.config_path);
+  if (o.device_result) inputs.emplace_back("--device", *o.device_result);
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     for (std::size_t k = i + 1; k < outputs.size(); ++k)
       if (same_file(outputs[i].second, outputs[k].second))

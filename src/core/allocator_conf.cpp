@@ -39,6 +39,13 @@ std::size_t read_uint(std::string_view key, std::string_view v, std::string_view
   return n;
 }
 
+/// A number, or NaN for anything else (which no range check passes).
+double read_double(std::string_view v) {
+  double d = 0;
+  const auto r = std::from_chars(v.data(), v.data() + v.size(), d);
+  return v.empty() || r.ec != std::errc{} || r.ptr != v.data() + v.size() ? std::nan("") : d;
+}
+
 bool read_bool(std::string_view key, std::string_view v) {
   if (v == "True" || v == "true" || v == "1") return true;
   if (v == "False" || v == "false" || v == "0") return false;
@@ -97,7 +104,7 @@ void read_divisions(std::string_view v, allocator_policy& o) {
     if (first) {
       for (std::size_t i = 0; i < index; ++i) o.roundup_power2_divisions[i] = d;
       first = false;
-    } else if (index <= last) {
+    } else if (index < last) {  // equal: a start past the last interval, clamped as PyTorch does
       bad(key, "interval starts in increasing order", iv);
     }
     o.roundup_power2_divisions[index] = d;
@@ -146,11 +153,13 @@ bool apply_policy_key(allocator_policy& o, std::string_view key, std::string_vie
     read_divisions(v, p);
     o = p;
   } else if (key == "garbage_collection_threshold") {
-    double t = 0;
-    const auto r = std::from_chars(v.data(), v.data() + v.size(), t);
-    if (v.empty() || r.ec != std::errc{} || r.ptr != v.data() + v.size() || !(t > 0 && t < 1))
-      bad(key, "a fraction strictly between 0 and 1", v);
+    const double t = read_double(v);
+    if (!(t > 0 && t < 1)) bad(key, "a fraction strictly between 0 and 1", v);
     o.garbage_collection_threshold = t;
+  } else if (key == "per_process_memory_fraction") {
+    const double f = read_double(v);
+    if (!(f > 0 && f <= 1)) bad(key, "a fraction above 0, at most 1", v);
+    o.per_process_memory_fraction = f;
   } else if (key == "expandable_segments") {
     o.expandable_segments = read_bool(key, v);
   } else {
@@ -190,6 +199,7 @@ void register_policy_keys(key_registry& r) {
              "[1:1,2:1,4:1,8:1,16:1,32:1,64:1,128:1,256:1,>:4]");
   policy_key("garbage_collection_threshold", "a fraction strictly between 0 and 1", "0.6");
   policy_key("expandable_segments", "True or False", "True");
+  policy_key("per_process_memory_fraction", "a fraction above 0, at most 1", "0.5");
   const auto ignored = [&r](std::string name, std::string accepts, std::string example,
                             std::function<void(std::string_view)> check) {
     add_key(r, {std::move(name), "core", std::move(accepts), std::move(example), true,
@@ -287,7 +297,15 @@ std::string to_conf_string(const allocator_policy& o) {
   }
   if (o.garbage_collection_threshold != d.garbage_collection_threshold)
     parts.push_back(fmt::format("garbage_collection_threshold:{}", o.garbage_collection_threshold));
+  if (o.per_process_memory_fraction != d.per_process_memory_fraction)
+    parts.push_back(fmt::format("per_process_memory_fraction:{}", o.per_process_memory_fraction));
   return fmt::format("{}", fmt::join(parts, ","));
+}
+
+std::size_t fraction_limit(double fraction, std::size_t device_total) noexcept {
+  if (!(fraction > 0)) return SIZE_MAX;
+  const double bytes = std::floor(fraction * static_cast<double>(device_total));
+  return bytes >= static_cast<double>(SIZE_MAX) ? SIZE_MAX : static_cast<std::size_t>(bytes);
 }
 
 }  // namespace gpu_basics

@@ -16,7 +16,10 @@ bool is_gzip(std::string_view bytes) noexcept {
          static_cast<unsigned char>(bytes[1]) == 0x8b && static_cast<unsigned char>(bytes[2]) == 8;
 }
 
-std::string gunzip(std::string_view bytes, std::uint64_t max_bytes, std::string_view name) {
+std::string gunzip(std::string_view bytes, std::uint64_t max_bytes, std::string_view name,
+                   const std::function<void(std::string_view)>& check_head) {
+  constexpr std::size_t kHead = 64;
+  bool head_checked = !check_head;
 #if GPU_BASICS_HAVE_ZLIB
   z_stream z{};
   // windowBits 15 + 32: a gzip (or zlib) header, detected.
@@ -44,6 +47,10 @@ std::string gunzip(std::string_view bytes, std::uint64_t max_bytes, std::string_
     z.avail_out = static_cast<uInt>(kChunk);
     const int rc = inflate(&z, Z_NO_FLUSH);
     out.resize(before + kChunk - z.avail_out);
+    if (!head_checked && (out.size() >= kHead || rc == Z_STREAM_END)) {
+      head_checked = true;
+      check_head(std::string_view(out).substr(0, kHead));
+    }
     if (out.size() > max_bytes)
       throw format_error(
           fmt::format("{}: decompresses to more than {} MiB, the limit for this input (set "
@@ -71,6 +78,7 @@ std::string gunzip(std::string_view bytes, std::uint64_t max_bytes, std::string_
 #else
   (void)bytes;
   (void)max_bytes;
+  (void)check_head;
   throw format_error(fmt::format("{}: gzip-compressed, and this build has no zlib: gunzip it first",
                                  printable(name)));
 #endif

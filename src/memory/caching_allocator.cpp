@@ -484,11 +484,22 @@ std::shared_ptr<allocator_backend> checked(std::shared_ptr<allocator_backend> ba
   GPU_BASICS_EXPECTS(backend != nullptr, "caching_allocator needs a backend");
   return backend;
 }
+
+/// `o` with its per_process_memory_fraction as a reserved limit on `b`'s device (the tighter of
+/// the two where both are set), as PyTorch applies the fraction to the device's total memory.
+allocator_options with_fraction(allocator_backend& b, allocator_options o) {
+  if (o.per_process_memory_fraction > 0)
+    o.reserved_limit = std::min(
+        o.reserved_limit, fraction_limit(o.per_process_memory_fraction, b.memory_info().second));
+  return o;
+}
 }  // namespace
 
 caching_allocator::caching_allocator(std::shared_ptr<allocator_backend> backend,
                                      allocator_options o)
-    : backend_(checked(std::move(backend))), o_(o), impl_(std::make_unique<impl>(*backend_, o)) {}
+    : backend_(checked(std::move(backend))),
+      o_(with_fraction(*backend_, o)),
+      impl_(std::make_unique<impl>(*backend_, o_)) {}
 
 caching_allocator::~caching_allocator() {
   auto& m = *impl_;

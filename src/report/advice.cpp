@@ -91,18 +91,27 @@ chart usage_chart(const advice& a) {
   return c;
 }
 
-/// The stranded bytes at peak as stacked bars: one bar per policy, one segment per cause.
+/// The stranded bytes as stacked bars: one bar per policy and moment (peak reserved, peak
+/// allocated), one segment per cause.
 chart stranded_chart(const advice& a) {
-  std::vector<const policy_detail*> shown = {&a.defaults};
-  if (a.recommendation.index != a.defaults.index) shown.push_back(&a.recommendation);
+  struct bar {
+    std::string label;
+    const stranded_split* split;
+  };
+  std::vector<bar> bars;
+  for (const auto* d : {&a.defaults, &a.recommendation}) {
+    if (d == &a.recommendation && a.recommendation.index == a.defaults.index) break;
+    const std::string who = fmt::format("{} ({})", d == &a.defaults ? "defaults" : "recommended",
+                                        conf_label(a.policies[d->index].conf));
+    bars.push_back({who + " at peak reserved", &d->stranded});
+    bars.push_back({who + " at peak allocated", &d->stranded_at_allocated});
+  }
   json categories = json::array();
-  for (const auto* d : shown)
-    categories.push_back(fmt::format("{} ({})", d == &a.defaults ? "defaults" : "recommended",
-                                     conf_label(a.policies[d->index].conf)));
+  for (const auto& b : bars) categories.push_back(b.label);
   chart c = detail::horizontal_bars(
-      "advice-stranded", "Reserved but free at peak, by why the request could not use it",
+      "advice-stranded", "Reserved but free at the peaks, by why the request could not use it",
       detail::axis("bytes", "bytes"), detail::axis("policy", ""));
-  c.height = "short";
+  c.height = bars.size() > 2 ? "normal" : "short";
   c.config["data"]["labels"] = categories;
   c.config["options"]["scales"]["x"]["stacked"] = true;
   c.config["options"]["scales"]["y"]["stacked"] = true;
@@ -113,18 +122,17 @@ chart stranded_chart(const advice& a) {
         stranded_cause::unexplained}) {
     std::vector<std::optional<double>> values;
     bool any = false;
-    for (const auto* d : shown) {
-      const std::size_t b = d->stranded.bytes_of(cause);
-      any = any || b > 0;
-      values.emplace_back(static_cast<double>(b));
+    for (const auto& b : bars) {
+      const std::size_t n = b.split->bytes_of(cause);
+      any = any || n > 0;
+      values.emplace_back(static_cast<double>(n));
     }
     if (!any) continue;
     c.config["data"]["datasets"].push_back(
         detail::bar_dataset(std::string(to_string(cause)), detail::color(series++), 0, values));
   }
   std::vector<std::optional<double>> rounding;
-  for (const auto* d : shown)
-    rounding.emplace_back(static_cast<double>(d->stranded.rounding_bytes()));
+  for (const auto& b : bars) rounding.emplace_back(static_cast<double>(b.split->rounding_bytes()));
   json r = detail::bar_dataset("rounding inside allocated blocks (beside the split)",
                                detail::color(series), 1, rounding);
   r["stack"] = "rounding";

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 
 #include <fmt/format.h>
 
@@ -32,21 +31,8 @@ int knobs_of(const allocator_options& o) {
   n += o.garbage_collection_threshold != d.garbage_collection_threshold;
   n += o.expandable_segments != d.expandable_segments;
   n += o.release_pages != d.release_pages;
+  n += o.per_process_memory_fraction != d.per_process_memory_fraction;
   return n;
-}
-
-/// Why the free block `b` of segment `g` could not serve the request of `s` (a new segment's rest
-/// when `holds_new`).
-stranded_cause cause_of(const block_view& b, const segment_view& g, const stranded_split& s,
-                        bool holds_new, const allocator_options& o) {
-  if (b.state != block_state::inactive) return stranded_cause::unexplained;  // none in a replay
-  if (g.stream != s.stream) return stranded_cause::other_stream;
-  if (g.small != s.small_pool) return stranded_cause::other_pool;
-  if (g.expandable) return stranded_cause::expandable_pages;
-  if (holds_new) return stranded_cause::segment_rest;
-  if (oversize_block_refused(b.size, s.rounded_bytes, o)) return stranded_cause::max_split;
-  if (b.size < s.rounded_bytes) return stranded_cause::too_small;
-  return stranded_cause::unexplained;
 }
 
 }  // namespace
@@ -78,14 +64,7 @@ std::optional<std::size_t> advice::tightest_fit() const {
   return k;
 }
 
-std::size_t stranded_split::bytes_of(stranded_cause c) const noexcept {
-  std::size_t n = 0;
-  for (const auto& p : parts)
-    if (p.cause == c) n += p.bytes;
-  return n;
-}
-
-std::vector<std::string> advise_confs() {
+std::vector<std::string> advise_confs(bool collect) {
   std::vector<std::string> v;
   const std::vector<std::string> split = {"",
                                           "max_split_size_mb:64",
@@ -96,8 +75,9 @@ std::vector<std::string> advise_confs() {
   const std::vector<std::string> round = {
       "", "roundup_power2_divisions:2", "roundup_power2_divisions:4", "roundup_power2_divisions:8"};
   const std::vector<std::string> expand = {"", "expandable_segments:True"};
-  const std::vector<std::string> gc = {"", "garbage_collection_threshold:0.6",
-                                       "garbage_collection_threshold:0.8"};
+  std::vector<std::string> gc = {""};
+  if (collect)
+    gc.insert(gc.end(), {"garbage_collection_threshold:0.6", "garbage_collection_threshold:0.8"});
   for (const auto& g : gc)
     for (const auto& e : expand)
       for (const auto& r : round)
@@ -110,8 +90,9 @@ std::vector<std::string> advise_confs() {
   return v;
 }
 
-std::vector<replay_policy> advise_policies(const std::vector<std::string>& user) {
-  return policy_list(advise_confs(), user, repeated_policy::skip);
+std::vector<replay_policy> advise_policies(const std::vector<std::string>& user, bool collect,
+                                           std::optional<std::size_t> device_memory) {
+  return policy_list(advise_confs(collect), user, repeated_policy::skip, device_memory);
 }
 
 std::vector<address_placement> advise_placements() {
@@ -125,7 +106,7 @@ std::vector<address_placement> advise_placements() {
 fit_outcome replay_under_limit(const prepared_trace& trace, const allocator_options& o,
                                std::size_t limit, address_placement placement) {
   allocator_options lo = o;
-  lo.reserved_limit = limit;
+  lo.reserved_limit = std::min(o.reserved_limit, limit);  // a policy's own fraction may be lower
   trace_replayer r(trace, lo, placement);
   fit_outcome f;
   f.limit = limit;
@@ -168,50 +149,6 @@ std::size_t smallest_fitting_limit(const prepared_trace& trace, const allocator_
   return hi;
 }
 
-stranded_split stranded_at_peak(const prepared_trace& trace, const allocator_options& o) {
-  // First pass: where reserved first reaches its peak; second: replay up to it, then look.
-  std::size_t peak = 0, at = 0;
-  bool any = false;
-  {
-    trace_replayer r(trace, o);
-    for (std::size_t i = 0; i < r.events(); ++i) {
-      if (!r.step(i)) continue;
-      if (const std::size_t now = r.reserved(); now > peak || !any) {
-        peak = now;
-        at = i;
-        any = true;
-      }
-    }
-  }
-  stranded_split s;
-  if (!any) return s;
-  trace_replayer r(trace, o);
-  void* p = nullptr;
-  for (std::size_t i = 0; i <= at; ++i) p = r.step(i);
-  const replay_event& e = r.event(at);
-  s.event = at;
-  s.request_bytes = e.bytes;
-  s.rounded_bytes = round_request(e.bytes, r.options());
-  s.stream = e.stream;
-  s.small_pool = is_small_request(s.rounded_bytes);
-  const auto new_ptr = reinterpret_cast<std::uintptr_t>(p);
-  std::map<std::pair<stranded_cause, stream_handle>, std::size_t> parts;
-  for (const segment_view& g : r.allocator().segments()) {
-    s.reserved += g.total_size;
-    s.allocated += g.allocated_size;
-    s.requested += g.requested_size;
-    const bool holds_new = !g.expandable && new_ptr >= g.ptr && new_ptr - g.ptr < g.total_size;
-    for (const block_view& b : g.blocks) {
-      if (b.state == block_state::active_allocated) continue;
-      const stranded_cause c = cause_of(b, g, s, holds_new, r.options());
-      parts[{c, c == stranded_cause::other_stream ? g.stream : 0}] += b.size;
-    }
-  }
-  for (const auto& [k, bytes] : parts)
-    if (bytes > 0) s.parts.push_back({k.first, bytes, k.second});
-  return s;
-}
-
 usage_curve usage_over_trace(const prepared_trace& trace, const allocator_options& o,
                              std::size_t points) {
   usage_curve c;
@@ -236,7 +173,8 @@ usage_curve usage_over_trace(const prepared_trace& trace, const allocator_option
 
 advice advise_snapshot(const torch_snapshot& s, const std::string& file, int device,
                        const std::vector<replay_policy>& policies,
-                       const std::vector<std::size_t>& fit_limits, unsigned threads) {
+                       const std::vector<std::size_t>& fit_limits, unsigned threads,
+                       std::optional<std::size_t> device_memory) {
   const auto t0 = std::chrono::steady_clock::now();
   if (policies.empty() || !policies.front().conf.empty())
     throw logic_error("advise_snapshot: the first policy must be the defaults");
@@ -244,6 +182,7 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
   a.file = file;
   a.device = device;
   a.fit_limits = fit_limits;
+  a.device_memory = device_memory;
   const snapshot_trace st(s, file, device);
   const prepared_trace& trace = st.prepared;
   a.recorded = st.recorded;
@@ -258,14 +197,14 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
   std::vector<allocator_options> opts;
   for (const auto& p : policies) opts.push_back(p.options);
   // Each policy once without a limit (the sweep), then under each fit limit on the same thread.
-  policy_sweep sw = sweep_policies(
-      trace, policies, a.recorded.peak_reserved, pool, [&](std::size_t i, const policy_run& run) {
+  policy_sweep sw =
+      sweep_policies(trace, policies, pool, [&](std::size_t i, const policy_run& run) {
         policy_outcome& p = a.policies[i];
         p.conf = policies[i].conf;
         p.knobs = knobs_of(opts[i]);
         for (std::size_t limit : fit_limits) {
           // Under a limit at or above its peak a policy never meets the limit: the replay would be
-          // the one just made (garbage collection excepted, which the limit itself sets off).
+          // the one just made (garbage collection excepted, which the limit sets off).
           if (run.result && opts[i].garbage_collection_threshold <= 0 &&
               run.result->peak_reserved <= limit)
             p.fits.push_back(fit_outcome{limit, run.result->peak_reserved, std::nullopt});
@@ -273,7 +212,6 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
             p.fits.push_back(replay_under_limit(trace, opts[i], limit));
         }
       });
-  a.gc_reserved_limit = sw.gc_reserved_limit;
   for (std::size_t i = 0; i < policies.size(); ++i) {
     a.policies[i].result = std::move(sw.runs[i].result);
     a.policies[i].failure = std::move(sw.runs[i].failure);
@@ -320,17 +258,23 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
     if (!choice && !fitting.empty()) choice = fitting.front();
     a.fit_choice.push_back(choice);
   }
-  // With limits: the simplest policy that fits the smallest limit anything fits.
-  if (const auto k = a.tightest_fit()) a.recommended = *a.fit_choice[*k];
+  // With limits: the simplest policy that fits the smallest limit anything fits. Its line sets
+  // that limit as a memory fraction where what it claims needs one: garbage collection acts only
+  // under one, and a peak without a limit above it fits only as the limit makes it.
+  if (const auto k = a.tightest_fit()) {
+    a.recommended = *a.fit_choice[*k];
+    const policy_outcome& p = a.policies[a.recommended];
+    const allocator_options& o = opts[a.recommended];
+    if (o.per_process_memory_fraction <= 0 && (o.garbage_collection_threshold > 0 || !p.result ||
+                                               p.result->peak_reserved > a.fit_limits[*k]))
+      a.line_limit = a.fit_limits[*k] / kAdvicePage * kAdvicePage;
+  }
 
-  // A limit thought to fit, where bisection starts: the peak without a limit (under
-  // garbage_collection_threshold, at least the limit it ran under).
+  // A limit thought to fit, where bisection starts: the peak without a limit (a policy that ran
+  // out of memory under its own fraction: twice the live peak; bisection widens as it must).
   const auto fitting_of = [&](std::size_t i) {
     const auto& p = a.policies[i];
-    std::size_t fitting = p.result ? p.result->peak_reserved : a.gc_reserved_limit;
-    if (opts[i].garbage_collection_threshold > 0)
-      fitting = std::max<std::size_t>(fitting, a.gc_reserved_limit);
-    return fitting;
+    return p.result ? p.result->peak_reserved : 2 * a.live_peak;
   };
   // The smallest limit of each detailed policy (the defaults, then the recommendation unless it
   // is the defaults) under each placement, all on the pool.
@@ -373,9 +317,14 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
         n += replay_under_limit(trace, o, fit_limits[k], placements[q]).fits() ? 1 : 0;
       d.fits_in.push_back(n);
     }
-    if (o.garbage_collection_threshold > 0 && o.reserved_limit == SIZE_MAX)
-      o.reserved_limit = a.gc_reserved_limit;
-    d.stranded = stranded_at_peak(trace, o);
+    if (which == 1 && a.line_limit) o.reserved_limit = *a.line_limit;  // as its line runs it
+    for (const auto& q : placements)
+      d.peak_by_placement.push_back(replay_under_limit(trace, o, SIZE_MAX, q).peak_reserved);
+    replay_moments m = moments_of(trace, o);
+    d.stranded = std::move(m.at_peak_reserved);
+    d.stranded_at_allocated = std::move(m.at_peak_allocated);
+    d.growth = std::move(m.growth);
+    d.growth_total = m.growth_total;
     d.curve = usage_over_trace(trace, o);
     return d;
   };

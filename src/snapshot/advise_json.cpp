@@ -3,6 +3,8 @@
 // checks that what was read holds together.
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "gpu_basics/core/json.hpp"
 #include "gpu_basics/snapshot/advise.hpp"
 #include "gpu_basics/snapshot/replay_json.hpp"
@@ -75,6 +77,19 @@ GPU_BASICS_JSON_STRICT(stranded_doc, event, request_bytes, rounded_bytes, stream
                        reserved_bytes, allocated_bytes, requested_bytes, free_bytes, rounding_bytes,
                        parts)
 
+/// An event that grew reserved beyond what live blocks needed.
+struct growth_doc {
+  std::size_t event = 0;
+  std::size_t request_bytes = 0;
+  std::size_t grew_bytes = 0;
+  std::size_t beyond_need_bytes = 0;
+  std::size_t free_before_bytes = 0;
+  std::string cause;
+  stream_handle stream = 0;
+};
+GPU_BASICS_JSON_STRICT(growth_doc, event, request_bytes, grew_bytes, beyond_need_bytes,
+                       free_before_bytes, cause, stream)
+
 struct curve_doc {
   std::vector<std::size_t> event;
   std::vector<std::size_t> reserved_bytes;
@@ -90,7 +105,11 @@ struct detail_doc {
   std::optional<std::vector<placement_doc>> smallest_limit_by_placement;
   std::optional<std::vector<std::size_t>> fits_in_placements;
   fit_doc below_smallest;
+  std::vector<placement_doc> peak_reserved_by_placement;
   stranded_doc stranded;
+  stranded_doc stranded_at_peak_allocated;
+  std::vector<growth_doc> growth;
+  std::size_t growth_beyond_need_bytes = 0;
   curve_doc curve;
 };
 void to_json(nlohmann::json& j, const detail_doc& d) {
@@ -100,7 +119,11 @@ void to_json(nlohmann::json& j, const detail_doc& d) {
         d.smallest_limit_by_placement.value_or(std::vector<placement_doc>{})},
        {"fits_in_placements", d.fits_in_placements.value_or(std::vector<std::size_t>{})},
        {"below_smallest", d.below_smallest},
+       {"peak_reserved_by_placement", d.peak_reserved_by_placement},
        {"stranded", d.stranded},
+       {"stranded_at_peak_allocated", d.stranded_at_peak_allocated},
+       {"growth", d.growth},
+       {"growth_beyond_need_bytes", d.growth_beyond_need_bytes},
        {"curve", d.curve}};
 }
 void from_json(const nlohmann::json& j, detail_doc& d) {
@@ -111,7 +134,11 @@ void from_json(const nlohmann::json& j, detail_doc& d) {
   read_member(j, "smallest_limit_by_placement", d.smallest_limit_by_placement);
   read_member(j, "fits_in_placements", d.fits_in_placements);
   read_required_member(j, "below_smallest", d.below_smallest);
+  read_required_member(j, "peak_reserved_by_placement", d.peak_reserved_by_placement);
   read_required_member(j, "stranded", d.stranded);
+  read_required_member(j, "stranded_at_peak_allocated", d.stranded_at_peak_allocated);
+  read_required_member(j, "growth", d.growth);
+  read_required_member(j, "growth_beyond_need_bytes", d.growth_beyond_need_bytes);
   read_required_member(j, "curve", d.curve);
 }
 
@@ -159,24 +186,29 @@ struct recorded_doc {
 };
 GPU_BASICS_JSON_STRICT(recorded_doc, alloc_conf, peak_reserved_bytes, ooms)
 
+/// The recommendation as printed: `conf` the searched policy, `use_conf` the conf its lines set
+/// (with the memory fraction, where one is needed), `torch_env` and `gbt` the lines themselves.
 struct recommended_doc {
   std::string conf;
+  std::string use_conf;
   std::string torch_env;
+  std::string gbt;
 };
-GPU_BASICS_JSON_STRICT(recommended_doc, conf, torch_env)
+GPU_BASICS_JSON_STRICT(recommended_doc, conf, use_conf, torch_env, gbt)
 
 /// The file. "tables" is written for readers of the file (the report draws them) and not read
 /// back: advice_tables() makes them again.
 struct advice_doc {
   std::string command = "advise";
-  int schema_version = 1;
+  int schema_version = kAdviceSchemaVersion;
   std::string snapshot;
   int device = 0;
   std::size_t trace_events = 0;
   std::size_t replay_events = 0;
   std::size_t live_peak_bytes = 0;
   recorded_doc recorded;
-  std::uint64_t gc_reserved_limit_bytes = 0;
+  std::optional<std::size_t> device_memory_bytes;
+  std::optional<std::size_t> line_limit_bytes;
   std::vector<std::size_t> fit_limits_bytes;
   std::vector<policy_doc> policies;
   recommended_doc recommended;
@@ -196,7 +228,8 @@ void to_json(nlohmann::json& j, const advice_doc& a) {
        {"replay_events", a.replay_events},
        {"live_peak_bytes", a.live_peak_bytes},
        {"recorded", a.recorded},
-       {"gc_reserved_limit_bytes", a.gc_reserved_limit_bytes},
+       {"device_memory_bytes", a.device_memory_bytes},
+       {"line_limit_bytes", a.line_limit_bytes},
        {"fit_limits_bytes", a.fit_limits_bytes},
        {"policies", a.policies},
        {"recommended", a.recommended},
@@ -211,14 +244,22 @@ void from_json(const nlohmann::json& j, advice_doc& a) {
   require_json_object(j);
   a = {};
   read_required_member(j, "schema_version", a.schema_version);
-  (void)saved_schema_version(j, advice_doc{}.schema_version);  // the one written; newer refused
+  if (a.schema_version != kAdviceSchemaVersion)
+    throw format_error(fmt::format(
+        "an advice file of schema version {}, where this gpu-basics reads {}{}", a.schema_version,
+        kAdviceSchemaVersion,
+        a.schema_version < kAdviceSchemaVersion
+            ? " (older advice replayed garbage_collection_threshold under a limit PyTorch never "
+              "sets: run advise again)"
+            : ""));
   read_required_member(j, "snapshot", a.snapshot);
   read_required_member(j, "device", a.device);
   read_required_member(j, "trace_events", a.trace_events);
   read_required_member(j, "replay_events", a.replay_events);
   read_required_member(j, "live_peak_bytes", a.live_peak_bytes);
   read_required_member(j, "recorded", a.recorded);
-  read_required_member(j, "gc_reserved_limit_bytes", a.gc_reserved_limit_bytes);
+  read_required_member(j, "device_memory_bytes", a.device_memory_bytes);
+  read_required_member(j, "line_limit_bytes", a.line_limit_bytes);
   read_required_member(j, "fit_limits_bytes", a.fit_limits_bytes);
   read_required_member(j, "policies", a.policies);
   read_required_member(j, "fit_choice", a.fit_choice);
@@ -241,6 +282,18 @@ fit_doc fit_of(const fit_outcome& f) {
   return d;
 }
 
+stranded_doc stranded_doc_of(const stranded_split& s) {
+  stranded_doc x{s.event,    s.request_bytes, s.rounded_bytes, s.stream,       s.small_pool,
+                 s.reserved, s.allocated,     s.requested,     s.free_bytes(), s.rounding_bytes(),
+                 {}};
+  for (const auto& p : s.parts)
+    x.parts.push_back({std::string(to_string(p.cause)), p.bytes,
+                       p.cause == stranded_cause::other_stream
+                           ? std::optional<stream_handle>(p.stream)
+                           : std::nullopt});
+  return x;
+}
+
 detail_doc detail_of(const advice& a, const policy_detail& d) {
   detail_doc x;
   x.conf = a.policies[d.index].conf;
@@ -250,16 +303,15 @@ detail_doc detail_of(const advice& a, const policy_detail& d) {
   for (std::size_t k = 0; k < d.smallest_by_placement.size() && k < names.size(); ++k)
     x.smallest_limit_by_placement->push_back({names[k].name(), d.smallest_by_placement[k]});
   x.fits_in_placements = d.fits_in;
+  for (std::size_t k = 0; k < d.peak_by_placement.size() && k < names.size(); ++k)
+    x.peak_reserved_by_placement.push_back({names[k].name(), d.peak_by_placement[k]});
   x.below_smallest = fit_of(d.below);
-  const stranded_split& s = d.stranded;
-  x.stranded = {s.event,    s.request_bytes, s.rounded_bytes, s.stream,       s.small_pool,
-                s.reserved, s.allocated,     s.requested,     s.free_bytes(), s.rounding_bytes(),
-                {}};
-  for (const auto& p : s.parts)
-    x.stranded.parts.push_back({std::string(to_string(p.cause)), p.bytes,
-                                p.cause == stranded_cause::other_stream
-                                    ? std::optional<stream_handle>(p.stream)
-                                    : std::nullopt});
+  x.stranded = stranded_doc_of(d.stranded);
+  x.stranded_at_peak_allocated = stranded_doc_of(d.stranded_at_allocated);
+  for (const auto& g : d.growth)
+    x.growth.push_back({g.event, g.request_bytes, g.grew_bytes, g.excess_bytes, g.free_before,
+                        std::string(to_string(g.cause)), g.stream});
+  x.growth_beyond_need_bytes = d.growth_total;
   x.curve = {d.curve.event, d.curve.reserved, d.curve.allocated};
   return x;
 }
@@ -272,7 +324,8 @@ advice_doc doc_of(const advice& a) {
   x.replay_events = a.replay_events;
   x.live_peak_bytes = a.live_peak;
   x.recorded = {a.recorded_conf, a.recorded.peak_reserved, a.recorded.ooms};
-  x.gc_reserved_limit_bytes = a.gc_reserved_limit;
+  x.device_memory_bytes = a.device_memory;
+  x.line_limit_bytes = a.line_limit;
   x.fit_limits_bytes = a.fit_limits;
   for (const auto& p : a.policies) {
     policy_doc d;
@@ -290,7 +343,8 @@ advice_doc doc_of(const advice& a) {
     x.policies.push_back(std::move(d));
   }
   const std::string& rec = a.policies[a.recommended].conf;
-  x.recommended = {rec, torch_env_line(rec)};
+  const recommendation_lines lines = lines_of(a);
+  x.recommended = {rec, lines.conf, lines.torch, lines.gbt};
   for (const auto& c : a.fit_choice)
     x.fit_choice.push_back(c ? std::optional<std::string>(a.policies[*c].conf) : std::nullopt);
   x.fit_choice_everywhere = a.fit_choice_everywhere;
@@ -326,6 +380,23 @@ stranded_cause cause_named(const std::string& name) {
   throw format_error("an unknown stranded cause " + quote_for_message(name));
 }
 
+stranded_split stranded_from(const stranded_doc& s) {
+  stranded_split d;
+  d.event = s.event;
+  d.request_bytes = s.request_bytes;
+  d.rounded_bytes = s.rounded_bytes;
+  d.stream = s.stream;
+  d.small_pool = s.small_pool;
+  d.reserved = s.reserved_bytes;
+  d.allocated = s.allocated_bytes;
+  d.requested = s.requested_bytes;
+  if (d.allocated > d.reserved || d.requested > d.allocated)
+    throw format_error("stranded bytes where allocated exceeds reserved or requested allocated");
+  for (const auto& p : s.parts)
+    d.parts.push_back({cause_named(p.cause), p.bytes, p.stream.value_or(0)});
+  return d;
+}
+
 policy_detail detail_from(const detail_doc& x, const std::vector<policy_outcome>& ps) {
   policy_detail d;
   const auto it =
@@ -356,19 +427,19 @@ policy_detail detail_from(const detail_doc& x, const std::vector<policy_outcome>
         throw format_error("fits_in_placements counts more placements than were replayed");
   }
   d.below = fit_from(x.below_smallest);
-  const stranded_doc& s = x.stranded;
-  d.stranded.event = s.event;
-  d.stranded.request_bytes = s.request_bytes;
-  d.stranded.rounded_bytes = s.rounded_bytes;
-  d.stranded.stream = s.stream;
-  d.stranded.small_pool = s.small_pool;
-  d.stranded.reserved = s.reserved_bytes;
-  d.stranded.allocated = s.allocated_bytes;
-  d.stranded.requested = s.requested_bytes;
-  if (d.stranded.allocated > d.stranded.reserved || d.stranded.requested > d.stranded.allocated)
-    throw format_error("stranded bytes where allocated exceeds reserved or requested allocated");
-  for (const auto& p : s.parts)
-    d.stranded.parts.push_back({cause_named(p.cause), p.bytes, p.stream.value_or(0)});
+  if (!x.peak_reserved_by_placement.empty() &&
+      x.peak_reserved_by_placement.size() != advise_placements().size())
+    throw format_error("peak_reserved_by_placement is not a list of the placements");
+  for (const auto& e : x.peak_reserved_by_placement) d.peak_by_placement.push_back(e.bytes);
+  d.stranded = stranded_from(x.stranded);
+  d.stranded_at_allocated = stranded_from(x.stranded_at_peak_allocated);
+  for (const auto& g : x.growth) {
+    if (g.beyond_need_bytes > g.grew_bytes)
+      throw format_error("a growth beyond need larger than the growth");
+    d.growth.push_back({g.event, g.request_bytes, g.grew_bytes, g.beyond_need_bytes,
+                        g.free_before_bytes, cause_named(g.cause), g.stream});
+  }
+  d.growth_total = x.growth_beyond_need_bytes;
   d.curve = {x.curve.event, x.curve.reserved_bytes, x.curve.allocated_bytes};
   if (d.curve.reserved.size() != d.curve.event.size() ||
       d.curve.allocated.size() != d.curve.event.size())
@@ -386,7 +457,8 @@ advice advice_from(const advice_doc& x) {
   a.recorded_conf = x.recorded.alloc_conf;
   a.recorded.peak_reserved = x.recorded.peak_reserved_bytes;
   a.recorded.ooms = x.recorded.ooms;
-  a.gc_reserved_limit = x.gc_reserved_limit_bytes;
+  a.device_memory = x.device_memory_bytes;
+  a.line_limit = x.line_limit_bytes;
   a.fit_limits = x.fit_limits_bytes;
   for (const auto& e : x.policies) {
     policy_outcome p;

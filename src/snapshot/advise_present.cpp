@@ -1,7 +1,10 @@
 // advise's presentation: the tables (the recommendation with the line to use, the fit table, the
 // stranded split, the searched policies ranked) drawn from an advice, pure.
 #include <algorithm>
+#include <array>
+#include <cctype>
 #include <cstdlib>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -25,9 +28,66 @@ std::size_t fitting_count(const advice& a, std::size_t k) {
 
 }  // namespace
 
+namespace {
+
+/// `s` as one shell word: as it is when every character is plain, else in single quotes.
+std::string shell_word(const std::string& s) {
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("_:.,-+/=").find(c) != std::string_view::npos;
+  });
+  if (plain) return s;
+  std::string q = "'";
+  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+}  // namespace
+
 std::string torch_env_line(const std::string& conf) {
-  return conf.empty() ? std::string("(unset PYTORCH_CUDA_ALLOC_CONF: the defaults)")
-                      : "PYTORCH_CUDA_ALLOC_CONF=" + printable(conf);
+  return conf.empty() ? std::string("unset PYTORCH_CUDA_ALLOC_CONF")
+                      : "export PYTORCH_CUDA_ALLOC_CONF=" + shell_word(printable(conf));
+}
+
+std::string fraction_text(std::size_t limit, std::size_t device_memory) {
+  if (device_memory == 0) return "1";
+  // Millionths: floor(limit / memory) + 2, so fraction * memory passes the limit by at least one
+  // millionth of the memory (no rounding of a double brings it back below) and by two at most.
+  if (limit >= device_memory || device_memory > (std::size_t{1} << 50)) return "1";
+  // limit < memory: floor(limit * 10^6 / memory) a thousand at a time, exactly.
+  const std::size_t m1 = limit * 1000 / device_memory, r1 = limit * 1000 % device_memory;
+  const std::size_t millionths = m1 * 1000 + r1 * 1000 / device_memory + 2;
+  if (millionths >= 1000000u) return "1";
+  std::string t = fmt::format("0.{:06}", millionths);
+  while (t.back() == '0') t.pop_back();
+  return t;
+}
+
+recommendation_lines lines_of(const advice& a) {
+  recommendation_lines l;
+  l.conf = a.policies.at(a.recommended).conf;
+  if (!a.line_limit) {
+    l.torch = torch_env_line(l.conf);
+    l.gbt = l.conf.empty() ? "gbt.use()" : "gbt.use(conf=\"" + printable(l.conf) + "\")";
+    return l;
+  }
+  const std::string key = (l.conf.empty() ? "" : ",") + std::string("per_process_memory_fraction:");
+  if (a.device_memory) {
+    l.conf += key + fraction_text(*a.line_limit, *a.device_memory);
+    l.torch = torch_env_line(l.conf);
+    l.gbt = "gbt.use(conf=\"" + printable(l.conf) + "\")";
+    return l;
+  }
+  // The same arithmetic as fraction_text, by the PyTorch that will run the job.
+  const std::string f = fmt::format(
+      "$(python -c 'import torch; print(min(1.0, ({} * 10**6 // torch.cuda.mem_get_info()[1] + "
+      "2) / 10**6))')",
+      *a.line_limit);
+  l.torch = "export PYTORCH_CUDA_ALLOC_CONF=" +
+            (l.conf.empty() ? std::string() : shell_word(printable(l.conf))) + key + "\"" + f +
+            "\"";
+  l.conf += key + f;
+  return l;
 }
 
 namespace {
@@ -119,6 +179,84 @@ std::size_t spread(const policy_detail& d) {
   return hi - lo;
 }
 
+/// Reserved but free at the first peaks of reserved and of allocated, defaults and
+/// recommendation side by side, split by cause.
+presentation::table stranded_table(const advice& a) {
+  presentation::table s;
+  s.id = "stranded";
+  s.title =
+      "Reserved but free at peak reserved and at peak allocated, by why the request then "
+      "could not use it";
+  s.columns = {
+      {"cause", "cause"},
+      {"defaults_bytes", "defaults at peak reserved MiB", kPerMiB, 1},
+      {"recommended_bytes", "recommended at peak reserved MiB", kPerMiB, 1},
+      {"defaults_allocated_peak_bytes", "defaults at peak allocated MiB", kPerMiB, 1},
+      {"recommended_allocated_peak_bytes", "recommended at peak allocated MiB", kPerMiB, 1}};
+  const std::array<const stranded_split*, 4> at = {&a.defaults.stranded, &a.recommendation.stranded,
+                                                   &a.defaults.stranded_at_allocated,
+                                                   &a.recommendation.stranded_at_allocated};
+  const auto row = [&](std::string label, auto bytes) {
+    std::vector<presentation::value> r = {std::move(label)};
+    bool any = false;
+    for (const auto* x : at) {
+      const std::size_t b = bytes(*x);
+      any = any || b > 0;
+      r.emplace_back(static_cast<std::int64_t>(b));
+    }
+    if (any) s.add_row(std::move(r));
+  };
+  for (stranded_cause c :
+       {stranded_cause::other_stream, stranded_cause::other_pool, stranded_cause::expandable_pages,
+        stranded_cause::segment_rest, stranded_cause::max_split, stranded_cause::too_small,
+        stranded_cause::unexplained})
+    row(std::string(to_string(c)), [c](const stranded_split& x) { return x.bytes_of(c); });
+  row("total free (reserved - allocated)", [](const stranded_split& x) { return x.free_bytes(); });
+  row("rounding inside allocated blocks",
+      [](const stranded_split& x) { return x.rounding_bytes(); });
+  for (const auto* x : {at[0], at[1]})
+    s.notes.push_back(fmt::format(
+        "{}: peak reserved {:.1f} MiB first reached at event {}, by a request of {:.1f} MiB "
+        "({:.1f} MiB rounded, {} pool) on stream {:#x} that no free block could serve; {}.",
+        x == at[0] ? "Defaults" : "Recommended", mib(x->reserved), x->event, mib(x->request_bytes),
+        mib(x->rounded_bytes), x->small_pool ? "small" : "large", x->stream,
+        stranded_sentence(*x)));
+  for (const auto* x : {at[2], at[3]})
+    s.notes.push_back(fmt::format(
+        "{}: peak allocated {:.1f} MiB first reached at event {} ({:.1f} MiB reserved then).",
+        x == at[2] ? "Defaults" : "Recommended", mib(x->allocated), x->event, mib(x->reserved)));
+  return s;
+}
+
+/// The events that grew reserved most beyond what the live blocks needed, up to peak reserved.
+presentation::table growth_table(const advice& a) {
+  presentation::table g;
+  g.id = "growth";
+  g.title = "The events that grew reserved beyond what live blocks needed, up to peak reserved";
+  g.columns = {{"policy", "policy"},
+               {"event", "event"},
+               {"request_bytes", "request MiB", kPerMiB, 2},
+               {"grew_bytes", "reserved grew MiB", kPerMiB, 1},
+               {"beyond_need_bytes", "beyond need MiB", kPerMiB, 1},
+               {"free_before_bytes", "free before MiB", kPerMiB, 1},
+               {"cause", "why the free bytes could not serve it"}};
+  for (const auto* d : {&a.defaults, &a.recommendation}) {
+    if (d == &a.recommendation && a.recommendation.index == a.defaults.index) break;
+    const std::string who = d == &a.defaults ? "defaults" : "recommended";
+    for (const auto& e : d->growth)
+      g.add_row({who, static_cast<std::int64_t>(e.event),
+                 static_cast<std::int64_t>(e.request_bytes),
+                 static_cast<std::int64_t>(e.grew_bytes), static_cast<std::int64_t>(e.excess_bytes),
+                 static_cast<std::int64_t>(e.free_before), std::string(to_string(e.cause))});
+  }
+  g.notes.push_back(
+      "Each event took a new segment while reserved memory already held at least the live "
+      "blocks, but not where the request could use it. Beyond need: reserved after the event "
+      "less the larger of reserved before it and allocated after it (later requests may fill "
+      "it); the five largest per policy, up to peak reserved.");
+  return g;
+}
+
 }  // namespace
 
 std::vector<presentation::table> advice_tables(const advice& a) {
@@ -144,7 +282,12 @@ std::vector<presentation::table> advice_tables(const advice& a) {
   t.add_row({std::string("defaults"), policy_label(d.conf), peak(d),
              static_cast<std::int64_t>(a.defaults.smallest_limit), placement_range(a.defaults),
              static_cast<std::int64_t>(a.defaults.stranded.free_bytes())});
-  t.add_row({std::string("recommended"), policy_label(r.conf), peak(r),
+  // The recommendation as its line runs it: under the fraction it sets, where it sets one.
+  const auto tight = a.tightest_fit();
+  const recommendation_lines lines = lines_of(a);
+  t.add_row({std::string("recommended"), policy_label(lines.conf),
+             a.line_limit && tight ? value{static_cast<std::int64_t>(r.fits[*tight].peak_reserved)}
+                                   : peak(r),
              static_cast<std::int64_t>(a.recommendation.smallest_limit),
              placement_range(a.recommendation),
              static_cast<std::int64_t>(a.recommendation.stranded.free_bytes())});
@@ -180,15 +323,40 @@ std::vector<presentation::table> advice_tables(const advice& a) {
         stranded_sentence(a.recommendation.stranded), mib(a.recommendation.smallest_limit),
         mib(a.defaults.smallest_limit)));
   }
-  t.notes.push_back("Use with PyTorch: " + torch_env_line(r.conf));
-  t.notes.push_back(r.conf.empty() ? "Use with gpu-basics' allocator: gbt.use()"
-                                   : "Use with gpu-basics' allocator: gbt.use(conf=\"" +
-                                         printable(r.conf) + "\")");
+  t.notes.push_back("Use with PyTorch: " + lines.torch);
+  t.notes.push_back(
+      lines.gbt.empty()
+          ? "Use with gpu-basics' allocator: gbt.use(conf=...) with the same conf and the "
+            "fraction that command prints (or pass --device-memory to have it printed here)"
+          : "Use with gpu-basics' allocator: " + lines.gbt);
+  if (a.line_limit)
+    t.notes.push_back(fmt::format(
+        "The line sets a memory fraction of {} (per_process_memory_fraction, as torch.cuda."
+        "set_per_process_memory_fraction would): {}{}",
+        format_bytes(*a.line_limit),
+        parse_allocator_options(a.policies[a.recommended].conf).garbage_collection_threshold > 0
+            ? "garbage_collection_threshold acts only under a fraction"
+            : "without it this policy reserves more than the limit, on a device that has more",
+        a.device_memory
+            ? fmt::format(", of the {} device memory given.", format_bytes(*a.device_memory))
+            : "; the command in it computes the fraction from the running GPU."));
   t.notes.push_back(fmt::format(
       "A limit is PyTorch's torch.cuda.set_per_process_memory_fraction(limit / device memory): "
       "reserved may not pass it; at the limit the cache is freed and the request retried, then "
       "torch.OutOfMemoryError. Smallest limits are bisected to {} MiB pages.",
       kAdvicePage / kMiB));
+  const auto peaks = [](const policy_detail& x) {
+    if (x.peak_by_placement.empty()) return std::string("n/a");
+    const auto [lo, hi] =
+        std::minmax_element(x.peak_by_placement.begin(), x.peak_by_placement.end());
+    return *lo == *hi ? fmt::format("{:.0f} MiB", mib(*lo))
+                      : fmt::format("{:.0f}-{:.0f} MiB", mib(*lo), mib(*hi));
+  };
+  if (!a.defaults.peak_by_placement.empty())
+    t.notes.push_back(fmt::format(
+        "Peak reserved over the {} placements of segments: the defaults {}, the recommendation {} "
+        "(the table gives the replay's ascending addresses).",
+        a.defaults.peak_by_placement.size(), peaks(a.defaults), peaks(a.recommendation)));
   if (const auto n = a.recommendation.smallest_by_placement.size(); n > 1)
     t.notes.push_back(fmt::format(
         "A smallest limit can hang on where the CUDA driver places segments: among free blocks "
@@ -239,38 +407,8 @@ std::vector<presentation::table> advice_tables(const advice& a) {
     out.push_back(std::move(f));
   }
 
-  presentation::table s;
-  s.id = "stranded";
-  s.title = "Reserved but free at peak reserved, by why the request could not use it";
-  s.columns = {{"cause", "cause"},
-               {"defaults_bytes", "defaults MiB", kPerMiB, 1},
-               {"recommended_bytes", "recommended MiB", kPerMiB, 1}};
-  const auto causes = {stranded_cause::other_stream,     stranded_cause::other_pool,
-                       stranded_cause::expandable_pages, stranded_cause::segment_rest,
-                       stranded_cause::max_split,        stranded_cause::too_small,
-                       stranded_cause::unexplained};
-  const stranded_split& sd = a.defaults.stranded;
-  const stranded_split& sr = a.recommendation.stranded;
-  for (stranded_cause c : causes) {
-    const std::size_t x = sd.bytes_of(c), y = sr.bytes_of(c);
-    if (x == 0 && y == 0) continue;
-    s.add_row(
-        {std::string(to_string(c)), static_cast<std::int64_t>(x), static_cast<std::int64_t>(y)});
-  }
-  s.add_row({std::string("total free (reserved - allocated)"),
-             static_cast<std::int64_t>(sd.free_bytes()),
-             static_cast<std::int64_t>(sr.free_bytes())});
-  s.add_row({std::string("rounding inside allocated blocks"),
-             static_cast<std::int64_t>(sd.rounding_bytes()),
-             static_cast<std::int64_t>(sr.rounding_bytes())});
-  for (const auto* x : {&sd, &sr})
-    s.notes.push_back(fmt::format(
-        "{}: peak reserved {:.1f} MiB first reached at event {}, by a request of {:.1f} MiB "
-        "({:.1f} MiB rounded, {} pool) on stream {:#x} that no free block could serve; {}.",
-        x == &sd ? "Defaults" : "Recommended", mib(x->reserved), x->event, mib(x->request_bytes),
-        mib(x->rounded_bytes), x->small_pool ? "small" : "large", x->stream,
-        stranded_sentence(*x)));
-  out.push_back(std::move(s));
+  out.push_back(stranded_table(a));
+  if (auto g = growth_table(a); !g.rows.empty()) out.push_back(std::move(g));
 
   presentation::table p;
   p.id = "policies";
@@ -310,10 +448,11 @@ std::vector<presentation::table> advice_tables(const advice& a) {
   }
   p.notes.push_back(fmt::format(
       "{} policies replayed {} events each in {:.2f} s on {} threads. vs defaults: the change in "
-      "peak reserved (negative is less). garbage_collection_threshold acts only under a limit: "
-      "without --fit it runs under {:.1f} MiB (the larger of PyTorch's recorded peak and the "
-      "defaults' replayed one).",
-      a.policies.size(), a.replay_events, a.seconds, a.threads, mib(a.gc_reserved_limit)));
+      "peak reserved (negative is less), without a limit, as PyTorch runs a policy without a "
+      "memory fraction. garbage_collection_threshold acts only under a fraction, so it is "
+      "searched only under the --fit limits{}.",
+      a.policies.size(), a.replay_events, a.seconds, a.threads,
+      a.fit_limits.empty() ? " (none given: not searched)" : ""));
   out.push_back(std::move(p));
   return out;
 }

@@ -47,14 +47,34 @@ std::string policy_label(const std::string& conf) {
   return conf.empty() ? "(defaults)" : printable(conf);
 }
 
+namespace {
+
+/// `p` with its per_process_memory_fraction as a reserved limit on a device of `device_memory`
+/// bytes (replays run on a simulated device of no particular size).
+replay_policy with_device(replay_policy p, std::optional<std::size_t> device_memory) {
+  const double f = p.options.per_process_memory_fraction;
+  if (f <= 0) return p;
+  if (!device_memory)
+    throw logic_error(fmt::format(
+        "{} sets per_process_memory_fraction, a fraction of the device's memory, which a snapshot "
+        "does not record; give it with --device-memory (e.g. 80GiB) or --device RESULT.json (a "
+        "saved `gpu-basics info`)",
+        quote_for_message(p.conf)));
+  p.options.reserved_limit = std::min(p.options.reserved_limit, fraction_limit(f, *device_memory));
+  return p;
+}
+
+}  // namespace
+
 std::vector<replay_policy> policy_list(const std::vector<std::string>& builtin,
                                        const std::vector<std::string>& user,
-                                       repeated_policy repeated) {
+                                       repeated_policy repeated,
+                                       std::optional<std::size_t> device_memory) {
   std::vector<replay_policy> v;
   v.reserve(builtin.size() + user.size());
-  for (const auto& c : builtin) v.push_back({c, parse_allocator_options(c)});
+  for (const auto& c : builtin) v.push_back(with_device({c, parse_allocator_options(c)}, {}));
   for (const auto& c : user) {
-    replay_policy p{c, parse_user_policy(c)};
+    replay_policy p = with_device({c, parse_user_policy(c)}, device_memory);
     const auto same = std::find_if(v.begin(), v.end(),
                                    [&](const replay_policy& q) { return q.options == p.options; });
     if (same != v.end()) {
@@ -68,50 +88,28 @@ std::vector<replay_policy> policy_list(const std::vector<std::string>& builtin,
   return v;
 }
 
-std::vector<replay_policy> replay_policies(const std::vector<std::string>& user) {
+std::vector<replay_policy> replay_policies(const std::vector<std::string>& user,
+                                           std::optional<std::size_t> device_memory) {
   return policy_list({"", "max_split_size_mb:64", "max_split_size_mb:128", "max_split_size_mb:256",
                       "max_split_size_mb:512", "roundup_power2_divisions:4",
-                      "roundup_power2_divisions:[256:1,512:2,>:4]", "expandable_segments:True",
-                      "garbage_collection_threshold:0.6"},
-                     user, repeated_policy::refuse);
+                      "roundup_power2_divisions:[256:1,512:2,>:4]", "expandable_segments:True"},
+                     user, repeated_policy::refuse, device_memory);
 }
 
 policy_sweep sweep_policies(const prepared_trace& trace, const std::vector<replay_policy>& policies,
-                            std::uint64_t recorded_peak, thread_pool& pool,
+                            thread_pool& pool,
                             const std::function<void(std::size_t, const policy_run&)>& then) {
   policy_sweep sw;
   sw.runs.resize(policies.size());
-  const auto collects = [&](std::size_t i) {
-    return policies[i].options.garbage_collection_threshold > 0;
-  };
-  const auto run = [&](std::size_t i) {
+  pool.parallel_for(policies.size(), [&](std::size_t i) {
     throw_if_interrupted();
-    allocator_options o = policies[i].options;
-    if (collects(i) && o.reserved_limit == SIZE_MAX && sw.gc_reserved_limit > 0)
-      o.reserved_limit = sw.gc_reserved_limit;
     try {
-      sw.runs[i].result = replay_trace(trace, o);
+      sw.runs[i].result = replay_trace(trace, policies[i].options);
     } catch (const out_of_memory& e) {
       sw.runs[i].failure = e.what();
     }
     if (then) then(i, sw.runs[i]);
-  };
-  std::vector<std::size_t> first, second;  // without a collector (the defaults first), with one
-  for (std::size_t i = 0; i < policies.size(); ++i)
-    if (policies[i].options == allocator_options{}) first.push_back(i);
-  for (std::size_t i = 0; i < policies.size(); ++i)
-    if (!collects(i) && policies[i].options != allocator_options{}) first.push_back(i);
-  for (std::size_t i = 0; i < policies.size(); ++i)
-    if (collects(i)) second.push_back(i);
-  pool.parallel_for(first.size(), [&](std::size_t k) { run(first[k]); });
-  sw.gc_reserved_limit = recorded_peak;
-  for (std::size_t i = 0; i < policies.size(); ++i)
-    if (policies[i].options == allocator_options{} && sw.runs[i].result) {
-      sw.gc_reserved_limit =
-          std::max<std::uint64_t>(recorded_peak, sw.runs[i].result->peak_reserved);
-      break;
-    }
-  pool.parallel_for(second.size(), [&](std::size_t k) { run(second[k]); });
+  });
   return sw;
 }
 
@@ -128,6 +126,15 @@ snapshot_trace::snapshot_trace(const torch_snapshot& s, const std::string& file,
     if (live_bytes) throw *live_bytes;
   } catch (const format_error& e) {
     throw format_error(fmt::format("{}: {}", file, e.what()));
+  }
+  if (events.empty()) {  // advice on nothing would read as advice ("peak 0.0 MiB")
+    const std::size_t n = device >= 0 && static_cast<std::size_t>(device) < s.device_traces.size()
+                              ? s.device_traces[static_cast<std::size_t>(device)].size()
+                              : 0;
+    throw format_error(fmt::format(
+        "{}: device {}'s trace holds no allocation or free to replay ({} other entries): record "
+        "the memory history (torch.cuda.memory._record_memory_history) before the job allocates",
+        file, device, n));
   }
 }
 
@@ -146,8 +153,7 @@ replay_report replay_snapshot(const torch_snapshot& s, const std::string& file, 
   if (threads == 0) threads = work < (std::size_t{1} << 20) ? 1 : default_thread_count();
   thread_pool pool(static_cast<unsigned>(
       std::max<std::size_t>(1, std::min<std::size_t>(threads, policies.size()))));
-  policy_sweep sw = sweep_policies(t.prepared, policies, r.recorded.peak_reserved, pool);
-  r.gc_reserved_limit = sw.gc_reserved_limit;
+  policy_sweep sw = sweep_policies(t.prepared, policies, pool);
   r.policies.resize(policies.size());
   for (std::size_t i = 0; i < policies.size(); ++i) {
     r.policies[i] = {policies[i].conf, std::move(sw.runs[i].result), std::move(sw.runs[i].failure)};
@@ -198,11 +204,14 @@ presentation::table replay_table(const replay_report& r) {
       "trace (n/a).",
       static_cast<double>(rec.reserved_at_start) * kPerMiB,
       static_cast<double>(rec.reserved_at_end) * kPerMiB));
-  t.notes.push_back(fmt::format(
-      "garbage_collection_threshold runs under a reserved limit of {:.1f} MiB, the larger of "
-      "PyTorch's recorded peak reserved and the defaults' replayed one (a snapshot does not hold "
-      "the device's memory size).",
-      static_cast<double>(r.gc_reserved_limit) * kPerMiB));
+  for (const auto& p : r.policies)
+    if (const auto o = parse_allocator_options(p.conf);
+        o.garbage_collection_threshold > 0 && o.per_process_memory_fraction <= 0)
+      t.notes.push_back(fmt::format(
+          "{}: garbage_collection_threshold acts only under a memory fraction, as in PyTorch "
+          "(per_process_memory_fraction:F in the conf, or torch.cuda.set_per_process_memory_"
+          "fraction): without one it replays as the same policy without the threshold.",
+          policy_label(p.conf)));
   if (const auto b = r.best())
     t.notes.push_back(fmt::format("Lowest peak reserved: {}.", policy_label(*b)));
   t.notes.push_back(fmt::format("Replayed {} events in {:.3f} s: {:.2f} M events/s.",
@@ -220,7 +229,7 @@ nlohmann::json to_json(const replay_report& r) {
   j["trace_events"] = r.trace_events;
   j["replay_events"] = r.replay_events;
   j["rebuilt_blocks"] = r.rebuilt;
-  j["gc_reserved_limit_bytes"] = r.gc_reserved_limit;
+  j["device_memory_bytes"] = r.device_memory ? nlohmann::json(*r.device_memory) : nullptr;
   j["recorded"] = {{"alloc_conf", r.recorded_conf ? nlohmann::json(*r.recorded_conf) : nullptr},
                    {"peak_reserved_bytes", r.recorded.peak_reserved},
                    {"peak_requested_bytes", r.recorded.peak_requested},

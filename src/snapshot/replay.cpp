@@ -6,6 +6,8 @@
 #include <random>
 #include <unordered_map>
 
+#include <fmt/format.h>
+
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/interrupt.hpp"
 
@@ -47,6 +49,12 @@ std::size_t peak_of(const std::vector<replay_event>& trace, const std::vector<st
       bytes[b] = e.bytes;
       if (__builtin_add_overflow(now, e.bytes, &now))
         throw format_error("the trace's live requested bytes add up beyond 64 bits");
+      if (now > kMaxReplayBytes)  // refused before any replay: its cost would follow the sizes
+        throw format_error(fmt::format(
+            "at event {} the trace holds {:.1f} TiB of live requests, more than any GPU has "
+            "(a replay simulates at most {} TiB): not the trace of a job that ran",
+            i, static_cast<double>(now) / static_cast<double>(std::size_t{1} << 40),
+            kMaxReplayBytes >> 40));
       peak = std::max(peak, now);
     } else if (live[b]) {
       now -= bytes[b];

@@ -64,7 +64,7 @@ struct replay_doc {
   std::size_t trace_events = 0;
   std::size_t replay_events = 0;
   std::size_t rebuilt_blocks = 0;
-  std::uint64_t gc_reserved_limit_bytes = 0;
+  std::optional<std::uint64_t> device_memory_bytes;
   recorded_doc recorded;
   std::vector<policy_doc> policies;
   double seconds = 0;
@@ -77,7 +77,7 @@ void from_json(const nlohmann::json& j, replay_doc& r) {
   read_required_member(j, "trace_events", r.trace_events);
   read_required_member(j, "replay_events", r.replay_events);
   read_required_member(j, "rebuilt_blocks", r.rebuilt_blocks);
-  read_required_member(j, "gc_reserved_limit_bytes", r.gc_reserved_limit_bytes);
+  read_required_member(j, "device_memory_bytes", r.device_memory_bytes);
   read_required_member(j, "recorded", r.recorded);
   read_required_member(j, "policies", r.policies);
   read_required_member(j, "seconds", r.seconds);
@@ -136,7 +136,7 @@ replay_report replay_from(const replay_doc& x) {
   r.trace_events = x.trace_events;
   r.replay_events = x.replay_events;
   r.rebuilt = x.rebuilt_blocks;
-  r.gc_reserved_limit = x.gc_reserved_limit_bytes;
+  r.device_memory = x.device_memory_bytes;
   const recorded_doc& rec = x.recorded;
   r.recorded_conf = rec.alloc_conf;
   r.recorded = {rec.reserved_at_start_bytes,
@@ -187,7 +187,11 @@ void check_saved_byte_sizes(const nlohmann::json& j) {
 
 int saved_schema_version(const nlohmann::json& j, int current) {
   const auto it = j.find("schema_version");
-  if (it == j.end()) return 1;
+  if (it == j.end()) {
+    json_path_error e("missing");
+    e.prepend_key("schema_version");
+    throw e;
+  }
   int version = 0;
   try {
     read_json(*it, version);
@@ -206,6 +210,10 @@ replay_report replay_from_json(const nlohmann::json& j, const std::string& sourc
   try {
     if (!j.is_object() || j.value("command", std::string()) != "replay")
       throw format_error("not a replay file (its \"command\" is not \"replay\")");
+    if (!j.contains("schema_version"))
+      throw format_error(
+          "a replay file without a schema_version, from a gpu-basics that replayed "
+          "garbage_collection_threshold under a limit PyTorch never sets: run replay again");
     (void)saved_schema_version(j, kReplaySchemaVersion);
     check_saved_byte_sizes(j);
     replay_doc x;

@@ -553,8 +553,10 @@ torch_snapshot read_torch_snapshot(const std::string& path) {
   const std::uint64_t cap = input_size_cap(kMaxSnapshotFileBytes);
   const std::string head = read_input_head(path, 64, cap, "snapshot pickle");
   if (is_gzip(head)) {  // snapshot.pickle.gz: inflated whole (within the cap), then read
+    // The first inflated bytes must start a pickle: a bomb that is not one stops there.
     const std::string bytes =
-        gunzip(read_input_file(path, cap, "snapshot pickle"), cap, printable(path));
+        gunzip(read_input_file(path, cap, "snapshot pickle"), cap, printable(path),
+               [&](std::string_view inflated) { check_snapshot_start(inflated, printable(path)); });
     return parse_torch_snapshot(bytes, printable(path));
   }
   // The first bytes first: a file that is not a pickle is refused before the rest is read.
@@ -578,6 +580,8 @@ std::vector<replay_event> to_replay_trace(const torch_snapshot& s, int device,
       for (const auto& b : seg.blocks) final_blocks.emplace(b.address, &b);
   enum class st : std::uint8_t { live, requested, done };
   std::unordered_map<std::uint64_t, st> state;  // per address: few, reused again and again
+  std::unordered_map<std::uint64_t, std::size_t> requested_at;  // a requested free's index
+  std::vector<std::size_t> moved;  // the first places of frees moved to their free_completed
   body.reserve(trace.size());
   const auto alive_at_start = [&](const torch_trace_event& e) {
     std::uint64_t size = e.size;
@@ -600,17 +604,26 @@ std::vector<replay_event> to_replay_trace(const torch_snapshot& s, int device,
         break;
       case torch_action::free_requested:
       case torch_action::free_completed: {
+        // A free takes effect at free_requested, where free_completed follows at once; a block
+        // used on another stream (record_stream) is held until its events complete, and is
+        // free only at free_completed: its free moves there.
         const bool completed = e.action == torch_action::free_completed;
         const auto it = state.find(e.addr);
-        if (it == state.end()) {
-          if (alive_at_start(e)) body.push_back(free_of(e));
-          state[e.addr] = completed ? st::done : st::requested;
-        } else if (it->second == st::live) {
+        const bool live = it == state.end() ? alive_at_start(e) : it->second == st::live;
+        if (live) {
+          if (!completed) requested_at[e.addr] = body.size();
           body.push_back(free_of(e));
-          it->second = completed ? st::done : st::requested;
-        } else if (completed) {
-          it->second = st::done;
+        } else if (completed && it != state.end() && it->second == st::requested) {
+          if (const auto r = requested_at.find(e.addr); r != requested_at.end()) {
+            if (r->second + 1 != body.size()) {  // held while other events ran: free it now
+              moved.push_back(r->second);
+              body.push_back(free_of(e));
+            }
+            requested_at.erase(r);
+          }
         }
+        if (it == state.end() || it->second == st::live || completed)
+          state[e.addr] = completed ? st::done : st::requested;
         break;
       }
       default:
@@ -628,6 +641,18 @@ std::vector<replay_event> to_replay_trace(const torch_snapshot& s, int device,
       head.push_back(
           {replay_event::op::alloc, b.address, size, static_cast<stream_handle>(seg.stream)});
     }
+  }
+  if (!moved.empty()) {  // the frees that moved later leave their first place
+    std::sort(moved.begin(), moved.end());
+    std::size_t next = 0, out = 0;
+    for (std::size_t i = 0; i < body.size(); ++i) {
+      if (next < moved.size() && moved[next] == i) {
+        ++next;
+        continue;
+      }
+      body[out++] = body[i];
+    }
+    body.resize(out);
   }
   if (rebuilt) *rebuilt = head.size();
   body.insert(body.begin(), head.begin(), head.end());  // in place: the body is the large part

@@ -1,6 +1,7 @@
 // advise: replays under limits, the bisected smallest limit, the policy search and the stranded
 // split, on traces whose answers are known by construction and on the committed H200 snapshot.
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -25,7 +26,7 @@ namespace gb = gpu_basics;
 namespace {
 
 const std::string kData = std::string(GPU_BASICS_SOURCE_DIR) + "/tests/data";
-constexpr std::size_t MiB = std::size_t{1} << 20;
+constexpr std::size_t MiB = std::size_t{1} << 20, GiB = MiB << 10;
 
 using ev = gb::replay_event;
 ev alloc(std::uint64_t id, std::size_t bytes, gb::stream_handle s = 0) {
@@ -109,14 +110,14 @@ TEST(Advise, GrowingBufferRecommendsExpandableSegments) {
   EXPECT_EQ(a.policies[a.recommended].result->peak_reserved, 80 * MiB);
   EXPECT_EQ(a.defaults.smallest_limit, 62 * MiB);
   EXPECT_EQ(a.recommendation.smallest_limit, 80 * MiB);
-  EXPECT_GE(a.policies.size(), 50u);
+  EXPECT_EQ(a.policies.size(), 48u);  // no garbage collection without a limit to fit
   EXPECT_EQ(a.live_peak, 61 * MiB);
   const auto tables = gb::advice_tables(a);
   ASSERT_FALSE(tables.empty());
   bool says_line = false;
   for (const auto& n : tables[0].notes)
-    says_line =
-        says_line || n == "Use with PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
+    says_line = says_line ||
+                n == "Use with PyTorch: export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True";
   EXPECT_TRUE(says_line);
 }
 
@@ -142,6 +143,71 @@ TEST(Advise, FitPicksTheSimplestPolicyThatFits) {
     for (const auto& n : t.notes)
       cannot_fit = cannot_fit || n == "40 MiB cannot fit: live bytes alone peak at 61 MiB.";
   EXPECT_TRUE(cannot_fit);
+  // The defaults reserve 882 MiB without a limit: they fit 100 MiB only as a memory fraction
+  // makes them, so the line sets one (a formula: no device memory was given).
+  ASSERT_TRUE(a.line_limit);
+  EXPECT_EQ(*a.line_limit, 100 * MiB);
+  const auto lines = gb::lines_of(a);
+  EXPECT_EQ(lines.torch,
+            "export PYTORCH_CUDA_ALLOC_CONF=per_process_memory_fraction:\"$(python -c 'import "
+            "torch; print(min(1.0, (104857600 * 10**6 // torch.cuda.mem_get_info()[1] + 2) / "
+            "10**6))')\"");
+  EXPECT_EQ(lines.gbt, "");
+  // With the device's memory, a number; the same advice with a limit the bare peak is under
+  // needs none.
+  const auto b = gb::advise_snapshot(snapshot_of(trace), "growing", 0,
+                                     gb::advise_policies({}, true, GiB), {100 * MiB}, 2, GiB);
+  EXPECT_EQ(gb::lines_of(b).torch,
+            "export PYTORCH_CUDA_ALLOC_CONF=per_process_memory_fraction:0.097658");
+  EXPECT_EQ(gb::lines_of(b).gbt, "gbt.use(conf=\"per_process_memory_fraction:0.097658\")");
+  const auto c = gb::advise_snapshot(snapshot_of(trace), "growing", 0,
+                                     gb::advise_policies({}, true), {2 * GiB}, 2);
+  EXPECT_FALSE(c.line_limit);
+  EXPECT_EQ(gb::lines_of(c).torch, gb::torch_env_line(""));  // the defaults fit, as they run
+}
+
+TEST(Advise, FractionTextSetsTheLimitWithinOnePage) {
+  for (const std::size_t memory :
+       {80 * GiB, std::size_t{150109880320}, std::size_t{85029158912}, 1000 * MiB}) {
+    for (const std::size_t limit : {2 * MiB, 100 * MiB, 8700 * MiB, 9000 * MiB, 40 * GiB}) {
+      if (limit >= memory) continue;
+      const std::string f = gb::fraction_text(limit, memory);
+      const std::size_t set = gb::fraction_limit(std::stod(f), memory);
+      EXPECT_GE(set, limit) << f << " of " << memory;
+      EXPECT_LT(set, limit + 2 * MiB) << f << " of " << memory;
+      EXPECT_LE(f.size(), 8u) << f;
+    }
+  }
+  EXPECT_EQ(gb::fraction_text(100 * MiB, 1000 * MiB), "0.100002");
+  EXPECT_EQ(gb::fraction_text(GiB, GiB), "1");
+  EXPECT_EQ(gb::fraction_text(2 * GiB, GiB), "1");
+}
+
+TEST(Advise, GarbageCollectionIsNeverRecommendedWithoutItsFraction) {
+  // Without limits the threshold changes nothing in PyTorch: it is not searched, and no
+  // recommendation holds it.
+  for (const auto& p : gb::advise_policies({}))
+    EXPECT_EQ(p.options.garbage_collection_threshold, 0.0) << p.conf;
+  EXPECT_EQ(gb::advise_policies({}, true).size(), 3 * gb::advise_policies({}).size());
+  // The committed snapshot: the recommendation, replayed as printed (no fraction), reserves no
+  // more than the defaults, and the line is its conf alone.
+  const auto s = gb::read_torch_snapshot(kData + "/h200_torch_snapshot.pickle");
+  const auto a = gb::advise_snapshot(s, "h200", s.busiest_device(), gb::advise_policies({}), {}, 2);
+  const auto& r = a.policies[a.recommended];
+  ASSERT_TRUE(r.result && a.policies[0].result);
+  EXPECT_EQ(r.conf.find("garbage_collection_threshold"), std::string::npos) << r.conf;
+  EXPECT_FALSE(a.line_limit);
+  const gb::snapshot_trace t(s, "h200", s.busiest_device());
+  EXPECT_LE(
+      gb::replay_trace(t.prepared, gb::parse_allocator_options(gb::lines_of(a).conf)).peak_reserved,
+      a.policies[0].result->peak_reserved);
+  // A collecting policy chosen under a limit carries the limit as a fraction.
+  gb::advice g = a;
+  g.policies[g.recommended].conf = "garbage_collection_threshold:0.6";
+  g.line_limit = 240 * MiB;
+  g.device_memory = 80 * GiB;
+  EXPECT_EQ(gb::lines_of(g).conf, "garbage_collection_threshold:0.6,per_process_memory_fraction:" +
+                                      gb::fraction_text(240 * MiB, 80 * GiB));
 }
 
 TEST(Advise, BisectedLimitFitsAndOnePageLessDoesNot) {
@@ -263,7 +329,10 @@ TEST(Advise, StrandedPartsSumToReservedLessAllocated) {
     EXPECT_GT(st.free_bytes(), 0u);
     EXPECT_EQ(sum_of_parts(st), st.free_bytes());
     EXPECT_EQ(st.bytes_of(gb::stranded_cause::unexplained), 0u);
-    EXPECT_EQ(st.reserved, a.policies[d->index].result->peak_reserved);
+    const auto k = a.tightest_fit();
+    EXPECT_EQ(st.reserved, d == &a.recommendation && a.line_limit && k
+                               ? a.policies[d->index].fits[*k].peak_reserved
+                               : a.policies[d->index].result->peak_reserved);
   }
   // Mixed traces of many sizes, under policies of every kind.
   const auto mixed = gb::mixed_trace(6000, 3);
@@ -342,7 +411,10 @@ TEST(Advise, JsonReadsBackToTheSameTables) {
   EXPECT_NE(html.find("data-chart=\"advice-usage\""), std::string::npos);
   EXPECT_NE(html.find("data-chart=\"advice-stranded\""), std::string::npos);
   EXPECT_EQ(b.recommended, 0u);  // the defaults fit 100 MiB
-  EXPECT_NE(html.find(gb::torch_env_line("")), std::string::npos);
+  ASSERT_TRUE(b.line_limit);     // ... under a fraction: the line carries it
+  EXPECT_EQ(b.line_limit, a.line_limit);
+  EXPECT_NE(html.find("export PYTORCH_CUDA_ALLOC_CONF=per_process_memory_fraction:"),
+            std::string::npos);
   EXPECT_NE(html.find("--fit 100 MiB"), std::string::npos);  // the limit's line
 }
 
@@ -415,8 +487,9 @@ TEST(Advise, PoliciesAreSearchedNotListed) {
   const auto p = gb::advise_policies({});
   EXPECT_EQ(p.front().conf, "");
   EXPECT_EQ(p.front().options, gb::allocator_options{});
-  EXPECT_EQ(p.size(), 6u * 4u * 2u * 3u);
+  EXPECT_EQ(p.size(), 6u * 4u * 2u);
   EXPECT_EQ(gb::advise_confs().size(), p.size());
+  EXPECT_EQ(gb::advise_policies({}, true).size(), 6u * 4u * 2u * 3u);
   // Every one distinct, every one parsed once into the options its conf says.
   std::vector<gb::allocator_options> seen;
   for (const auto& c : p) {
@@ -439,29 +512,40 @@ TEST(Advise, PoliciesAreSearchedNotListed) {
   EXPECT_EQ(gb::policy_label(""), "(defaults)");
 }
 
-TEST(Advise, SweepRunsCollectorsUnderTheDefaultsPeak) {
+TEST(Advise, SweepRunsCollectorsOnlyUnderAFraction) {
   // Two buffers of 30 MiB, then one of 50 MiB after both are freed: the defaults cache the
-  // 60 MiB and take 50 more (110 MiB at peak); a collector under that limit frees first.
+  // 60 MiB and take 50 more (110 MiB at peak). PyTorch collects garbage only under a memory
+  // fraction: without one the threshold changes nothing; with one (80 MiB of a 100 MiB device)
+  // the cached 60 MiB go back before the 50 MiB segment is taken.
   const held_trace t(std::vector<ev>{alloc(1, 30 * MiB), alloc(2, 30 * MiB), release(1), release(2),
                                      alloc(3, 50 * MiB), release(3)});
   const auto policies =
-      gb::policy_list({"", "garbage_collection_threshold:0.6"}, {}, gb::repeated_policy::refuse);
+      gb::policy_list({"", "garbage_collection_threshold:0.6"},
+                      {"garbage_collection_threshold:0.6,per_process_memory_fraction:0.8"},
+                      gb::repeated_policy::refuse, 100 * MiB);
+  ASSERT_EQ(policies.size(), 3u);
+  EXPECT_EQ(policies[2].options.reserved_limit, 80 * MiB);
+  EXPECT_EQ(policies[1].options.reserved_limit, SIZE_MAX);
   gb::thread_pool pool(2);
-  std::vector<std::size_t> then_order;
+  std::vector<int> then_ran(3, 0);
   const auto sw =
-      gb::sweep_policies(t, policies, 0, pool, [&](std::size_t i, const gb::policy_run& run) {
+      gb::sweep_policies(t, policies, pool, [&](std::size_t i, const gb::policy_run& run) {
         EXPECT_TRUE(run.result.has_value()) << i;
-        then_order.push_back(i);
+        ++then_ran[i];
       });
-  ASSERT_EQ(sw.runs.size(), 2u);
-  ASSERT_TRUE(sw.runs[0].result && sw.runs[1].result);
+  ASSERT_EQ(sw.runs.size(), 3u);
+  ASSERT_TRUE(sw.runs[0].result && sw.runs[1].result && sw.runs[2].result);
+  EXPECT_EQ(then_ran, (std::vector<int>{1, 1, 1}));
   EXPECT_EQ(sw.runs[0].result->peak_reserved, 110 * MiB);
-  EXPECT_EQ(sw.gc_reserved_limit, 110 * MiB);  // the defaults' peak: above the recorded 0
-  EXPECT_LE(sw.runs[1].result->peak_reserved, sw.gc_reserved_limit);
-  EXPECT_EQ(then_order, (std::vector<std::size_t>{0, 1}));  // the collector after the defaults
-  // A recorded peak above the defaults' is the limit.
-  const auto higher = gb::sweep_policies(t, policies, 200 * MiB, pool);
-  EXPECT_EQ(higher.gc_reserved_limit, 200 * MiB);
+  EXPECT_EQ(sw.runs[1].result->peak_reserved, 110 * MiB);  // no fraction: no collection
+  EXPECT_EQ(sw.runs[2].result->peak_reserved, 60 * MiB);   // collected under 80 MiB
+  // A fraction without the device's memory is refused, naming what to give.
+  try {
+    (void)gb::policy_list({""}, {"per_process_memory_fraction:0.5"}, gb::repeated_policy::refuse);
+    FAIL() << "a fraction without device memory was accepted";
+  } catch (const gb::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("--device-memory"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Advise, CommandLineRefusesBadInputWithExit2) {
@@ -572,6 +656,37 @@ TEST(Gzip, ACompressedSnapshotReadsAsThePlainOne) {
   EXPECT_EQ(gb::replay_trace(ta, {}).peak_reserved, gb::replay_trace(tb, {}).peak_reserved);
   std::ofstream(gz, std::ios::binary) << gzip_of(plain).substr(0, 1000);  // cut short
   EXPECT_THROW((void)gb::read_torch_snapshot(gz), gb::format_error);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Gzip, ABombThatIsNotAPickleStopsAtItsFirstBytes) {
+  // 64 MiB of zeros behind a line of text: refused as "not a pickle" from the first inflated
+  // bytes, under an input cap (16 MiB) that inflating it whole would have met first.
+  const std::string bomb = gzip_of("this is not a pickle\n" + std::string(64 << 20, '\0'));
+  int calls = 0;
+  std::size_t seen = 0;
+  EXPECT_THROW((void)gb::gunzip(bomb, 1ull << 40, "b",
+                                [&](std::string_view head) {
+                                  ++calls;
+                                  seen = head.size();
+                                  throw gb::format_error("b: not a pickle");
+                                }),
+               gb::format_error);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen, 64u);
+  const auto dir = std::filesystem::temp_directory_path() / "gpu_basics_gzip_bomb";
+  std::filesystem::create_directories(dir);
+  const std::string gz = (dir / "bomb.pickle.gz").string();
+  std::ofstream(gz, std::ios::binary) << bomb;
+  ASSERT_EQ(setenv("GPU_BASICS_MAX_INPUT_MIB", "16", 1), 0);
+  std::string message;
+  try {
+    (void)gb::read_torch_snapshot(gz);
+  } catch (const gb::format_error& e) {
+    message = e.what();
+  }
+  unsetenv("GPU_BASICS_MAX_INPUT_MIB");
+  EXPECT_NE(message.find("not a pickle"), std::string::npos) << message;
   std::filesystem::remove_all(dir);
 }
 #endif

@@ -83,6 +83,32 @@ TEST(AllocatorV2, GarbageCollectionReturnsTheOldestBlocksPastTheThreshold) {
   b.deallocate(c3);
 }
 
+TEST(AllocatorV2, MemoryFractionLimitsReservedToItsShareOfTheDevice) {
+  // per_process_memory_fraction:0.25 of a 400 MiB device: a 100 MiB reserved limit, with
+  // PyTorch's path at the limit (free the cache, retry, then out of memory); without a fraction
+  // the threshold never collects.
+  auto o =
+      parse_allocator_options("per_process_memory_fraction:0.25,garbage_collection_threshold:0.5");
+  o.thread_cache_blocks = 0;
+  auto be = std::make_shared<fake_backend>(400 * MiB, true);
+  caching_allocator a(be, o);
+  EXPECT_EQ(a.options().reserved_limit, 100 * MiB);
+  void* x = a.allocate(60 * MiB);
+  a.deallocate(x);
+  void* y = a.allocate(70 * MiB);  // 60 cached + 70 > 100: the cache goes first
+  EXPECT_EQ(a.stats().reserved_bytes.current, static_cast<std::int64_t>(70 * MiB));
+  EXPECT_THROW((void)a.allocate(40 * MiB), out_of_memory);
+  a.deallocate(y);
+  auto bare = parse_allocator_options("garbage_collection_threshold:0.5");
+  bare.thread_cache_blocks = 0;
+  caching_allocator b(std::make_shared<fake_backend>(400 * MiB, true), bare);
+  EXPECT_EQ(b.options().reserved_limit, SIZE_MAX);
+  b.deallocate(b.allocate(60 * MiB));
+  void* z = b.allocate(70 * MiB);
+  EXPECT_EQ(b.stats().reserved_bytes.current, static_cast<std::int64_t>(130 * MiB));
+  b.deallocate(z);
+}
+
 TEST(AllocatorV2, StressOneThreadKeepsInvariants) {
   auto be = std::make_shared<fake_backend>(std::size_t{1} << 40, true);
   for (bool expandable : {false, true}) {

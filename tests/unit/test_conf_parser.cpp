@@ -73,6 +73,10 @@ TEST(AllocatorConf, BadStringsNameTheBadPart) {
   EXPECT_NE(conf_error("roundup_power2_divisions:[512:2,256:1]").find("increasing"),
             std::string::npos);
   EXPECT_NE(conf_error("roundup_power2_divisions:[256:2").find("closed"), std::string::npos);
+  EXPECT_NE(conf_error("per_process_memory_fraction:0").find("above 0, at most 1"),
+            std::string::npos);
+  EXPECT_NE(conf_error("per_process_memory_fraction:1.5").find("got '1.5'"), std::string::npos);
+  EXPECT_NE(conf_error("per_process_memory_fraction:nan").find("got 'nan'"), std::string::npos);
   EXPECT_NE(conf_error("garbage_collection_threshold:1.0").find("strictly between 0 and 1"),
             std::string::npos);
   EXPECT_NE(conf_error("max_split_mb:128").find("unknown key 'max_split_mb'"), std::string::npos);
@@ -83,6 +87,26 @@ TEST(AllocatorConf, BadStringsNameTheBadPart) {
   EXPECT_NE(conf_error("expandable_segments:True,page_release:lazy")
                 .find("page_release: expected deferred, eager or keep, got 'lazy'"),
             std::string::npos);
+}
+
+TEST(AllocatorConf, IntervalStartsPastTheLastIntervalAreClampedAsPyTorchDoes) {
+  // 32768 and 65536 MiB both fall in the last interval (from 32 GiB): PyTorch accepts the list,
+  // the later value winning.
+  const auto o = parse_allocator_options("roundup_power2_divisions:[1:2,32768:4,65536:8]");
+  EXPECT_EQ(o.roundup_power2_divisions.front(), 2u);
+  EXPECT_EQ(o.roundup_power2_divisions.back(), 8u);
+  EXPECT_NE(conf_error("roundup_power2_divisions:[65536:8,1:2]").find("increasing"),
+            std::string::npos);
+}
+
+TEST(AllocatorConf, MemoryFractionIsPyTorchsKeyAndSetsTheLimitOfTheDevice) {
+  const auto o = parse_allocator_options("per_process_memory_fraction:0.25");
+  EXPECT_DOUBLE_EQ(o.per_process_memory_fraction, 0.25);
+  EXPECT_EQ(o.reserved_limit, SIZE_MAX);  // the device is not known until an allocator has one
+  EXPECT_EQ(gpu_basics::to_conf_string(o), "per_process_memory_fraction:0.25");
+  EXPECT_EQ(gpu_basics::fraction_limit(0.25, 1000), 250u);
+  EXPECT_EQ(gpu_basics::fraction_limit(0.3333, 1000), 333u);  // rounded down, as PyTorch
+  EXPECT_EQ(gpu_basics::fraction_limit(0, 1000), SIZE_MAX);
 }
 
 TEST(AllocatorConf, RoundupPowerTwoDivisionsRoundsAsPyTorch) {

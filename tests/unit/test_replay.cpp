@@ -81,6 +81,42 @@ TEST(Snapshot, ARealH200SnapshotReplaysToPyTorchsOwnPeak) {
   EXPECT_EQ(gb::replay_trace(trace, defaults).peak_reserved, ours.peak_reserved);
 }
 
+TEST(Snapshot, AFreeHeldForAnotherStreamTakesEffectWhenItCompletes) {
+  // A block used on a side stream (record_stream) is freed at free_requested but held until the
+  // side stream's work is done (free_completed): a request between the two cannot take it.
+  const auto peak = [](pk::items events) {
+    const auto s = gb::parse_torch_snapshot(pk::dumps(snapshot_of_trace(std::move(events))), "s");
+    return gb::replay_trace(gb::to_replay_trace(s, 0), {}).peak_reserved;
+  };
+  const std::int64_t m30 = 30 * MiB;
+  EXPECT_EQ(peak({trace_event("alloc", 0x1000, m30), trace_event("free_requested", 0x1000, m30),
+                  trace_event("alloc", 0x9000, m30), trace_event("free_completed", 0x1000, m30),
+                  trace_event("free_requested", 0x9000, m30),
+                  trace_event("free_completed", 0x9000, m30)}),
+            60 * MiB);
+  EXPECT_EQ(peak({trace_event("alloc", 0x1000, m30), trace_event("free_requested", 0x1000, m30),
+                  trace_event("free_completed", 0x1000, m30), trace_event("alloc", 0x9000, m30),
+                  trace_event("free_requested", 0x9000, m30),
+                  trace_event("free_completed", 0x9000, m30)}),
+            30 * MiB);
+  // Held frees completing in another order than requested: every block freed once.
+  const auto s = gb::parse_torch_snapshot(
+      pk::dumps(snapshot_of_trace(
+          {trace_event("alloc", 0x1000, m30), trace_event("alloc", 0x2000, m30),
+           trace_event("free_requested", 0x1000, m30), trace_event("free_requested", 0x2000, m30),
+           trace_event("alloc", 0x3000, m30), trace_event("free_completed", 0x2000, m30),
+           trace_event("free_completed", 0x1000, m30), trace_event("free_requested", 0x3000, m30),
+           trace_event("free_completed", 0x3000, m30)})),
+      "s");
+  const auto t = gb::to_replay_trace(s, 0);
+  EXPECT_EQ(t.size(), 6u);
+  EXPECT_EQ(
+      std::count_if(t.begin(), t.end(),
+                    [](const gb::replay_event& e) { return e.kind == gb::replay_event::op::free; }),
+      3);
+  EXPECT_EQ(gb::replay_trace(t, {}).peak_reserved, 90 * MiB);
+}
+
 TEST(Snapshot, SizesBeyond64BitsAreAnErrorNeverWrapped) {
   const auto s = gb::parse_torch_snapshot(
       pk::dumps(snapshot_of_trace({trace_event("segment_alloc", 0x1000, INT64_MAX),

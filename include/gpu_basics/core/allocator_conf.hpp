@@ -41,6 +41,10 @@ struct allocator_policy {
   double garbage_collection_threshold = 0;
   /// PyTorch's expandable_segments: one growable virtual range per stream and pool.
   bool expandable_segments = false;
+  /// PyTorch's per_process_memory_fraction (0 = none): reserved may not pass this fraction of
+  /// the device's total memory, as torch.cuda.set_per_process_memory_fraction sets it; the
+  /// allocator turns it into its reserved limit where the device is known.
+  double per_process_memory_fraction = 0;
 
   bool operator==(const allocator_policy&) const = default;
 };
@@ -89,7 +93,7 @@ std::vector<conf_entry> check_allocator_conf(std::string_view conf);
 
 /// Applies one entry to the policy when its key is one of the policy's (PyTorch's
 /// max_split_size_mb, roundup_power2_divisions, garbage_collection_threshold,
-/// expandable_segments); false, and `p` unchanged, for any other key.
+/// expandable_segments, per_process_memory_fraction); false, and `p` unchanged, for any other key.
 /// @throws logic_error naming the key and the bad value.
 bool apply_policy_key(allocator_policy& p, std::string_view key, std::string_view value);
 
@@ -104,5 +108,9 @@ bool apply_policy_key(allocator_policy& p, std::string_view key, std::string_vie
 /// The conf string of what differs from the defaults (empty for defaults), in the syntax
 /// apply_policy_keys reads.
 [[nodiscard]] std::string to_conf_string(const allocator_policy& p);
+
+/// The reserved limit a per_process_memory_fraction sets on a device of `device_total` bytes,
+/// as PyTorch computes it (the fraction times the total, rounded down); SIZE_MAX for no fraction.
+[[nodiscard]] std::size_t fraction_limit(double fraction, std::size_t device_total) noexcept;
 
 }  // namespace gpu_basics

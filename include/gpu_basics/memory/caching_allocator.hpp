@@ -68,7 +68,8 @@ struct allocator_options : allocator_policy {
   // allocator falls back to plain segments.
 
   /// Upper bound on reserved (cached + in use) bytes, as PyTorch's per-process memory fraction;
-  /// SIZE_MAX: none.
+  /// SIZE_MAX: none. A per_process_memory_fraction (allocator_policy) lowers it at construction
+  /// to the fraction of the backend's total memory (memory_info()).
   std::size_t reserved_limit = SIZE_MAX;
   /// Keep the last `history_capacity` events (0 = no history).
   std::size_t history_capacity = 0;

@@ -69,6 +69,29 @@ struct stranded_split {
   [[nodiscard]] std::size_t bytes_of(stranded_cause c) const noexcept;
 };
 
+/// An event that grew reserved memory beyond what the live blocks needed: reserved after it less
+/// the larger of reserved before it and allocated after it (a new segment taken while enough
+/// bytes were free in all, but not where the request could use them).
+struct growth_event {
+  std::size_t event = 0;  // index in the replayed trace
+  std::size_t request_bytes = 0;
+  std::size_t grew_bytes = 0;                          // reserved after less before
+  std::size_t excess_bytes = 0;                        // beyond what live blocks needed
+  std::size_t free_before = 0;                         // reserved less allocated before it
+  stranded_cause cause = stranded_cause::unexplained;  // the largest part of the free bytes then
+  stream_handle stream = 0;
+};
+
+/// The moments of a replay that explain its peak.
+struct replay_moments {
+  std::size_t peak_reserved_event = 0;   // the first event at peak reserved
+  std::size_t peak_allocated_event = 0;  // the first event at peak allocated
+  stranded_split at_peak_reserved;
+  stranded_split at_peak_allocated;
+  std::vector<growth_event> growth;  // the largest, up to peak reserved, in event order
+  std::size_t growth_total = 0;      // every growth beyond need up to peak reserved, summed
+};
+
 /// Where a replay under a limit ran out of memory (after freeing the cache and retrying).
 struct oom_point {
   std::size_t event = 0;  // index in the replayed trace
@@ -103,7 +126,7 @@ struct usage_curve {
 struct policy_outcome {
   std::string conf;                     // "" = the defaults
   int knobs = 0;                        // keys set (simpler = fewer)
-  std::optional<replay_result> result;  // without a limit (see advice::gc_reserved_limit)
+  std::optional<replay_result> result;  // without a limit, as PyTorch runs it without a fraction
   std::string failure;                  // when result is empty
   std::vector<fit_outcome> fits;        // one per advice::fit_limits entry
 };
@@ -119,6 +142,9 @@ struct policy_detail {
   /// saved before placements were replayed.
   std::vector<std::size_t> smallest_by_placement;
   fit_outcome below;  // one page below smallest_limit, under the placement that needed it most
+  /// Per placement, the peak reserved without a limit (under line_limit for a recommendation
+  /// whose line sets one): where the driver places segments moves the peak too.
+  std::vector<std::size_t> peak_by_placement;
   /// Per advice::fit_limits entry, how many of the placements fit it (empty in advice saved
   /// before placements were replayed).
   std::vector<std::size_t> fits_in;
@@ -128,7 +154,10 @@ struct policy_detail {
                ? smallest_limit
                : *std::min_element(smallest_by_placement.begin(), smallest_by_placement.end());
   }
-  stranded_split stranded;
+  stranded_split stranded;               // at the first peak of reserved
+  stranded_split stranded_at_allocated;  // at the first peak of allocated
+  std::vector<growth_event> growth;      // replay_moments::growth
+  std::size_t growth_total = 0;
   usage_curve curve;
 };
 
@@ -140,7 +169,12 @@ struct advice {
   std::size_t live_peak = 0;  // the trace's peak of live requested bytes: no limit below fits
   recorded_figures recorded;
   std::optional<std::string> recorded_conf;
-  std::uint64_t gc_reserved_limit = 0;   // garbage_collection_threshold's limit without --fit
+  /// The device's total memory, where given (--device-memory): a limit becomes a fraction of it.
+  std::optional<std::size_t> device_memory;
+  /// The reserved limit the recommendation's line must set as per_process_memory_fraction (a
+  /// page-aligned fit limit), where what it claims needs one: its policy collects garbage (which
+  /// PyTorch does only under a fraction), or reserves more than the limit without one.
+  std::optional<std::size_t> line_limit;
   std::vector<std::size_t> fit_limits;   // as asked, in order
   std::vector<policy_outcome> policies;  // [0] is the defaults
   std::size_t recommended = 0;           // index into policies
@@ -159,12 +193,16 @@ struct advice {
 
 /// The searched policies: the defaults, then every combination of max_split_size_mb (unset, 64,
 /// 128, 256, 512, 1024), roundup_power2_divisions (unset, 2, 4, 8), expandable_segments (unset,
-/// True) and garbage_collection_threshold (unset, 0.6, 0.8), then `user`'s (checked as
-/// replay_policies() checks them; one equal to a searched policy is not added twice).
-/// @throws logic_error for a blank or unreadable user conf.
-[[nodiscard]] std::vector<replay_policy> advise_policies(const std::vector<std::string>& user);
+/// True) and, when `collect` (there are limits to fit: garbage collection acts only under a
+/// memory fraction), garbage_collection_threshold (unset, 0.6, 0.8), then `user`'s (checked as
+/// replay_policies() checks them, a fraction on a device of `device_memory` bytes; one equal to a
+/// searched policy is not added twice).
+/// @throws logic_error for a blank or unreadable user conf, or a fraction without device memory.
+[[nodiscard]] std::vector<replay_policy> advise_policies(
+    const std::vector<std::string>& user, bool collect = false,
+    std::optional<std::size_t> device_memory = std::nullopt);
 /// The searched confs of advise_policies() without a user's, unparsed.
-[[nodiscard]] std::vector<std::string> advise_confs();
+[[nodiscard]] std::vector<std::string> advise_confs(bool collect = false);
 
 /// How many segment placements advise replays the smallest limits under.
 inline constexpr std::size_t kAdvicePlacements = 8;
@@ -186,29 +224,56 @@ inline constexpr std::size_t kAdvicePlacements = 8;
                                                  address_placement placement = {});
 
 /// The split of reserved-but-free bytes at the first moment reserved reaches its peak under `o`
-/// (without a limit; garbage_collection_threshold policies under `o.reserved_limit`).
+/// (and its reserved limit, if any).
 [[nodiscard]] stranded_split stranded_at_peak(const prepared_trace& trace,
                                               const allocator_options& o);
 
+/// The stranded splits at the first peaks of reserved and of allocated under `o` (and its
+/// reserved limit, if any), and the `growth_events` events up to peak reserved that grew reserved
+/// most beyond what live blocks needed.
+[[nodiscard]] replay_moments moments_of(const prepared_trace& trace, const allocator_options& o,
+                                        std::size_t growth_events = 5);
 /// Reserved and allocated over `trace` under `o`, in at most `points` points.
 [[nodiscard]] usage_curve usage_over_trace(const prepared_trace& trace, const allocator_options& o,
                                            std::size_t points = 1500);
 
 /// The whole advice for `device`'s trace of `s`: every policy of `policies` (advise_policies(),
 /// the defaults first) replayed without a limit (sweep_policies()) and under each of
-/// `fit_limits`, on `threads` threads (0: one per core).
+/// `fit_limits`, on `threads` threads (0: one per core); `device_memory` turns the recommendation's
+/// limit into a fraction (recommendation_lines()).
 /// @throws logic_error when the first policy is not the defaults; format_error for sizes beyond
 /// 64 bits; interrupted on Ctrl-C.
 [[nodiscard]] advice advise_snapshot(const torch_snapshot& s, const std::string& file, int device,
                                      const std::vector<replay_policy>& policies,
                                      const std::vector<std::size_t>& fit_limits,
-                                     unsigned threads = 0);
+                                     unsigned threads = 0,
+                                     std::optional<std::size_t> device_memory = std::nullopt);
 
 /// The tables: the recommendation (with the line to use), the fit table, the stranded split of
 /// the defaults beside the recommendation's, and the searched policies ranked.
 [[nodiscard]] std::vector<presentation::table> advice_tables(const advice& a);
 /// "PYTORCH_CUDA_ALLOC_CONF=..." for PyTorch's allocator, or "(unset)" for the defaults.
 [[nodiscard]] std::string torch_env_line(const std::string& conf);
+
+/// per_process_memory_fraction for a reserved limit of `limit` bytes on a device of
+/// `device_memory`: six decimals, above limit / device_memory by one to two millionths, so the
+/// limit PyTorch derives (the fraction times the device's memory, rounded down) is at least
+/// `limit` and less than one 2 MiB page above it; at most 1. "0.110634".
+[[nodiscard]] std::string fraction_text(std::size_t limit, std::size_t device_memory);
+
+/// The lines advise prints for its recommendation, exactly as a user pastes them.
+struct recommendation_lines {
+  /// The conf: the policy's, with per_process_memory_fraction where advice::line_limit asks
+  /// for one (a number with the device's memory, else a shell command that computes it with the
+  /// running PyTorch).
+  std::string conf;
+  std::string torch;  // PYTORCH_CUDA_ALLOC_CONF=<conf>, or "(unset)"
+  std::string gbt;    // gbt.use(conf="<conf>"); empty where the fraction is left to the shell
+};
+[[nodiscard]] recommendation_lines lines_of(const advice& a);
+/// The schema of advice files: 2 since garbage_collection_threshold is replayed only under a
+/// memory fraction and the recommendation carries its fraction.
+inline constexpr int kAdviceSchemaVersion = 2;
 /// The advice as JSON (sizes in bytes), with the tables; `gpu-basics report` draws it.
 [[nodiscard]] nlohmann::json to_json(const advice& a);
 /// The advice of to_json() read back (`source` names it in messages); the searched confs are

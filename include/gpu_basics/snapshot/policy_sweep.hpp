@@ -36,38 +36,34 @@ struct replay_policy {
 enum class repeated_policy { refuse, skip };
 
 /// `builtin` (trusted confs), then `user`'s (--policy strings, checked as parse_user_policy
-/// does), each parsed once.
-/// @throws logic_error for a blank or unreadable user conf, or under `refuse` one that is the
-/// same policy as one before it.
-[[nodiscard]] std::vector<replay_policy> policy_list(const std::vector<std::string>& builtin,
-                                                     const std::vector<std::string>& user,
-                                                     repeated_policy repeated);
+/// does), each parsed once. A user policy that sets per_process_memory_fraction gets the reserved
+/// limit that fraction sets on a device of `device_memory` bytes.
+/// @throws logic_error for a blank or unreadable user conf, one with a fraction but no
+/// `device_memory`, or under `refuse` one that is the same policy as one before it.
+[[nodiscard]] std::vector<replay_policy> policy_list(
+    const std::vector<std::string>& builtin, const std::vector<std::string>& user,
+    repeated_policy repeated, std::optional<std::size_t> device_memory = std::nullopt);
 
-/// A replay without a limit: its result, or the out-of-memory message that ended it (a
-/// garbage_collection_threshold policy under the sweep's limit).
+/// A replay without a limit: its result, or the out-of-memory message that ended it (a policy
+/// with a per_process_memory_fraction).
 struct policy_run {
   std::optional<replay_result> result;
   std::string failure;
 };
 
-/// The sweep: one replay per policy and the limit garbage_collection_threshold ran under.
+/// The sweep: one replay per policy.
 struct policy_sweep {
-  std::vector<policy_run> runs;         // as the policies
-  std::uint64_t gc_reserved_limit = 0;  // see sweep_policies()
+  std::vector<policy_run> runs;  // as the policies
 };
 
-/// The one schedule of policy replays (replay, advise). garbage_collection_threshold acts only
-/// under a reserved limit, and a snapshot does not hold the device's memory size: those policies
-/// run under the larger of `recorded_peak` (what PyTorch reserved at its peak) and the peak the
-/// defaults reserve in the replay (so the collector has the room the policy without it needed,
-/// and shows what it saves within that). So the policies without a collector (the defaults among
-/// them) run first, on `pool`, then those with one. `then(i, run)`, where given, runs on the same
-/// thread right after policy i's replay (further work per policy). A policy with its own
-/// reserved limit keeps it.
+/// The one schedule of policy replays (replay, advise): every policy replayed as PyTorch would
+/// run it, on `pool`. garbage_collection_threshold acts only under a reserved limit, as PyTorch's
+/// acts only under a memory fraction: a policy without one (per_process_memory_fraction) replays
+/// as the same policy without the threshold. `then(i, run)`, where given, runs on the same thread
+/// right after policy i's replay (further work per policy).
 /// @throws interrupted on Ctrl-C / SIGTERM; what `then` throws.
 [[nodiscard]] policy_sweep sweep_policies(
-    const prepared_trace& trace, const std::vector<replay_policy>& policies,
-    std::uint64_t recorded_peak, thread_pool& pool,
+    const prepared_trace& trace, const std::vector<replay_policy>& policies, thread_pool& pool,
     const std::function<void(std::size_t, const policy_run&)>& then = {});
 
 /// A device's trace of a snapshot, ready for many replays: its events, their preparation and
@@ -100,7 +96,7 @@ struct replay_report {
   std::size_t rebuilt = 0;        // allocs added for blocks alive when recording began
   recorded_figures recorded;
   std::optional<std::string> recorded_conf;  // the snapshot's PYTORCH_CUDA_ALLOC_CONF
-  std::uint64_t gc_reserved_limit = 0;  // reserved limit of garbage_collection_threshold policies
+  std::optional<std::size_t> device_memory;  // --device-memory, for per_process_memory_fraction
   std::vector<policy_replay> policies;
   double seconds = 0;  // all replays, added up (they run in parallel)
   [[nodiscard]] double events_per_second() const noexcept;
@@ -113,10 +109,13 @@ struct replay_report {
 [[nodiscard]] allocator_options parse_user_policy(const std::string& conf);
 
 /// The built-in policies (defaults, max_split_size_mb 64-512, roundup_power2_divisions,
-/// expandable_segments, garbage_collection_threshold), then `user`'s.
-/// @throws logic_error for a user conf that is blank, that parse_allocator_options rejects, or that
-/// is the same policy as one before it (built-in or given).
-[[nodiscard]] std::vector<replay_policy> replay_policies(const std::vector<std::string>& user);
+/// expandable_segments), then `user`'s (per_process_memory_fraction on a device of
+/// `device_memory` bytes). garbage_collection_threshold is not among the built-in ones: without a
+/// memory fraction it changes nothing.
+/// @throws logic_error for a user conf that is blank, that parse_allocator_options rejects, that
+/// sets a fraction without `device_memory`, or that is the same policy as one before it.
+[[nodiscard]] std::vector<replay_policy> replay_policies(
+    const std::vector<std::string>& user, std::optional<std::size_t> device_memory = std::nullopt);
 
 /// Replays `device`'s trace of `s` under every policy of `policies` (sweep_policies()), on
 /// `threads` threads at most (0: one per core, or 1 when the whole sweep is under a million

@@ -56,8 +56,12 @@ struct prepared_trace {
   std::size_t peak_requested = 0;
 };
 
+/// The most live requested bytes a trace may hold at once: 4 TiB, beyond any GPU's memory.
+inline constexpr std::size_t kMaxReplayBytes = std::size_t{1} << 42;
+
 /// `trace` prepared for replay_trace(const prepared_trace&, ...).
-/// @throws format_error as peak_requested(); logic_error for more than 2^32 - 1 distinct ids;
+/// @throws format_error as peak_requested() (and for live bytes beyond kMaxReplayBytes);
+/// logic_error for more than 2^32 - 1 distinct ids;
 /// interrupted on Ctrl-C / SIGTERM.
 [[nodiscard]] prepared_trace prepare_trace(const std::vector<replay_event>& trace);
 
