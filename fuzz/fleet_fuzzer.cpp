@@ -5,11 +5,9 @@
 // figures, the outliers, the table, the JSON and the CSV). The only exception allowed out of
 // either is format_error (bad input, exit 2); any other, a sanitizer report, a run over the time
 // limit or memory over the RSS limit is a finding.
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -23,6 +21,7 @@
 #include "gpu_basics/verdict/compare.hpp"
 #include "gpu_basics/verdict/fleet.hpp"
 #include "gpu_basics/verdict/node.hpp"
+#include "scratch_file.hpp"
 
 namespace {
 
@@ -30,15 +29,7 @@ constexpr std::size_t kMaxFiles = 8;
 
 /// The scratch file of node `i`, one set per process, rewritten for every input.
 std::string scratch_path(std::size_t i) {
-  return "/tmp/gpu_basics_fleet_fuzz." + std::to_string(getpid()) + ".node" + std::to_string(i) +
-         ".json";
-}
-
-bool write_file(const std::string& path, std::string_view bytes) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) return false;
-  const bool written = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  return std::fclose(f) == 0 && written;
+  return fuzz::scratch_path("fleet", ".node" + std::to_string(i) + ".json");
 }
 
 /// A results file as compare reads one: unreadable and malformed files are both bad input.
@@ -93,7 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   while (paths.size() < kMaxFiles) {
     const std::size_t cut = paths.size() + 1 == kMaxFiles ? rest.npos : rest.find('\0');
     const std::string path = scratch_path(paths.size());
-    if (!write_file(path, rest.substr(0, cut))) return 0;
+    if (!fuzz::write_file(path, rest.substr(0, cut))) return 0;
     paths.push_back(path);
     if (cut == rest.npos) break;
     rest.remove_prefix(cut + 1);

@@ -3,11 +3,8 @@
 // report draws it, and judged as check --from judges it. The only exception allowed out is
 // format_error (bad input, exit 2); any other, a sanitizer report, a run over the time limit or
 // memory over the RSS limit is a finding.
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <string>
 
 #include "gpu_basics/core/config.hpp"
@@ -16,22 +13,13 @@
 #include "gpu_basics/lessons/record.hpp"
 #include "gpu_basics/report/report.hpp"
 #include "gpu_basics/verdict/node.hpp"
-
-namespace {
-/// One scratch file per process, rewritten for every input.
-const std::string& scratch_path() {
-  static const std::string path = "/tmp/gpu_basics_results_fuzz." + std::to_string(getpid());
-  return path;
-}
-}  // namespace
+#include "scratch_file.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  std::FILE* f = std::fopen(scratch_path().c_str(), "wb");
-  if (f == nullptr) return 0;
-  const bool written = std::fwrite(data, 1, size, f) == size;
-  if (std::fclose(f) != 0 || !written) return 0;
+  static const std::string path = fuzz::scratch_path("results");
+  if (!fuzz::write_file(path, {reinterpret_cast<const char*>(data), size})) return 0;
   try {
-    const gpu_basics::lessons::run_record rec = gpu_basics::lessons::load_record(scratch_path());
+    const gpu_basics::lessons::run_record rec = gpu_basics::lessons::load_record(path);
     (void)gpu_basics::lessons::render(rec);
     (void)gpu_basics::report::render_html({{"fuzz", rec}});
     (void)gpu_basics::verdict::check_of(rec,

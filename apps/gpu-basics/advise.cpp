@@ -8,12 +8,12 @@
 #include "exit_codes.hpp"
 #include "gpu_basics/core/config.hpp"
 #include "gpu_basics/core/errors.hpp"
-#include "gpu_basics/core/input_file.hpp"
 #include "gpu_basics/core/interrupt.hpp"
-#include "gpu_basics/lessons/record.hpp"
 #include "gpu_basics/report/advice.hpp"
 #include "gpu_basics/snapshot/advise.hpp"
 #include "replay.hpp"
+#include "run.hpp"
+#include "saved.hpp"
 #include "torch_check.hpp"
 
 namespace gpu_basics::cli {
@@ -46,10 +46,7 @@ int run_advise(const options& o, std::ostream& out, std::ostream& err) {
       check_with_torch(*o.torch_python, conf);  // refused: nothing printed, nothing written
     const bool json_to_stdout = o.json_path && *o.json_path == "-";
     const nlohmann::json j = to_json(a);
-    // Strings from the file (the allocator conf) may not be UTF-8: such bytes become U+FFFD.
-    const auto json_text = [&] {
-      return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    };
+    const auto json_text = [&] { return saved_json_text(j); };
     std::vector<std::pair<std::string, std::string>> files;
     if (o.json_path && !json_to_stdout) files.emplace_back(*o.json_path, json_text());
     if (o.html_path) files.emplace_back(*o.html_path, report::render_advice_html(a));
@@ -59,32 +56,8 @@ int run_advise(const options& o, std::ostream& out, std::ostream& err) {
     } else {
       for (const auto& t : advice_tables(a)) out << presentation::render_text(t) << "\n";
     }
+    check_written(out);  // lost tables: no files written either
     write_files_atomically(files);
-    return exit_ok;
-  });
-}
-
-bool is_advice_file(const std::string& path) {
-  try {  // a saved advice starts {"command": "advise", (to_json's keys are sorted)
-    const std::string head = read_input_head(path, 64, input_size_cap(kMaxResultsFileBytes), "");
-    const auto at = head.find("\"command\"");
-    return at != std::string::npos && head.find("\"advise\"", at) != std::string::npos;
-  } catch (const error&) {
-    return false;  // the results reader says what is wrong with it
-  }
-}
-
-int run_advice_report(const options& o, std::ostream& out, std::ostream& err) {
-  return guarded(o.input_paths.front(), err, [&] {
-    const std::string& path = o.input_paths.front();
-    const std::string text =
-        read_input_file(path, input_size_cap(kMaxResultsFileBytes), "advice file");
-    const advice a = advice_from_json(lessons::parse_results_json(text, path), printable(path));
-    const std::string html = report::render_advice_html(a);
-    throw_if_interrupted();  // an interrupted report writes nothing
-    write_file_atomically(*o.html_path, html);
-    out << "wrote " << message_line(*o.html_path) << " (" << (html.size() + 1023) / 1024
-        << " KiB, the advice on " << message_line(a.file) << ")\n";
     return exit_ok;
   });
 }

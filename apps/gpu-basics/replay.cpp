@@ -11,6 +11,7 @@
 #include "gpu_basics/lessons/record.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "run.hpp"
+#include "saved.hpp"
 
 namespace gpu_basics::cli {
 
@@ -60,15 +61,12 @@ int run_replay(const options& o, std::ostream& out, std::ostream& err) {
     replay_report r = replay_snapshot(s, printable(o.input_path), device, policies);
     r.device_memory = device_memory;
     const bool json_to_stdout = o.json_path && *o.json_path == "-";
-    // Strings from the file (the allocator conf) may not be UTF-8: such bytes become U+FFFD.
-    const auto json_text = [&] {
-      return to_json(r).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    };
     if (json_to_stdout) {
-      out << json_text();
+      out << saved_json_text(to_json(r));
     } else {
       out << presentation::render_text(replay_table(r)) << "\n";
-      if (o.json_path) write_file_atomically(*o.json_path, json_text());
+      check_written(out);  // lost tables: no file written either
+      if (o.json_path) write_file_atomically(*o.json_path, saved_json_text(to_json(r)));
     }
     return exit_ok;
   });

@@ -26,10 +26,5 @@ int run_replay(const options& o, std::ostream& out, std::ostream& err);
 /// `advise`: reads, searches, prints, writes --json and --html. Returns the exit code; never
 /// throws.
 int run_advise(const options& o, std::ostream& out, std::ostream& err);
-/// Whether the file at `path` is a saved advice (`advise --json`), which `report` draws.
-[[nodiscard]] bool is_advice_file(const std::string& path);
-/// `report ADVICE.json -o PAGE.html`: the advice page of a saved advice. Returns the exit code;
-/// interrupted and other errors are left to run().
-int run_advice_report(const options& o, std::ostream& out, std::ostream& err);
 
 }  // namespace gpu_basics::cli

@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "exit_codes.hpp"
 #include "replay.hpp"
+#include "saved.hpp"
 
 #include "gpu_basics/core/environment.hpp"
 #include "gpu_basics/core/errors.hpp"
@@ -75,6 +76,12 @@ std::pair<int, std::string> classify(const std::exception& e) {
   return {exit_internal, std::string("internal error: ") + e.what()};
 }
 
+void check_written(std::ostream& out) {
+  if (out.good()) out.flush();
+  if (!out.good())
+    throw io_error("cannot write to the standard output (a full disk, or a closed pipe?)");
+}
+
 namespace {
 /// Fails before any measuring when an output cannot be written (exit 7 then, not after minutes).
 void check_outputs(const options& o, const config* cfg, bool writes_files) {
@@ -123,13 +130,25 @@ void check_distinct_paths(const options& o) {
 
 }  // namespace
 
-/// `report`: saved runs drawn as one HTML file. Every failure is the input's or the output
-/// path's, so every failure is a usage error (exit 2); nothing is left half-written.
+/// `report`: saved runs drawn as one HTML file, or one advice or replay file drawn as its page.
+/// Every failure is the input's or the output path's, so every failure is a usage error (exit
+/// 2); nothing is left half-written.
 int run_report(const options& o, std::ostream& out, std::ostream& err) {
-  if (o.input_paths.size() == 1 && is_advice_file(o.input_paths.front()))
-    return run_advice_report(o, out, err);
   try {
-    const auto runs = report::load_runs(o.input_paths);
+    std::vector<lessons::run_record> records;
+    for (const auto& path : o.input_paths) {
+      throw_if_interrupted();  // Ctrl-C between files
+      saved_file f = read_saved_file(path);
+      if (f.kind != saved_kind::results) {
+        if (o.input_paths.size() > 1)
+          throw format_error(printable(path) + " is " + describe(f.kind) +
+                             "; report draws such a file alone, not with other files");
+        return report_saved_snapshot_file(o, f, out);
+      }
+      records.push_back(lessons::parse_record(std::move(f.json), path));
+      records.back().source = path;
+    }
+    const auto runs = report::label_runs(std::move(records));
     const std::string html = report::render_html(runs);
     throw_if_interrupted();  // an interrupted report writes nothing
     write_file_atomically(*o.html_path, html);
@@ -144,19 +163,25 @@ int run_report(const options& o, std::ostream& out, std::ostream& err) {
   return exit_usage;
 }
 
-/// `show`: a saved run rendered again; no GPU, no configuration.
+/// `show`: a saved run, advice or replay rendered again; no GPU, no configuration.
 int run_show(const options& o, std::ostream& out, std::ostream& err) {
   check_outputs(o, nullptr, false);
-  lessons::run_record rec;
+  saved_file f;
   try {
-    rec = lessons::load_record(o.input_path);
+    f = read_saved_file(o.input_path);
   } catch (const io_error& e) {  // an input that cannot be read is a usage error, not exit 7
     say(err, e.what());
     return exit_usage;
   }
+  if (f.kind != saved_kind::results) return show_saved_snapshot_file(o, f, out);
+  lessons::run_record rec = lessons::parse_record(std::move(f.json), o.input_path);
+  rec.source = o.input_path;
   const auto reports = lessons::render(rec);
   const bool json_to_stdout = o.json_path && *o.json_path == "-";
-  if (!json_to_stdout) print(rec, reports, out);
+  if (!json_to_stdout) {
+    print(rec, reports, out);
+    check_written(out);  // lost tables: no files written either
+  }
   for (const auto& [name, why] : rec.errors) say(err, name + " failed in this run: " + why);
   write_outputs(o, rec, reports, out);
   return exit_ok;
@@ -184,7 +209,10 @@ int run(const options& o, std::ostream& out, std::ostream& err) {
   if (cmd == nullptr) return fail(exit_usage, "unknown command " + quote_for_message(o.command));
   try {
     check_distinct_paths(o);
-    return cmd->run(o, out, err);
+    const int code = cmd->run(o, out, err);
+    // Tables or JSON lost on a full disk are not a success (exit 7 said so already: once).
+    if (code != exit_io) check_written(out);
+    return code;
   } catch (const std::exception& e) {
     const auto [code, message] = classify(e);
     return fail(code, message);

@@ -30,6 +30,11 @@ void write_outputs(const options& o, const lessons::run_record& rec,
 /// line the CLI writes (a results file's strings and file names reach it).
 void say(std::ostream& err, const std::string& message);
 
+/// Flushes `out` (stdout, for the CLI) and checks that what was written to it got there.
+/// @throws io_error when it did not (a full disk, a closed pipe), so that lost output is not
+/// exit 0.
+void check_written(std::ostream& out);
+
 /// The exit code and the one-line message for an error escaping a command.
 [[nodiscard]] std::pair<int, std::string> classify(const std::exception& e);
 

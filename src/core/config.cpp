@@ -159,34 +159,87 @@ std::optional<std::uint64_t> shape_bytes(const tensor_shape& s, dtype t) noexcep
   return bytes;
 }
 
-std::optional<std::uint64_t> parse_byte_size(std::string_view text) {
+namespace {
+
+struct byte_unit {
+  std::string_view name;  // as echo_byte_size() writes it; read in any case
+  std::uint64_t bytes;
+};
+constexpr byte_unit kByteUnits[] = {{"B", 1},
+                                    {"KiB", 1ull << 10},
+                                    {"MiB", 1ull << 20},
+                                    {"GiB", 1ull << 30},
+                                    {"TiB", 1ull << 40},
+                                    {"kB", 1000ull},
+                                    {"MB", 1000ull * 1000},
+                                    {"GB", 1000ull * 1000 * 1000},
+                                    {"TB", 1000ull * 1000 * 1000 * 1000}};
+
+/// A byte size as written: digits, an optional point and digits, spaces, a unit (none: bytes).
+struct written_size {
+  std::string_view number;          // as written: "8.8"
+  std::string_view whole;           // "8"
+  std::string_view fraction;        // "8" (empty without a point)
+  const byte_unit* unit = nullptr;  // null when none was written
+};
+
+/// `text` split as written_size, or nullopt when it is not one: no digits, a point not followed
+/// by a digit, a sign, an exponent, an unknown unit, more than 19 digits after the point.
+std::optional<written_size> split_byte_size(std::string_view text) {
+  written_size w;
   std::size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
-    ++i;
-  if (i == 0) return std::nullopt;
-  double number = 0;
-  const auto r = std::from_chars(text.data(), text.data() + i, number);
-  if (r.ec != std::errc{} || r.ptr != text.data() + i) return std::nullopt;
-  std::size_t j = i;
-  while (j < text.size() && text[j] == ' ') ++j;
-  const std::string unit = lower(text.substr(j));
-  static const std::pair<std::string_view, double> units[] = {{"", 1},
-                                                              {"b", 1},
-                                                              {"kib", 1024.0},
-                                                              {"mib", 1048576.0},
-                                                              {"gib", 1073741824.0},
-                                                              {"tib", 1099511627776.0},
-                                                              {"kb", 1e3},
-                                                              {"mb", 1e6},
-                                                              {"gb", 1e9},
-                                                              {"tb", 1e12}};
-  for (const auto& [name, scale] : units) {
-    if (unit != name) continue;
-    const double bytes = number * scale;
-    if (!(bytes >= 0) || bytes > 1.8e19 || bytes != std::floor(bytes)) return std::nullopt;
-    return static_cast<std::uint64_t>(bytes);
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+  w.whole = text.substr(0, i);
+  if (i < text.size() && text[i] == '.') {
+    const std::size_t from = ++i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    w.fraction = text.substr(from, i - from);
+    if (w.fraction.empty() || w.fraction.size() > 19) return std::nullopt;
   }
+  if (w.whole.empty() && w.fraction.empty()) return std::nullopt;
+  w.number = text.substr(0, i);
+  while (i < text.size() && text[i] == ' ') ++i;
+  const std::string unit = lower(text.substr(i));
+  if (unit.empty()) return w;
+  for (const auto& u : kByteUnits)
+    if (unit == lower(u.name)) {
+      w.unit = &u;
+      return w;
+    }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> parse_byte_size(std::string_view text) {
+  const auto w = split_byte_size(text);
+  if (!w) return std::nullopt;
+  __extension__ using wide = unsigned __int128;  // exact: up to 2^64 * 2^40
+  const std::uint64_t scale = w->unit ? w->unit->bytes : 1;
+  std::uint64_t whole = 0;
+  if (!w->whole.empty()) {
+    const auto r = std::from_chars(w->whole.data(), w->whole.data() + w->whole.size(), whole);
+    if (r.ec != std::errc{}) return std::nullopt;  // beyond 64 bits
+  }
+  // The fraction exactly, in integers: fraction digits f of n places are f * scale / 10^n bytes,
+  // rounded to the nearest (a half up). Bytes themselves have no fraction to round.
+  std::uint64_t f = 0, places = 1;
+  for (const char c : w->fraction) {
+    f = f * 10 + static_cast<std::uint64_t>(c - '0');
+    places *= 10;
+  }
+  if (scale == 1 && f != 0) return std::nullopt;
+  const wide part = static_cast<wide>(f) * scale;
+  wide bytes = static_cast<wide>(whole) * scale + part / places;
+  if (2 * (part % places) >= places) ++bytes;
+  if (bytes > std::numeric_limits<std::uint64_t>::max()) return std::nullopt;
+  return static_cast<std::uint64_t>(bytes);
+}
+
+std::optional<std::string> echo_byte_size(std::string_view text) {
+  if (!parse_byte_size(text)) return std::nullopt;
+  const auto w = split_byte_size(text);
+  return std::string(w->number) + " " + std::string(w->unit ? w->unit->name : "B");
 }
 
 std::string to_string(const tensor_shape& s) {

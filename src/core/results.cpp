@@ -311,6 +311,9 @@ void write_files_atomically(const std::vector<std::pair<std::string, std::string
     for (const auto& [path, contents] : files)
       if (!writes_in_place(path)) renames.emplace_back(write_temporary(path, contents), path);
     throw_if_interrupted();  // an interrupted run renames nothing
+    // Devices and FIFOs (/dev/full, a pipe) before any rename: one that fails leaves no file.
+    for (const auto& [path, contents] : files)
+      if (writes_in_place(path)) write_in_place(path, contents);
   } catch (...) {
     remove_temporaries(0);
     throw;
@@ -324,8 +327,6 @@ void write_files_atomically(const std::vector<std::pair<std::string, std::string
       throw io_error("cannot write " + renames[i].second.string() + ": " + ec.message());
     }
   }
-  for (const auto& [path, contents] : files)
-    if (writes_in_place(path)) write_in_place(path, contents);
 }
 
 bool same_file(const std::string& a, const std::string& b) {

@@ -1,6 +1,8 @@
 // The advice page (report/advice.hpp).
 #include "gpu_basics/report/advice.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "figures.hpp"
@@ -26,6 +28,9 @@ json count_axis(const std::string& title) {
   return a;
 }
 
+/// The most points a line of the usage chart has (advise writes 1500 at most).
+constexpr std::size_t kMaxCurvePoints = 4000;
+
 /// Reserved and allocated over the trace, the defaults solid and the recommendation dashed; the
 /// fit limits as lines; each out-of-memory point under a limit marked.
 chart usage_chart(const advice& a) {
@@ -40,11 +45,19 @@ chart usage_chart(const advice& a) {
     const policy_detail& d = *shown[run];
     const std::string who = run == 0 ? "defaults" : "recommended";
     std::vector<std::pair<double, double>> res, all;
-    for (std::size_t i = 0; i < d.curve.event.size(); ++i) {
-      res.emplace_back(static_cast<double>(d.curve.event[i]),
-                       static_cast<double>(d.curve.reserved[i]));
-      all.emplace_back(static_cast<double>(d.curve.event[i]),
-                       static_cast<double>(d.curve.allocated[i]));
+    // Each point costs a JSON object in the page: a curve longer than advise writes (read from a
+    // file) is drawn as the maximum of each run of `step` points, as advise takes its points.
+    const std::size_t n = d.curve.event.size();
+    const std::size_t step = (n + kMaxCurvePoints - 1) / kMaxCurvePoints;
+    for (std::size_t i = 0; i < n; i += step) {
+      const std::size_t end = std::min(n, i + step);
+      const auto top = [&](const std::vector<std::size_t>& v) {
+        return static_cast<double>(*std::max_element(v.begin() + static_cast<std::ptrdiff_t>(i),
+                                                     v.begin() + static_cast<std::ptrdiff_t>(end)));
+      };
+      const auto x = static_cast<double>(d.curve.event[end - 1]);
+      res.emplace_back(x, top(d.curve.reserved));
+      all.emplace_back(x, top(d.curve.allocated));
     }
     for (auto* series : {&res, &all}) {
       json line =
@@ -141,15 +154,7 @@ std::string render_advice_html(const advice& a) {
   std::string body;
   const auto figure = [&](const std::string& id, const std::string& title, const chart& c,
                           const presentation::table& t) {
-    body += "<figure class=\"figure\" id=\"" + escape(id) + "\">\n<h3>" + escape(title) +
-            "</h3>\n<div class=\"figure-body\">\n<div class=\"charts charts-1\">\n";
-    body += "<div class=\"chart-box " + c.height + "\"><canvas data-chart=\"" + escape(c.id) +
-            "\" role=\"img\" aria-label=\"" + escape(c.title) + "\"></canvas></div>\n</div>\n";
-    body += "<aside class=\"notes\">" + detail::notes_html(t) + "</aside>\n</div>\n";
-    body += "<details class=\"numbers\" open><summary>Numbers</summary>\n" +
-            detail::table_html(t, "") + "</details>\n</figure>\n";
-    specs.push_back(
-        {{"id", c.id}, {"title", c.title}, {"tooltip", c.tooltip}, {"config", c.config}});
+    body += detail::chart_figure_html(id, title, c, t, specs);
   };
   const auto table_named = [&](const std::string& id) -> const presentation::table* {
     for (const auto& t : tables)

@@ -110,6 +110,11 @@ void annotate(json& config, const std::string& key, json annotation);
 [[nodiscard]] std::string table_html(const presentation::table& t, const std::string& run_label);
 /// A table's notes as a list ("" without notes); `code` spans kept.
 [[nodiscard]] std::string notes_html(const presentation::table& t);
+/// One chart (`id`, `title`) with `t`'s notes beside it and its numbers under it, as the pages of
+/// advise and replay show their figures; the chart's spec is appended to `specs`.
+[[nodiscard]] std::string chart_figure_html(const std::string& id, const std::string& title,
+                                            const chart& c, const presentation::table& t,
+                                            json& specs);
 /// JSON safe inside a <script> element.
 [[nodiscard]] std::string script_json(const json& j);
 /// The whole page: `header`, the navigation links `nav`, `body`, and the charts `specs`

@@ -1,6 +1,6 @@
 // The page around a report's body: styles, the charting library and the charts' configurations
 // inlined, so the file opens offline; and the HTML of tables and notes. Shared by the runs'
-// report and the advice page.
+// report and the pages of advise and replay.
 #include <cstdint>
 #include <variant>
 
@@ -92,6 +92,19 @@ std::string notes_html(const presentation::table& t) {
 }
 
 /// The JSON of the charts, safe inside a <script> element.
+std::string chart_figure_html(const std::string& id, const std::string& title, const chart& c,
+                              const presentation::table& t, json& specs) {
+  std::string out = "<figure class=\"figure\" id=\"" + escape(id) + "\">\n<h3>" + escape(title) +
+                    "</h3>\n<div class=\"figure-body\">\n<div class=\"charts charts-1\">\n";
+  out += "<div class=\"chart-box " + c.height + "\"><canvas data-chart=\"" + escape(c.id) +
+         "\" role=\"img\" aria-label=\"" + escape(c.title) + "\"></canvas></div>\n</div>\n";
+  out += "<aside class=\"notes\">" + notes_html(t) + "</aside>\n</div>\n";
+  out += "<details class=\"numbers\" open><summary>Numbers</summary>\n" + table_html(t, "") +
+         "</details>\n</figure>\n";
+  specs.push_back({{"id", c.id}, {"title", c.title}, {"tooltip", c.tooltip}, {"config", c.config}});
+  return out;
+}
+
 std::string script_json(const json& j) {
   std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
   std::string out;

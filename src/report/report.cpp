@@ -20,14 +20,22 @@
 namespace gpu_basics::report {
 
 std::vector<run_input> load_runs(const std::vector<std::string>& paths) {
-  std::vector<run_input> runs;
-  std::map<std::string, int> seen;
+  std::vector<lessons::run_record> records;
   for (const auto& path : paths) {
     throw_if_interrupted();  // Ctrl-C between files
-    std::string label = std::filesystem::path(path).filename().string();
+    records.push_back(lessons::load_record(path));
+  }
+  return label_runs(std::move(records));
+}
+
+std::vector<run_input> label_runs(std::vector<lessons::run_record> records) {
+  std::vector<run_input> runs;
+  std::map<std::string, int> seen;
+  for (auto& record : records) {
+    std::string label = std::filesystem::path(record.source).filename().string();
     if (label.size() > 5 && label.ends_with(".json")) label.resize(label.size() - 5);
     if (const int n = ++seen[label]; n > 1) label += fmt::format(" ({})", n);
-    runs.push_back({std::move(label), lessons::load_record(path)});
+    runs.push_back({std::move(label), std::move(record)});
   }
   return runs;
 }

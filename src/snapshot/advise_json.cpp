@@ -7,6 +7,7 @@
 
 #include "gpu_basics/core/json.hpp"
 #include "gpu_basics/snapshot/advise.hpp"
+#include "gpu_basics/snapshot/replay_json.hpp"
 
 namespace gpu_basics {
 
@@ -529,6 +530,7 @@ advice advice_from_json(const nlohmann::json& j, const std::string& source) {
       throw format_error("not an advice file (its \"command\" is not \"advise\")");
     advice_doc x;
     try {
+      check_saved_byte_sizes(j);
       read_json(j, x);
     } catch (const json_path_error& e) {
       throw format_error("not an advice file that can be read: " + message_line(e.what(), 160));

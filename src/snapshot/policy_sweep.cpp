@@ -9,6 +9,7 @@
 #include "gpu_basics/core/thread_pool.hpp"
 #include "gpu_basics/core/units.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
+#include "gpu_basics/snapshot/replay_json.hpp"
 
 namespace gpu_basics {
 
@@ -222,6 +223,7 @@ presentation::table replay_table(const replay_report& r) {
 nlohmann::json to_json(const replay_report& r) {
   nlohmann::json j;
   j["command"] = "replay";
+  j["schema_version"] = kReplaySchemaVersion;
   j["snapshot"] = r.file;
   j["device"] = r.device;
   j["trace_events"] = r.trace_events;

@@ -262,7 +262,18 @@ elseif(MODE STREQUAL "hostile")
   if(NOT kind MATCHES "character special file")
     message(FATAL_ERROR "/dev/null was replaced: it is now a ${kind}")
   endif()
-  file(REMOVE ${in}/sparse.pickle)
+  # Standard output on a full disk: tables and --json - that are lost are exit 7, one line.
+  execute_process(COMMAND ${EXE} replay ${DATA}/snapshot_small.pickle --json ${in}/replay.json
+                  OUTPUT_QUIET RESULT_VARIABLE rc)
+  foreach(args "show;${DATA}/h200_all.json" "show;${in}/replay.json" "show;${in}/replay.json;--json;-"
+               "replay;${DATA}/snapshot_small.pickle" "advise;${DATA}/snapshot_small.pickle;--json;-")
+    execute_process(COMMAND ${EXE} ${args} OUTPUT_FILE /dev/full ERROR_VARIABLE err
+                    RESULT_VARIABLE rc TIMEOUT 10)
+    if(NOT rc STREQUAL "7" OR NOT err MATCHES "^gpu-basics: cannot write to the standard output[^\n]*\n$")
+      message(FATAL_ERROR "${args} > /dev/full: exit ${rc}, expected 7 and one line\n${err}")
+    endif()
+  endforeach()
+  file(REMOVE ${in}/sparse.pickle ${in}/replay.json)
   file(GLOB left ${dir}/* ${dir}/.*)
   if(left)
     message(FATAL_ERROR "bad input left files behind: ${left}")

@@ -311,3 +311,17 @@ TEST(Cli, TheSecondSignalTakesTheDefaultAction) {
   ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << WEXITSTATUS(status);
   EXPECT_EQ(WTERMSIG(status), SIGINT);
 }
+
+TEST(Cli, FitTakesSizesAsPeopleWriteThem) {
+  const auto r = parse({"advise", "s.pickle", "--fit", "8.8GiB", "--fit", "8.6GiB", "--fit",
+                        "9.5GB", "--fit", "9000MiB", "--fit", "9448928051"});
+  ASSERT_TRUE(r.opts);
+  EXPECT_EQ(r.opts->fit_sizes,
+            (std::vector<std::string>{"8.8GiB", "8.6GiB", "9.5GB", "9000MiB", "9448928051"}));
+  for (const char* bad : {"1.5", "-1GiB", "1e3GiB", "99999999999TiB", "0", "0.0000001KiB"}) {
+    std::string err;
+    EXPECT_EQ(parse({"advise", "s.pickle", "--fit", bad}, nullptr, &err).exit_code, cli::exit_usage)
+        << bad;
+    EXPECT_NE(err.find("expected a size such as 24GiB"), std::string::npos) << err;
+  }
+}

@@ -278,6 +278,75 @@ TEST(ByteSize, ParsesUnits) {
   EXPECT_FALSE(parse_byte_size("-4").has_value());
 }
 
+TEST(ByteSize, ReadsDecimalsWithAUnitRoundedToTheNearestByte) {
+  // 8.8 * 2^30 = 9448928051.2: not a whole number of bytes, which the parser once refused.
+  EXPECT_EQ(parse_byte_size("8.8GiB"), 9448928051u);
+  EXPECT_EQ(parse_byte_size("8.6GiB"), 9234179686u);  // 9234179686.4
+  EXPECT_EQ(parse_byte_size("8.75GiB"), 9395240960u);
+  EXPECT_EQ(parse_byte_size("9.5GB"), 9500000000u);
+  EXPECT_EQ(parse_byte_size("9000MiB"), 9437184000u);
+  EXPECT_EQ(parse_byte_size("9448928051"), 9448928051u);
+  EXPECT_EQ(parse_byte_size("1.5 KiB"), 1536u);
+  EXPECT_EQ(parse_byte_size(".5KiB"), 512u);
+  EXPECT_EQ(parse_byte_size("0.0005 KiB"), 1u);  // 0.512 rounds up
+  EXPECT_EQ(parse_byte_size("0.0004 KiB"), 0u);  // 0.4096 rounds down
+  EXPECT_EQ(parse_byte_size("0.0005 kB"), 1u);   // exactly a half: up
+  EXPECT_EQ(parse_byte_size("4096.0"), 4096u);   // a whole number written with a point
+  EXPECT_EQ(parse_byte_size("18446744073709551615"), UINT64_MAX);
+  EXPECT_EQ(parse_byte_size("16777215.9999999999999999999 TiB"), std::nullopt);  // 19+ places
+  EXPECT_EQ(parse_byte_size("16777215.999999999 TiB"), 18446744073709551615ull - 1099);
+}
+
+TEST(ByteSize, RefusesWhatIsNotASize) {
+  for (const char* bad : {"1.5",
+                          "1.5 B",
+                          "-1GiB",
+                          "+1GiB",
+                          "1e3GiB",
+                          "1E3",
+                          "99999999999TiB",
+                          "18446744073709551616",
+                          "16777216 TiB",
+                          "",
+                          " ",
+                          "GiB",
+                          ".",
+                          "5.",
+                          "5.GiB",
+                          "1..5GiB",
+                          "1.5.5GiB",
+                          "nan",
+                          "inf",
+                          "NaN GiB",
+                          "infGiB",
+                          "0x10",
+                          "8.8 GiB ",
+                          " 8.8GiB",
+                          "8.8 gibibytes",
+                          "1,5 GiB"})
+    EXPECT_EQ(parse_byte_size(bad), std::nullopt) << quote_for_message(bad);
+}
+
+TEST(ByteSize, ConfigurationSizesTakeDecimalsToo) {
+  EXPECT_EQ(
+      parse_config("transfer:\n  large_copy_bytes: 1.5 GiB\n", "t.yaml").transfer.large_copy_bytes,
+      3ull << 29);
+  EXPECT_THROW((void)parse_config("transfer:\n  large_copy_bytes: 1610612736.5\n", "t.yaml"),
+               config_error);
+}
+
+TEST(ByteSize, EchoesTheUnitGiven) {
+  EXPECT_EQ(echo_byte_size("8.8GiB"), "8.8 GiB");
+  EXPECT_EQ(echo_byte_size("9.5GB"), "9.5 GB");
+  EXPECT_EQ(echo_byte_size("9000MiB"), "9000 MiB");
+  EXPECT_EQ(echo_byte_size("9448928051"), "9448928051 B");
+  EXPECT_EQ(echo_byte_size("8.80  gib"), "8.80 GiB");
+  EXPECT_EQ(echo_byte_size("1.5 kb"), "1.5 kB");
+  EXPECT_EQ(echo_byte_size("12 b"), "12 B");
+  EXPECT_EQ(echo_byte_size("1.5"), std::nullopt);
+  EXPECT_EQ(echo_byte_size("lots"), std::nullopt);
+}
+
 TEST(TransferConfig, KeysParseAndValidate) {
   config c = parse_config(
       "transfer:\n  large_copy_bytes: 256 MiB\n  sweep: {enabled: true, min_bytes: 4 KiB, "

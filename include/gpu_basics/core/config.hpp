@@ -69,9 +69,18 @@ struct tensor_shape {
 /// The dimensions as a list: "[1024, 1024]".
 [[nodiscard]] std::string to_string(const tensor_shape& s);
 
-/// Parses a byte size: an integer, or a number with a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB,
-/// TB; case-insensitive, space optional): "4096", "8 MiB", "1GiB", "1.5 GB".
+/// Parses a byte size as people write it: a whole number of bytes ("9448928051", "4096 B"), or a
+/// decimal number with a unit (KiB, MiB, GiB, TiB, kB, MB, GB, TB; case-insensitive, spaces
+/// optional) rounded to the nearest byte, half up: "8 MiB", "8.8GiB" (9448928051), "9.5 GB",
+/// ".5 KiB". Computed in integers, exact. nullopt for anything else: a sign, an exponent
+/// ("1e3GiB"), a fraction of a byte ("1.5", "1.5 B"), more than 19 digits after the point, an
+/// unknown unit, more than 2^64 - 1 bytes.
 [[nodiscard]] std::optional<std::uint64_t> parse_byte_size(std::string_view text);
+
+/// A size that parse_byte_size() reads, echoed in the unit it was given in, the number as
+/// written and the unit spelt as above: "8.8GiB" -> "8.8 GiB", "9.5gb" -> "9.5 GB",
+/// "9448928051" -> "9448928051 B". nullopt when parse_byte_size() refuses `text`.
+[[nodiscard]] std::optional<std::string> echo_byte_size(std::string_view text);
 
 /// Limits on configuration input, so that no file or --set value can make loading slow or large.
 /// Each is documented in the README; going over one is a config_error naming it.

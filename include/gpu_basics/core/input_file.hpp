@@ -15,6 +15,10 @@ namespace gpu_basics {
 /// either for one run.
 inline constexpr std::uint64_t kMaxResultsFileBytes = 512ull << 20;  // a results JSON
 inline constexpr std::uint64_t kMaxSnapshotFileBytes = 16ull << 30;  // a PyTorch snapshot pickle
+/// A saved advice or replay (advise's files are a few hundred KiB; this leaves room for hundreds
+/// of --fit limits and policies). Lower than a results file's cap: reading one, then drawing it,
+/// takes some 30 times its size in memory.
+inline constexpr std::uint64_t kMaxSnapshotJsonBytes = 32ull << 20;
 
 /// The cap to apply: `default_bytes`, or GPU_BASICS_MAX_INPUT_MIB where it is set.
 /// @throws format_error when GPU_BASICS_MAX_INPUT_MIB is not a whole number of MiB above 0.

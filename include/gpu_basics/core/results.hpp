@@ -25,7 +25,8 @@ void write_file_atomically(const std::string& path, const std::string& contents)
 
 /// Writes several files as one: every temporary is written first, and only when all are written
 /// are they renamed into place, so a file that cannot be written leaves none of the others new.
-/// Special files (writes_in_place) are written in place after the temporaries.
+/// Special files (writes_in_place) are written in place after the temporaries and before the
+/// renames: one that fails (/dev/full) leaves no file replaced.
 /// @throws io_error as write_file_atomically(); interrupted when a signal arrived before the
 /// renames (nothing is renamed then).
 void write_files_atomically(const std::vector<std::pair<std::string, std::string>>& files);

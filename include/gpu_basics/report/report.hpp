@@ -22,6 +22,10 @@ struct run_input {
 /// @throws io_error when a file cannot be read; format_error when one is not a results file.
 [[nodiscard]] std::vector<run_input> load_runs(const std::vector<std::string>& paths);
 
+/// `records` labelled as load_runs() labels them, by their sources (the files they were read
+/// from).
+[[nodiscard]] std::vector<run_input> label_runs(std::vector<lessons::run_record> records);
+
 /// The label of a run measured live: the host name saved in its environment, or "this run".
 [[nodiscard]] std::string live_label(const lessons::run_record& r);
 
