@@ -28,10 +28,13 @@ int run_advise(const options& o, std::ostream& out, std::ostream& err) {
     for (const auto* p : {&o.json_path, &o.html_path})
       if (*p && **p != "-") check_writable(**p);
     std::vector<std::size_t> limits;  // each once, in the order given
+    std::vector<std::string> labels;  // as given
     for (const auto& f : o.fit_sizes)
       if (const std::size_t l = *parse_byte_size(f);  // checked by CLI11
-          std::find(limits.begin(), limits.end(), l) == limits.end())
+          std::find(limits.begin(), limits.end(), l) == limits.end()) {
         limits.push_back(l);
+        labels.push_back(echo_byte_size(f).value_or(""));
+      }
     if (limits.size() > kMaxFitLimits)
       throw format_error(fmt::format(
           "--fit: {} different limits; at most {} (each is replayed under every policy)",
@@ -40,8 +43,9 @@ int run_advise(const options& o, std::ostream& out, std::ostream& err) {
     const auto policies = advise_policies(o.policies, !limits.empty(), device_memory);
     const torch_snapshot s = read_torch_snapshot(o.input_path);
     const int device = s.busiest_device();
-    const advice a =
+    advice a =
         advise_snapshot(s, printable(o.input_path), device, policies, limits, 0, device_memory);
+    a.fit_labels = std::move(labels);
     if (const std::string conf = lines_of(a).conf; o.torch_python && !conf.empty())
       check_with_torch(*o.torch_python, conf);  // refused: nothing printed, nothing written
     const bool json_to_stdout = o.json_path && *o.json_path == "-";

@@ -84,10 +84,10 @@ chart usage_chart(const advice& a) {
                     {"borderWidth", 2}});
   }
   for (std::size_t k = 0; k < a.fit_limits.size(); ++k)
-    detail::annotate(c.config, fmt::format("fit{}", k),
-                     detail::reference_line(static_cast<double>(a.fit_limits[k]),
-                                            fmt::format("--fit {}", format_bytes(a.fit_limits[k])),
-                                            detail::color(4)));
+    detail::annotate(
+        c.config, fmt::format("fit{}", k),
+        detail::reference_line(static_cast<double>(a.fit_limits[k]),
+                               fmt::format("--fit {}", a.fit_label(k)), detail::color(4)));
   return c;
 }
 

@@ -12,6 +12,7 @@
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/core/thread_pool.hpp"
+#include "gpu_basics/core/units.hpp"
 #include "gpu_basics/snapshot/policy_sweep.hpp"
 
 namespace gpu_basics {
@@ -55,6 +56,11 @@ std::string_view to_string(stranded_cause c) noexcept {
       break;
   }
   return "unexplained";
+}
+
+std::string advice::fit_label(std::size_t k) const {
+  return k < fit_labels.size() && !fit_labels[k].empty() ? fit_labels[k]
+                                                         : format_bytes(fit_limits.at(k));
 }
 
 std::optional<std::size_t> advice::tightest_fit() const {

@@ -210,6 +210,7 @@ struct advice_doc {
   std::optional<std::size_t> device_memory_bytes;
   std::optional<std::size_t> line_limit_bytes;
   std::vector<std::size_t> fit_limits_bytes;
+  std::vector<std::string> fit_limits_given;
   std::vector<policy_doc> policies;
   recommended_doc recommended;
   std::vector<std::optional<std::string>> fit_choice;
@@ -231,6 +232,7 @@ void to_json(nlohmann::json& j, const advice_doc& a) {
        {"device_memory_bytes", a.device_memory_bytes},
        {"line_limit_bytes", a.line_limit_bytes},
        {"fit_limits_bytes", a.fit_limits_bytes},
+       {"fit_limits_given", a.fit_limits_given},
        {"policies", a.policies},
        {"recommended", a.recommended},
        {"fit_choice", a.fit_choice},
@@ -261,6 +263,7 @@ void from_json(const nlohmann::json& j, advice_doc& a) {
   read_required_member(j, "device_memory_bytes", a.device_memory_bytes);
   read_required_member(j, "line_limit_bytes", a.line_limit_bytes);
   read_required_member(j, "fit_limits_bytes", a.fit_limits_bytes);
+  read_member(j, "fit_limits_given", a.fit_limits_given);
   read_required_member(j, "policies", a.policies);
   read_required_member(j, "fit_choice", a.fit_choice);
   read_member(j, "fit_choice_everywhere", a.fit_choice_everywhere);
@@ -327,6 +330,7 @@ advice_doc doc_of(const advice& a) {
   x.device_memory_bytes = a.device_memory;
   x.line_limit_bytes = a.line_limit;
   x.fit_limits_bytes = a.fit_limits;
+  x.fit_limits_given = a.fit_labels;
   for (const auto& p : a.policies) {
     policy_doc d;
     d.conf = p.conf;
@@ -460,6 +464,9 @@ advice advice_from(const advice_doc& x) {
   a.device_memory = x.device_memory_bytes;
   a.line_limit = x.line_limit_bytes;
   a.fit_limits = x.fit_limits_bytes;
+  a.fit_labels = x.fit_limits_given;
+  if (!a.fit_labels.empty() && a.fit_labels.size() != a.fit_limits.size())
+    throw format_error("fit_limits_given does not match fit_limits_bytes");
   for (const auto& e : x.policies) {
     policy_outcome p;
     p.conf = e.conf;

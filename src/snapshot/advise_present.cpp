@@ -307,7 +307,7 @@ std::vector<presentation::table> advice_tables(const advice& a) {
         "(of {} policies that fit it with the replay's ascending addresses, the one with the "
         "fewest keys that fits under every placement, where one does). Its smallest limit is {} "
         "against the defaults' {}. At peak without a limit the defaults leave {}.",
-        format_bytes(a.fit_limits[*k]),
+        a.fit_label(*k),
         fd.fits() ? std::string("fit")
                   : fmt::format("run out of memory at event {}", fd.oom->event),
         policy_label(r.conf), fitting_count(a, *k), format_bytes(a.recommendation.smallest_limit),
@@ -389,15 +389,15 @@ std::vector<presentation::table> advice_tables(const advice& a) {
                  {"simplest_fitting", "simplest policy that fits"}};
     for (std::size_t k = 0; k < a.fit_limits.size(); ++k) {
       const auto& c = a.fit_choice[k];
-      f.add_row({format_bytes(a.fit_limits[k]), fit_cell(d.fits[k], a.defaults, k),
+      f.add_row({a.fit_label(k), fit_cell(d.fits[k], a.defaults, k),
                  fit_cell(r.fits[k], a.recommendation, k),
                  !c ? fmt::format("none of {} policies", a.policies.size())
                  : k < a.fit_choice_everywhere.size() && !a.fit_choice_everywhere[k]
                      ? policy_label(a.policies[*c].conf) + " (not under every placement)"
                      : policy_label(a.policies[*c].conf)});
       if (a.fit_limits[k] < a.live_peak)
-        f.notes.push_back(fmt::format("{} cannot fit: live bytes alone peak at {}.",
-                                      format_bytes(a.fit_limits[k]), format_bytes(a.live_peak)));
+        f.notes.push_back(fmt::format("{} cannot fit: live bytes alone peak at {}.", a.fit_label(k),
+                                      format_bytes(a.live_peak)));
       else
         for (const auto& [who, p] :
              {std::pair{"The defaults", &d}, std::pair{"The recommendation", &r}})
@@ -419,7 +419,7 @@ std::vector<presentation::table> advice_tables(const advice& a) {
                {"vs_defaults", "vs defaults %", 100.0, 1},
                {"backend_allocations", "backend allocations"}};
   for (std::size_t k = 0; k < a.fit_limits.size(); ++k)
-    p.columns.push_back({fmt::format("fits_{}", k), "under " + format_bytes(a.fit_limits[k])});
+    p.columns.push_back({fmt::format("fits_{}", k), "under " + a.fit_label(k)});
   std::vector<std::size_t> order(a.policies.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {

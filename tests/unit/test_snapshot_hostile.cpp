@@ -163,3 +163,19 @@ TEST(HostileSnapshot, APyTorchThatRefusesTheLineStopsItBeingPrinted) {
   unsetenv("SEEN");
   unsetenv("PYTHONPATH");
 }
+
+TEST(HostileSnapshot, FitLimitsAreEchoedInTheUnitGiven) {
+  const std::string snap = kData + "/snapshot_small.pickle";
+  const auto r = run_args({"advise", snap, "--fit", "8.8GiB", "--fit", "9.5GB", "--fit", "9000MiB",
+                           "--fit", "9448928051"});
+  ASSERT_EQ(r.code, gb::cli::exit_ok) << r.err;
+  for (const char* label : {"| 8.8 GiB", "| 9.5 GB", "| 9000 MiB"})
+    EXPECT_NE(r.out.find(label), std::string::npos) << label << "\n" << r.out;
+  // 9448928051 bytes is 8.8GiB rounded: the same limit, replayed once, labelled as first given.
+  const auto j =
+      run_args({"advise", snap, "--fit", "8.8GiB", "--fit", "9448928051", "--json", "-"});
+  ASSERT_EQ(j.code, gb::cli::exit_ok) << j.err;
+  const auto doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc["fit_limits_bytes"], nlohmann::json::array({9448928051ull}));
+  EXPECT_EQ(doc["fit_limits_given"], nlohmann::json::array({"8.8 GiB"}));
+}

@@ -175,7 +175,11 @@ struct advice {
   /// page-aligned fit limit), where what it claims needs one: its policy collects garbage (which
   /// PyTorch does only under a fraction), or reserves more than the limit without one.
   std::optional<std::size_t> line_limit;
-  std::vector<std::size_t> fit_limits;   // as asked, in order
+  std::vector<std::size_t> fit_limits;  // as asked, in order
+  /// Each fit limit as it was given ("8.8 GiB" for --fit 8.8GiB); empty: format_bytes'.
+  std::vector<std::string> fit_labels;
+  /// The label of fit limit `k`: as given, else in bytes' own units.
+  [[nodiscard]] std::string fit_label(std::size_t k) const;
   std::vector<policy_outcome> policies;  // [0] is the defaults
   std::size_t recommended = 0;           // index into policies
   /// Per fit limit: the simplest policy that fits it (fewest knobs, then lowest peak), if any.
