@@ -17,26 +17,30 @@ namespace {
 
 using gpu_basics::replay_event;
 
+/// A snapshot of `trace`'s events (frees as free_requested).
+gpu_basics::torch_snapshot snapshot_of(const std::vector<replay_event>& trace) {
+  gpu_basics::torch_snapshot out;
+  out.device_traces.emplace_back();
+  std::map<std::uint64_t, std::size_t> live;
+  for (const replay_event& e : trace) {
+    gpu_basics::torch_trace_event t;
+    t.addr = e.id;
+    t.stream = static_cast<std::int64_t>(e.stream);
+    if (e.kind == replay_event::op::alloc) {
+      t.action = gpu_basics::torch_action::alloc;
+      t.size = live[e.id] = e.bytes;
+    } else {
+      t.action = gpu_basics::torch_action::free_requested;
+      t.size = live[e.id];
+    }
+    out.device_traces.back().push_back(t);
+  }
+  return out;
+}
+
 /// The synthetic transformer trace of replay.hpp, as a snapshot's device trace.
 const gpu_basics::torch_snapshot& snapshot() {
-  static const gpu_basics::torch_snapshot s = [] {
-    gpu_basics::torch_snapshot out;
-    out.device_traces.emplace_back();
-    std::map<std::uint64_t, std::size_t> live;
-    for (const replay_event& e : gpu_basics::transformer_trace(220)) {
-      gpu_basics::torch_trace_event t;
-      t.addr = e.id;
-      if (e.kind == replay_event::op::alloc) {
-        t.action = gpu_basics::torch_action::alloc;
-        t.size = live[e.id] = e.bytes;
-      } else {
-        t.action = gpu_basics::torch_action::free_requested;
-        t.size = live[e.id];
-      }
-      out.device_traces.back().push_back(t);
-    }
-    return out;
-  }();
+  static const gpu_basics::torch_snapshot s = snapshot_of(gpu_basics::transformer_trace(220));
   return s;
 }
 
@@ -67,27 +71,6 @@ void BM_ReplaySweep(benchmark::State& state) {
   for (auto _ : state) r = gpu_basics::replay_snapshot(snapshot(), "bench", 0, confs);
   state.counters["events"] = static_cast<double>(r.trace_events);
   state.counters["policies"] = static_cast<double>(r.policies.size());
-}
-
-/// A snapshot of `trace`'s events (frees as free_requested).
-gpu_basics::torch_snapshot snapshot_of(const std::vector<replay_event>& trace) {
-  gpu_basics::torch_snapshot out;
-  out.device_traces.emplace_back();
-  std::map<std::uint64_t, std::size_t> live;
-  for (const replay_event& e : trace) {
-    gpu_basics::torch_trace_event t;
-    t.addr = e.id;
-    t.stream = static_cast<std::int64_t>(e.stream);
-    if (e.kind == replay_event::op::alloc) {
-      t.action = gpu_basics::torch_action::alloc;
-      t.size = live[e.id] = e.bytes;
-    } else {
-      t.action = gpu_basics::torch_action::free_requested;
-      t.size = live[e.id];
-    }
-    out.device_traces.back().push_back(t);
-  }
-  return out;
 }
 
 const gpu_basics::torch_snapshot& random_1m() {
