@@ -178,6 +178,10 @@ std::string render_advice_html(const advice& a) {
   body += "</section>\n<section id=\"stranded\">\n<h2>stranded memory</h2>\n";
   if (const auto* t = table_named("stranded"))
     figure("stranded-figure", "Where the free memory is at peak", stranded_chart(a), *t);
+  if (const auto* t = table_named("growth")) {
+    body += "<h3>" + escape(t->title) + "</h3>\n" + detail::table_html(*t, "");
+    body += "<div class=\"notes\">" + detail::notes_html(*t) + "</div>\n";
+  }
   body += "</section>\n<section id=\"policies\">\n<h2>policies</h2>\n";
   if (const auto* t = table_named("policies")) {
     body += detail::table_html(*t, "");
