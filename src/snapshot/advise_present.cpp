@@ -334,7 +334,7 @@ std::vector<presentation::table> advice_tables(const advice& a) {
         "The line sets a memory fraction of {} (per_process_memory_fraction, as torch.cuda."
         "set_per_process_memory_fraction would): {}{}",
         format_bytes(*a.line_limit),
-        parse_allocator_options(a.policies[a.recommended].conf).garbage_collection_threshold > 0
+        collects_without_fraction(a.policies[a.recommended].conf)
             ? "garbage_collection_threshold acts only under a fraction"
             : "without it this policy reserves more than the limit, on a device that has more",
         a.device_memory

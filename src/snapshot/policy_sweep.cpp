@@ -162,6 +162,15 @@ replay_report replay_snapshot(const torch_snapshot& s, const std::string& file, 
   return r;
 }
 
+bool collects_without_fraction(const std::string& conf) noexcept {
+  try {  // a saved file's conf may be anything: it only loses the note
+    const auto o = parse_allocator_options(conf);
+    return o.garbage_collection_threshold > 0 && o.per_process_memory_fraction <= 0;
+  } catch (...) {
+    return false;
+  }
+}
+
 presentation::table replay_table(const replay_report& r) {
   presentation::table t;
   t.id = "replay";
@@ -205,8 +214,7 @@ presentation::table replay_table(const replay_report& r) {
       static_cast<double>(rec.reserved_at_start) * kPerMiB,
       static_cast<double>(rec.reserved_at_end) * kPerMiB));
   for (const auto& p : r.policies)
-    if (const auto o = parse_allocator_options(p.conf);
-        o.garbage_collection_threshold > 0 && o.per_process_memory_fraction <= 0)
+    if (collects_without_fraction(p.conf))
       t.notes.push_back(fmt::format(
           "{}: garbage_collection_threshold acts only under a memory fraction, as in PyTorch "
           "(per_process_memory_fraction:F in the conf, or torch.cuda.set_per_process_memory_"

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/snapshot/policy_sweep.hpp"
 #include "gpu_basics/snapshot/replay_json.hpp"
 
 #include "cli.hpp"
@@ -105,6 +106,30 @@ TEST(SavedFiles, ShowOfAReplayFilePrintsWhatReplayPrinted) {
   const auto again = cli({"show", r, "--json", "-"});
   ASSERT_EQ(again.code, gb::cli::exit_ok) << again.err;
   EXPECT_EQ(again.out, read_bytes(r));
+}
+
+TEST(SavedFiles, AConfNoParserKnowsIsShownNotThrown) {
+  // A replay file's policy conf is a string from the file: one this build cannot read (the
+  // advice fuzzer's find, "max_sphit_size_mb") is printed as it is, with no note built on it;
+  // a collector without a fraction gets its note.
+  const auto dir = scratch("saved_bad_conf");
+  const std::string r = (dir / "r.json").string();
+  ASSERT_EQ(
+      cli({"replay", kSmall, "--policy", "garbage_collection_threshold:0.7", "--json", r}).code,
+      gb::cli::exit_ok);
+  const auto bad = dir / "bad.json";
+  edit_json(r, bad, [](json& j) { j["policies"][1]["conf"] = "max_sphit_size_mb:64"; });
+  const auto shown = cli({"show", bad.string()});
+  EXPECT_EQ(shown.code, gb::cli::exit_ok) << shown.err;
+  EXPECT_NE(shown.out.find("max_sphit_size_mb:64"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("garbage_collection_threshold:0.7: garbage_collection_threshold acts "
+                           "only under a memory fraction"),
+            std::string::npos)
+      << shown.out;
+  EXPECT_FALSE(gb::collects_without_fraction("max_sphit_size_mb:64"));
+  EXPECT_TRUE(gb::collects_without_fraction("garbage_collection_threshold:0.7"));
+  EXPECT_FALSE(gb::collects_without_fraction(
+      "garbage_collection_threshold:0.7,per_process_memory_fraction:0.5"));
 }
 
 TEST(SavedFiles, ReplayJsonReadsBackToTheSameFile) {

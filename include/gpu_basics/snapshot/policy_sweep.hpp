@@ -126,6 +126,10 @@ struct replay_report {
                                             int device, const std::vector<replay_policy>& policies,
                                             unsigned threads = 0);
 
+/// Whether `conf` sets garbage_collection_threshold without per_process_memory_fraction (the
+/// threshold then changes nothing); false for a conf that cannot be read.
+[[nodiscard]] bool collects_without_fraction(const std::string& conf) noexcept;
+
 /// The table: one row per policy, then "PyTorch (recorded)".
 [[nodiscard]] presentation::table replay_table(const replay_report& r);
 /// The report as JSON (sizes in bytes, null where there is no value).
