@@ -120,7 +120,9 @@ replay_moments moments_of(const prepared_trace& trace, const allocator_options& 
   for (const growth_event& g : grew)
     if (g.event <= m.peak_reserved_event) m.growth_total += g.excess_bytes;
   m.at_peak_reserved = split_at(trace, o, m.peak_reserved_event);
-  m.at_peak_allocated = split_at(trace, o, m.peak_allocated_event);
+  m.at_peak_allocated = m.peak_allocated_event == m.peak_reserved_event
+                            ? m.at_peak_reserved  // one moment: one replay to it
+                            : split_at(trace, o, m.peak_allocated_event);
   // The largest growths up to the peak, in event order; each one's cause: the largest part of the
   // free bytes then (beside the new segment's own rest).
   std::erase_if(grew, [&](const growth_event& g) { return g.event > m.peak_reserved_event; });
