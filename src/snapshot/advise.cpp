@@ -36,6 +36,27 @@ int knobs_of(const allocator_options& o) {
   return n;
 }
 
+/// Per policy, the first policy whose replays are the same as its own on `trace` (itself where
+/// none before it is): without expandable segments no block outgrows the largest segment the
+/// trace's largest request makes, and a max_split_size above that block changes nothing (it
+/// governs only blocks of its size or more).
+std::vector<std::size_t> same_replays(const prepared_trace& trace,
+                                      const std::vector<allocator_options>& opts) {
+  std::size_t largest = 0;
+  for (const replay_event& e : *trace.trace)
+    if (e.kind == replay_event::op::alloc) largest = std::max(largest, e.bytes);
+  std::vector<allocator_options> plain;
+  std::vector<std::size_t> same(opts.size());
+  for (std::size_t i = 0; i < opts.size(); ++i) {
+    allocator_options o = opts[i];
+    if (!o.expandable_segments && segment_size_for(round_request(largest, o)) < o.max_split_size)
+      o.max_split_size = allocator_options{}.max_split_size;
+    plain.push_back(o);
+    same[i] = static_cast<std::size_t>(std::find(plain.begin(), plain.end(), o) - plain.begin());
+  }
+  return same;
+}
+
 }  // namespace
 
 std::string_view to_string(stranded_cause c) noexcept {
@@ -137,20 +158,34 @@ fit_outcome replay_under_limit(const prepared_trace& trace, const allocator_opti
 }
 
 std::size_t smallest_fitting_limit(const prepared_trace& trace, const allocator_options& o,
-                                   std::size_t fitting, address_placement placement) {
+                                   std::size_t fitting, address_placement placement,
+                                   bool fits_unlimited) {
   const std::size_t live = trace.peak_requested;
   if (live == 0) return 0;
   // lo never fits (below the live peak); hi fits.
   std::size_t lo = round_up(live, kAdvicePage) - kAdvicePage;
   std::size_t hi = std::max(round_up(fitting, kAdvicePage), lo + kAdvicePage);
-  while (!replay_under_limit(trace, o, hi, placement).fits()) {  // said to fit, did not: widen
-    lo = hi;
-    if (hi > (std::size_t{1} << 45)) return hi;  // 32 TiB: give up widening
-    hi *= 2;
+  // A replay that fits under L with peak P is, without garbage collection (which the limit
+  // sets off), the same replay under any limit from P to L: every request that passed L stayed
+  // within P, every one refused passed L. So hi drops to the page above P.
+  const bool collects = o.garbage_collection_threshold > 0;
+  const auto tighter = [&](const fit_outcome& f) {
+    return collects ? f.limit : std::max(round_up(f.peak_reserved, kAdvicePage), lo + kAdvicePage);
+  };
+  if (!fits_unlimited || collects || o.reserved_limit < fitting) {
+    for (fit_outcome f; !(f = replay_under_limit(trace, o, hi, placement)).fits();) {
+      lo = hi;                                     // said to fit, did not: widen
+      if (hi > (std::size_t{1} << 45)) return hi;  // 32 TiB: give up widening
+      hi *= 2;
+    }
   }
   while (hi - lo > kAdvicePage) {
     const std::size_t mid = lo + (hi - lo) / kAdvicePage / 2 * kAdvicePage;
-    (replay_under_limit(trace, o, mid, placement).fits() ? hi : lo) = mid;
+    const fit_outcome f = replay_under_limit(trace, o, mid, placement);
+    if (f.fits())
+      hi = std::min(mid, tighter(f));
+    else
+      lo = mid;
   }
   return hi;
 }
@@ -202,44 +237,88 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
   a.policies.resize(policies.size());
   std::vector<allocator_options> opts;
   for (const auto& p : policies) opts.push_back(p.options);
-  // Each policy once without a limit (the sweep), then under each fit limit on the same thread.
-  policy_sweep sw =
-      sweep_policies(trace, policies, pool, [&](std::size_t i, const policy_run& run) {
-        policy_outcome& p = a.policies[i];
-        p.conf = policies[i].conf;
-        p.knobs = knobs_of(opts[i]);
-        for (std::size_t limit : fit_limits) {
-          // Under a limit at or above its peak a policy never meets the limit: the replay would be
-          // the one just made (garbage collection excepted, which the limit sets off).
-          if (run.result && opts[i].garbage_collection_threshold <= 0 &&
-              run.result->peak_reserved <= limit)
-            p.fits.push_back(fit_outcome{limit, run.result->peak_reserved, std::nullopt});
-          else
-            p.fits.push_back(replay_under_limit(trace, opts[i], limit));
-        }
-      });
+  // Each distinct policy once without a limit (the sweep), then under each fit limit on the same
+  // thread; a policy whose replays are another's (same_replays) takes that one's outcomes.
+  const std::vector<std::size_t> same = same_replays(trace, opts);
+  std::vector<std::size_t> distinct;
+  std::vector<replay_policy> swept;
+  for (std::size_t i = 0; i < policies.size(); ++i)
+    if (same[i] == i) {
+      distinct.push_back(i);
+      swept.push_back(policies[i]);
+    }
+  policy_sweep sw = sweep_policies(trace, swept, pool, [&](std::size_t j, const policy_run& run) {
+    const std::size_t i = distinct[j];
+    policy_outcome& p = a.policies[i];
+    for (std::size_t limit : fit_limits) {
+      // Under a limit at or above its peak a policy never meets the limit: the replay would be
+      // the one just made (garbage collection excepted, which the limit sets off).
+      if (run.result && opts[i].garbage_collection_threshold <= 0 &&
+          run.result->peak_reserved <= limit)
+        p.fits.push_back(fit_outcome{limit, run.result->peak_reserved, std::nullopt});
+      else
+        p.fits.push_back(replay_under_limit(trace, opts[i], limit));
+    }
+  });
+  for (std::size_t j = 0; j < distinct.size(); ++j) {
+    a.policies[distinct[j]].result = std::move(sw.runs[j].result);
+    a.policies[distinct[j]].failure = std::move(sw.runs[j].failure);
+  }
   for (std::size_t i = 0; i < policies.size(); ++i) {
-    a.policies[i].result = std::move(sw.runs[i].result);
-    a.policies[i].failure = std::move(sw.runs[i].failure);
+    policy_outcome& p = a.policies[i];
+    if (same[i] != i) p = a.policies[same[i]];
+    p.conf = policies[i].conf;
+    p.knobs = knobs_of(opts[i]);
   }
 
-  // The recommendation: the lowest peak reserved (in whole pages), then the simplest.
-  const auto lowest = [&] {
-    std::optional<std::size_t> best;
+  // Without a limit the recommendation is the policy of the lowest peak reserved under the worst
+  // placement of segments (in whole pages), then the simplest: where the driver places segments
+  // moves a peak, so the candidates (the defaults and the kAdviceCandidates lowest distinct
+  // peaks with the replay's ascending addresses) are replayed under every placement.
+  const std::vector<address_placement> placements = advise_placements();
+  // Expandable segments grow inside address ranges reserved once, which every placement lays
+  // out alike: such a policy is replayed under the first placement only, and the rest copy it.
+  const auto placed = [&](std::size_t i, std::size_t q) {
+    return opts[i].expandable_segments && q > 0 ? std::size_t{0} : q;
+  };
+  std::vector<std::vector<std::size_t>> peaks(a.policies.size());
+  const bool any_fits = std::any_of(a.policies.begin(), a.policies.end(), [](const auto& p) {
+    return std::any_of(p.fits.begin(), p.fits.end(), [](const auto& f) { return f.fits(); });
+  });
+  if (!any_fits && a.policies[0].result) {  // with limits that none fits: the lowest peak too
+    std::vector<std::size_t> order;
+    for (std::size_t i = 0; i < a.policies.size(); ++i)
+      if (a.policies[i].result && same[i] == i) order.push_back(i);
     const auto key = [&](std::size_t i) {
       const auto& p = a.policies[i];
       return std::tuple(round_up(p.result->peak_reserved, kAdvicePage), p.knobs,
                         p.result->peak_reserved, i);
     };
-    for (std::size_t i = 0; i < a.policies.size(); ++i)
-      if (a.policies[i].result && (!best || key(i) < key(*best))) best = i;
-    return best.value_or(0);
-  }();
-  a.recommended = lowest;
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t x, std::size_t y) { return key(x) < key(y); });
+    std::vector<std::size_t> ranked = {0};  // the defaults ran: no limit, no fraction
+    for (std::size_t i : order)
+      if (i != 0 && ranked.size() <= kAdviceCandidates) ranked.push_back(i);
+    for (std::size_t i : ranked) peaks[i].resize(placements.size());
+    pool.parallel_for(ranked.size() * placements.size(), [&](std::size_t j) {
+      throw_if_interrupted();
+      const std::size_t i = ranked[j / placements.size()], q = j % placements.size();
+      if (placed(i, q) == q)
+        peaks[i][q] = replay_under_limit(trace, opts[i], SIZE_MAX, placements[q]).peak_reserved;
+    });
+    for (std::size_t i : ranked)
+      for (std::size_t q = 0; q < placements.size(); ++q) peaks[i][q] = peaks[i][placed(i, q)];
+    const auto robust = [&](std::size_t i) {
+      return std::tuple(round_up(*std::max_element(peaks[i].begin(), peaks[i].end()), kAdvicePage),
+                        a.policies[i].knobs, key(i));
+    };
+    a.recommended =
+        *std::min_element(ranked.begin(), ranked.end(),
+                          [&](std::size_t x, std::size_t y) { return robust(x) < robust(y); });
+  }
   // Per limit, the simplest policy that fits it under every placement of segments (the
   // candidates in order, each checked under the other placements until one holds); where none
   // does, the simplest that fits with ascending addresses.
-  const std::vector<address_placement> placements = advise_placements();
   for (std::size_t k = 0; k < fit_limits.size(); ++k) {
     std::vector<std::size_t> fitting;
     for (std::size_t i = 0; i < a.policies.size(); ++i)
@@ -254,7 +333,8 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
       throw_if_interrupted();
       bool everywhere = true;
       for (std::size_t q = 1; q < placements.size() && everywhere; ++q)
-        everywhere = replay_under_limit(trace, opts[i], fit_limits[k], placements[q]).fits();
+        everywhere = placed(i, q) != q ||
+                     replay_under_limit(trace, opts[i], fit_limits[k], placements[q]).fits();
       if (everywhere) {
         choice = i;
         break;
@@ -291,8 +371,16 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
     throw_if_interrupted();
     const std::size_t which = j / placements.size(), k = j % placements.size();
     const std::size_t i = which == 0 ? 0 : a.recommended;
-    smallest[which][k] = smallest_fitting_limit(trace, opts[i], fitting_of(i), placements[k]);
+    if (placed(i, k) != k) return;  // copied below
+    // The ranking's peak under this placement fits as it is: bisection starts below it.
+    smallest[which][k] = peaks[i].empty()
+                             ? smallest_fitting_limit(trace, opts[i], fitting_of(i), placements[k])
+                             : smallest_fitting_limit(trace, opts[i], peaks[i][k], placements[k],
+                                                      /*fits_unlimited=*/true);
   });
+  for (std::size_t which = 0; which < detailed; ++which)
+    for (std::size_t k = 0; k < placements.size(); ++k)
+      smallest[which][k] = smallest[which][placed(which == 0 ? 0 : a.recommended, k)];
   const auto detail = [&](std::size_t i, std::size_t which) {
     policy_detail d;
     d.index = i;
@@ -320,12 +408,20 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
     for (std::size_t k = 0; k < fit_limits.size(); ++k) {  // the ascending one is replayed
       std::size_t n = a.policies[i].fits[k].fits() ? 1 : 0;
       for (std::size_t q = 1; q < placements.size(); ++q)
-        n += replay_under_limit(trace, o, fit_limits[k], placements[q]).fits() ? 1 : 0;
+        n += placed(i, q) != q ? (a.policies[i].fits[k].fits() ? 1 : 0)
+             : replay_under_limit(trace, o, fit_limits[k], placements[q]).fits() ? 1
+                                                                                 : 0;
       d.fits_in.push_back(n);
     }
     if (which == 1 && a.line_limit) o.reserved_limit = *a.line_limit;  // as its line runs it
-    for (const auto& q : placements)
-      d.peak_by_placement.push_back(replay_under_limit(trace, o, SIZE_MAX, q).peak_reserved);
+    if (!peaks[i].empty() && o.reserved_limit == opts[i].reserved_limit)
+      d.peak_by_placement = peaks[i];  // replayed for the ranking
+    else
+      for (std::size_t q = 0; q < placements.size(); ++q)
+        d.peak_by_placement.push_back(
+            placed(i, q) != q
+                ? d.peak_by_placement.front()
+                : replay_under_limit(trace, o, SIZE_MAX, placements[q]).peak_reserved);
     replay_moments m = moments_of(trace, o);
     d.stranded = std::move(m.at_peak_reserved);
     d.stranded_at_allocated = std::move(m.at_peak_allocated);

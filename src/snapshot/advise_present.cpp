@@ -352,11 +352,25 @@ std::vector<presentation::table> advice_tables(const advice& a) {
     return *lo == *hi ? fmt::format("{:.0f} MiB", mib(*lo))
                       : fmt::format("{:.0f}-{:.0f} MiB", mib(*lo), mib(*hi));
   };
+  const auto overlap = [&] {
+    const auto& dp = a.defaults.peak_by_placement;
+    const auto& rp = a.recommendation.peak_by_placement;
+    if (a.recommended == a.defaults.index || dp.empty() || rp.empty()) return std::string();
+    if (*std::max_element(rp.begin(), rp.end()) < *std::min_element(dp.begin(), dp.end()))
+      return std::string(" The recommendation reserves less under every placement.");
+    return std::string(
+        " The ranges overlap: where the driver places the defaults' segments well and the "
+        "recommendation's badly, a run can reserve as much with the recommendation.");
+  };
   if (!a.defaults.peak_by_placement.empty())
     t.notes.push_back(fmt::format(
         "Peak reserved over the {} placements of segments: the defaults {}, the recommendation {} "
-        "(the table gives the replay's ascending addresses).",
-        a.defaults.peak_by_placement.size(), peaks(a.defaults), peaks(a.recommendation)));
+        "(the table gives the replay's ascending addresses){}{}",
+        a.defaults.peak_by_placement.size(), peaks(a.defaults), peaks(a.recommendation),
+        !a.tightest_fit()
+            ? "; without a limit that one fits, policies are ranked by their worst placement."
+            : ".",
+        overlap()));
   if (const auto n = a.recommendation.smallest_by_placement.size(); n > 1)
     t.notes.push_back(fmt::format(
         "A smallest limit can hang on where the CUDA driver places segments: among free blocks "

@@ -58,7 +58,8 @@ sys.path.insert(0, HERE)
 from advise_checks import (  # noqa: E402  (trace functions re-exported for the tests)
     MARGIN, MIB, describe_difference, describe_placement, diff_percent,
     first_difference, fit_limit, fit_problems, line_command, line_env, line_form_notes, line_of,
-    line_problems, load_trace, no_fit_problems, peak_close, predicted_peak, python_shim,
+    line_problems, load_trace, no_fit_problems, peak_close, placement_range, predicted_peak,
+    predicted_range, python_shim,
     tight_limit, trace_summary, workload_report)
 import advise_workloads  # noqa: E402  (no PyTorch at import)
 
@@ -220,7 +221,7 @@ def limit_claims(args, workload, adv, rec, snap, deadline) -> list:
 def line_row(args, workload, tag, check, adv, ctx, limit=None, device_memory_given=True) -> dict:
     """The advice's printed line run verbatim, and its verdict: without a limit, against the
     prediction and the defaults' measured peak; with --fit L, within L and without OOM."""
-    line, predicted = line_of(adv), predicted_peak(adv)
+    line, predicted = line_of(adv), predicted_range(adv)
     row = {"check": check, "line": line, "predicted": predicted, "limit": limit,
            "line_limit": adv.get("line_limit_bytes"), "use_conf": adv["recommended"]["use_conf"],
            "gbt": adv["recommended"]["gbt"], "advise_seconds": adv["_seconds"],
@@ -229,7 +230,8 @@ def line_row(args, workload, tag, check, adv, ctx, limit=None, device_memory_giv
         row["notes"] += line_form_notes(adv, device_memory_given)
         if not all(adv.get("fit_choice_everywhere") or [True]):
             row["notes"].append("advise says no policy fits this limit under every placement")
-    defaults_predicted = adv["policies"][0].get("peak_reserved_bytes")
+    defaults_predicted = placement_range(adv["defaults"], adv["policies"][0].get(
+        "peak_reserved_bytes"))
 
     def problems_of(r):
         if limit is None:
@@ -244,7 +246,7 @@ def line_row(args, workload, tag, check, adv, ctx, limit=None, device_memory_giv
         return row
     row.update(measured=r["max_reserved"], oom=r["oom"], env_seen=r.get("env_seen"),
                value=r.get("value"), child_seconds=r.get("seconds"),
-               diff_percent=diff_percent(predicted, r["max_reserved"]))
+               diff_percent=diff_percent(predicted_peak(adv), r["max_reserved"]))
     measured_problems = problems_of(r)
     row["problems"] += measured_problems
     if limit is not None and not peak_close(predicted, r["max_reserved"]):

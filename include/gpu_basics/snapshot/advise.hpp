@@ -210,6 +210,9 @@ struct advice {
 
 /// How many segment placements advise replays the smallest limits under.
 inline constexpr std::size_t kAdvicePlacements = 8;
+/// Without --fit, how many policies besides the defaults (the lowest peaks with ascending
+/// addresses) are replayed under every placement to rank them by their worst peak.
+inline constexpr std::size_t kAdviceCandidates = 4;
 /// The placements: ascending (the replay's own, as a fresh process's driver mostly hands out
 /// addresses), descending, then shuffled with seeds 1, 2, ...; kAdvicePlacements in all.
 [[nodiscard]] std::vector<address_placement> advise_placements();
@@ -222,10 +225,13 @@ inline constexpr std::size_t kAdvicePlacements = 8;
 
 /// The smallest multiple of kAdvicePage under which `trace` replays without running out of memory
 /// under `o` (segments placed as `placement` says), by bisection between the trace's live peak
-/// and `fitting` (a limit thought to fit; widened when it does not).
+/// and `fitting` (a limit thought to fit; widened when it does not). `fits_unlimited`: `fitting`
+/// is the peak of `o`'s replay without a limit under `placement`, which fits as it is (not
+/// replayed again unless `o` collects garbage or has a lower limit of its own).
 [[nodiscard]] std::size_t smallest_fitting_limit(const prepared_trace& trace,
                                                  const allocator_options& o, std::size_t fitting,
-                                                 address_placement placement = {});
+                                                 address_placement placement = {},
+                                                 bool fits_unlimited = false);
 
 /// The split of reserved-but-free bytes at the first moment reserved reaches its peak under `o`
 /// (and its reserved limit, if any).

@@ -168,20 +168,37 @@ def test_the_fit_limits_lie_where_the_line_must_carry_a_fraction():
 
 def test_verdicts_of_the_lines():
     run = lambda peak, oom=False: {"max_reserved": peak, "oom": oom, "message": "boom"}
-    p, d = 1000 * MIB, 1100 * MIB
-    assert ac.no_fit_problems(run(p + 10 * MIB), p, d, d) == []  # 1%
-    assert ac.no_fit_problems(run(100 * MIB), 98 * MIB, d, d) == []  # one page
-    assert "off the predicted" in ac.no_fit_problems(run(p + 12 * MIB), p, d, d)[0]
-    assert ac.no_fit_problems(run(p, True), p, d, d)[0].startswith("out of memory")
-    above = ac.no_fit_problems(run(p + 5 * MIB), p, d, p)
+    p, d = (1000 * MIB,) * 2, (1100 * MIB,) * 2
+    one = lambda n: (n, n)
+    assert ac.no_fit_problems(run(1010 * MIB), p, d, d[0]) == []  # 1%
+    assert ac.no_fit_problems(run(100 * MIB), one(98 * MIB), d, d[0]) == []  # one page
+    assert "outside the predicted" in ac.no_fit_problems(run(1012 * MIB), p, d, d[0])[0]
+    assert ac.no_fit_problems(run(p[0], True), p, d, d[0])[0].startswith("out of memory")
+    above = ac.no_fit_problems(run(1005 * MIB), p, d, p[0])
     assert len(above) == 1 and "above the defaults' measured" in above[0]
-    assert ac.no_fit_problems(run(d), d, d, d - 2 * MIB) == []  # the defaults: not lower
-    assert ac.no_fit_problems(run(p), None, d, d) == ["the advice has no peak for its "
-                                                      "recommendation"]
-    assert ac.fit_problems(run(p), p) == []
-    assert "above the limit" in ac.fit_problems(run(p + PAGE), p)[0]
-    assert ac.fit_problems(run(p - PAGE, True), p)[0] == "out of memory: boom"
-    assert ac.diff_percent(p, p + 10 * MIB) == 1.0 and ac.diff_percent(None, p) is None
+    assert ac.no_fit_problems(run(d[0]), d, d, d[0] - 2 * MIB) == []  # the defaults: not lower
+    assert ac.no_fit_problems(run(p[0]), None, d, d[0]) == ["the advice has no peak for its "
+                                                            "recommendation"]
+    # Over placements: the prediction is a range, the measured peak any point of it.
+    spread = (1000 * MIB, 1100 * MIB)
+    assert ac.no_fit_problems(run(1090 * MIB), spread, (1200 * MIB, 1300 * MIB), 1250 * MIB) == []
+    assert "outside" in ac.no_fit_problems(run(1120 * MIB), spread, (1200 * MIB,) * 2,
+                                           1200 * MIB)[0]
+    # Ranges that overlap claim less only than the defaults' worst placement.
+    overlap = (1050 * MIB, 1300 * MIB)
+    assert ac.no_fit_problems(run(1090 * MIB), spread, overlap, 1060 * MIB) == []
+    worse = ac.no_fit_problems(run(1100 * MIB), spread, (1050 * MIB, 1080 * MIB), 1060 * MIB)
+    assert worse == []  # not lower at the worst placement either: no claim to break
+    over = ac.no_fit_problems(run(1100 * MIB), (1000 * MIB, 1100 * MIB), (1050 * MIB, 1090 * MIB),
+                              1060 * MIB)
+    assert over == []  # 1100 is within 1% of 1090: the defaults' worst placement, near enough
+    both = ac.no_fit_problems(run(1250 * MIB), spread, (1050 * MIB, 1200 * MIB), 1060 * MIB)
+    assert len(both) == 2 and "outside" in both[0] and "worst placement 1200.0" in both[1]
+    q = p[0]
+    assert ac.fit_problems(run(q), q) == []
+    assert "above the limit" in ac.fit_problems(run(q + PAGE), q)[0]
+    assert ac.fit_problems(run(q - PAGE, True), q)[0] == "out of memory: boom"
+    assert ac.diff_percent(q, q + 10 * MIB) == 1.0 and ac.diff_percent(None, q) is None
 
 
 def test_the_table_shortens_the_shell_fraction_and_escapes_pipes():
@@ -197,6 +214,8 @@ def test_the_table_shortens_the_shell_fraction_and_escapes_pipes():
                                "claims": [{"check": "c", "predicted": MIB, "pytorch": "runs",
                                            "ok": True, "detail": "d"}]})
     assert "| 1610.0 | 1612.0 | +0.12 | 1780.0 | no | FAILS: a\\|b |" in text
+    row["predicted"] = [1600 * MIB, 1610 * MIB]
+    assert "| 1600.0-1610.0 | 1612.0 |" in ac.workload_report({"workload": "w", "rows": [row]})
     assert "| c | 1.0 MiB | runs | yes | d |" in text
     assert line in text and "note: m" in text and "0.012345" in text
 
@@ -265,3 +284,15 @@ if __name__ == "__main__":
         f()
         print(f"ok   {n}")
     print(f"{len(tests)} passed")
+
+
+def test_the_prediction_without_a_line_limit_spans_the_placements():
+    a = advice()
+    assert ac.predicted_range(a) == (1700 * MIB, 1700 * MIB)  # saved before placements
+    a["recommendation"]["peak_reserved_by_placement"] = [
+        {"placement": "ascending", "bytes": 1700 * MIB},
+        {"placement": "shuffled-1", "bytes": 1760 * MIB}]
+    assert ac.predicted_range(a) == (1700 * MIB, 1760 * MIB)
+    a["line_limit_bytes"] = 1780 * MIB  # the line's limit: the one figure under it
+    assert ac.predicted_range(a) == (1610 * MIB, 1610 * MIB)
+    assert ac.placement_range({}, 5) == (5, 5)
