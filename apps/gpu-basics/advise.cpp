@@ -46,6 +46,11 @@ int run_advise(const options& o, std::ostream& out, std::ostream& err) {
     advice a =
         advise_snapshot(s, printable(o.input_path), device, policies, limits, 0, device_memory);
     a.fit_labels = std::move(labels);
+    try {  // where in the user's code: a snapshot recorded with stacks has the frames
+      (void)attach_frames(a, s, o.input_path);
+    } catch (const format_error& e) {  // the advice stands without them
+      err << "gpu-basics advise: the Python frames were not read: " << e.what() << "\n";
+    }
     if (const std::string conf = lines_of(a).conf; o.torch_python && !conf.empty())
       check_with_torch(*o.torch_python, conf);  // refused: nothing printed, nothing written
     const bool json_to_stdout = o.json_path && *o.json_path == "-";

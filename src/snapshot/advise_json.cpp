@@ -108,6 +108,10 @@ struct detail_doc {
   std::vector<placement_doc> peak_reserved_by_placement;
   stranded_doc stranded;
   stranded_doc stranded_at_peak_allocated;
+  /// The Python frames of the requests at peak reserved and at peak allocated (empty where the
+  /// snapshot has none; absent from advice saved before frames were read).
+  std::optional<std::vector<std::string>> peak_reserved_frames;
+  std::optional<std::vector<std::string>> peak_allocated_frames;
   std::vector<growth_doc> growth;
   std::size_t growth_beyond_need_bytes = 0;
   curve_doc curve;
@@ -122,6 +126,8 @@ void to_json(nlohmann::json& j, const detail_doc& d) {
        {"peak_reserved_by_placement", d.peak_reserved_by_placement},
        {"stranded", d.stranded},
        {"stranded_at_peak_allocated", d.stranded_at_peak_allocated},
+       {"peak_reserved_frames", d.peak_reserved_frames.value_or(std::vector<std::string>{})},
+       {"peak_allocated_frames", d.peak_allocated_frames.value_or(std::vector<std::string>{})},
        {"growth", d.growth},
        {"growth_beyond_need_bytes", d.growth_beyond_need_bytes},
        {"curve", d.curve}};
@@ -137,6 +143,8 @@ void from_json(const nlohmann::json& j, detail_doc& d) {
   read_required_member(j, "peak_reserved_by_placement", d.peak_reserved_by_placement);
   read_required_member(j, "stranded", d.stranded);
   read_required_member(j, "stranded_at_peak_allocated", d.stranded_at_peak_allocated);
+  read_member(j, "peak_reserved_frames", d.peak_reserved_frames);
+  read_member(j, "peak_allocated_frames", d.peak_allocated_frames);
   read_required_member(j, "growth", d.growth);
   read_required_member(j, "growth_beyond_need_bytes", d.growth_beyond_need_bytes);
   read_required_member(j, "curve", d.curve);
@@ -311,6 +319,8 @@ detail_doc detail_of(const advice& a, const policy_detail& d) {
   x.below_smallest = fit_of(d.below);
   x.stranded = stranded_doc_of(d.stranded);
   x.stranded_at_peak_allocated = stranded_doc_of(d.stranded_at_allocated);
+  x.peak_reserved_frames = d.stranded.frames;
+  x.peak_allocated_frames = d.stranded_at_allocated.frames;
   for (const auto& g : d.growth)
     x.growth.push_back({g.event, g.request_bytes, g.grew_bytes, g.excess_bytes, g.free_before,
                         std::string(to_string(g.cause)), g.stream});
@@ -437,6 +447,8 @@ policy_detail detail_from(const detail_doc& x, const std::vector<policy_outcome>
   for (const auto& e : x.peak_reserved_by_placement) d.peak_by_placement.push_back(e.bytes);
   d.stranded = stranded_from(x.stranded);
   d.stranded_at_allocated = stranded_from(x.stranded_at_peak_allocated);
+  d.stranded.frames = x.peak_reserved_frames.value_or(std::vector<std::string>{});
+  d.stranded_at_allocated.frames = x.peak_allocated_frames.value_or(std::vector<std::string>{});
   for (const auto& g : x.growth) {
     if (g.beyond_need_bytes > g.grew_bytes)
       throw format_error("a growth beyond need larger than the growth");

@@ -106,6 +106,28 @@ std::string fit_cell(const fit_outcome& f, const policy_detail& d, std::size_t k
                           : fmt::format("OOM at event {}", f.oom->event);
 }
 
+/// " Allocated at: file:line in f; ... (N more in the JSON)." for a request's Python frames,
+/// innermost first ("" without frames).
+/// The user's own frames are shown: Python files outside PyTorch's package, where there are
+/// any (PyTorch's and C++ frames stay in the JSON).
+std::string allocated_at(const std::vector<std::string>& frames) {
+  constexpr std::size_t kShown = 4;
+  if (frames.empty()) return "";
+  std::vector<std::string> own;
+  for (const auto& f : frames) {
+    const std::string file = f.substr(0, f.find(':'));
+    if (file.ends_with(".py") && file.find("packages/torch/") == std::string::npos)
+      own.push_back(f);
+  }
+  const std::vector<std::string>& shown = own.empty() ? frames : own;
+  std::string n = " Allocated at:";
+  for (std::size_t k = 0; k < shown.size() && k < kShown; ++k) n += " " + printable(shown[k]) + ";";
+  n.pop_back();
+  if (const std::size_t rest = frames.size() - std::min(shown.size(), kShown); rest != 0)
+    n += fmt::format(" ({} more frames in the JSON)", rest);
+  return n + ".";
+}
+
 std::string oom_note(const std::string& who, const fit_outcome& f) {
   const oom_point& o = *f.oom;
   std::string n = fmt::format(
@@ -114,12 +136,7 @@ std::string oom_note(const std::string& who, const fit_outcome& f) {
       "{:.1f} MiB.",
       who, format_bytes(f.limit), o.event, mib(o.request_bytes), o.stream, mib(o.allocated),
       mib(o.reserved), mib(o.largest_free));
-  if (!o.frames.empty()) {
-    n += " Allocated at:";
-    for (const auto& fr : o.frames) n += " " + printable(fr) + ";";
-    n.back() = '.';
-  }
-  return n;
+  return n + allocated_at(o.frames);
 }
 
 /// "812.0 MiB stranded at peak: 640.0 MiB too small, 172.0 MiB on stream 0x7" (largest first).
@@ -217,14 +234,15 @@ presentation::table stranded_table(const advice& a) {
   for (const auto* x : {at[0], at[1]})
     s.notes.push_back(fmt::format(
         "{}: peak reserved {:.1f} MiB first reached at event {}, by a request of {:.1f} MiB "
-        "({:.1f} MiB rounded, {} pool) on stream {:#x} that no free block could serve; {}.",
+        "({:.1f} MiB rounded, {} pool) on stream {:#x} that no free block could serve; {}.{}",
         x == at[0] ? "Defaults" : "Recommended", mib(x->reserved), x->event, mib(x->request_bytes),
-        mib(x->rounded_bytes), x->small_pool ? "small" : "large", x->stream,
-        stranded_sentence(*x)));
+        mib(x->rounded_bytes), x->small_pool ? "small" : "large", x->stream, stranded_sentence(*x),
+        allocated_at(x->frames)));
   for (const auto* x : {at[2], at[3]})
     s.notes.push_back(fmt::format(
-        "{}: peak allocated {:.1f} MiB first reached at event {} ({:.1f} MiB reserved then).",
-        x == at[2] ? "Defaults" : "Recommended", mib(x->allocated), x->event, mib(x->reserved)));
+        "{}: peak allocated {:.1f} MiB first reached at event {} ({:.1f} MiB reserved then).{}",
+        x == at[2] ? "Defaults" : "Recommended", mib(x->allocated), x->event, mib(x->reserved),
+        allocated_at(x->frames)));
   return s;
 }
 

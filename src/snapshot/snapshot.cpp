@@ -20,6 +20,7 @@
 #include "gpu_basics/core/results.hpp"
 #include "gpu_basics/snapshot/pickle.hpp"
 #include "huge_pages.hpp"
+#include "snapshot_file.hpp"
 
 namespace gpu_basics {
 
@@ -549,7 +550,7 @@ torch_snapshot parse_torch_snapshot(std::string_view bytes, std::string_view nam
                         name);
 }
 
-torch_snapshot read_torch_snapshot(const std::string& path) {
+void with_snapshot_pickle(const std::string& path, const snapshot_pickle_use& use) {
   const std::uint64_t cap = input_size_cap(kMaxSnapshotFileBytes);
   const std::string head = read_input_head(path, 64, cap, "snapshot pickle");
   if (is_gzip(head)) {  // snapshot.pickle.gz: inflated whole (within the cap), then read
@@ -557,13 +558,23 @@ torch_snapshot read_torch_snapshot(const std::string& path) {
     const std::string bytes =
         gunzip(read_input_file(path, cap, "snapshot pickle"), cap, printable(path),
                [&](std::string_view inflated) { check_snapshot_start(inflated, printable(path)); });
-    return parse_torch_snapshot(bytes, printable(path));
+    check_snapshot_start(std::string_view(bytes).substr(0, 64), printable(path));
+    use([&bytes](const pickle::read_options& o) { return pickle::read(bytes, o); },
+        printable(path));
+    return;
   }
   // The first bytes first: a file that is not a pickle is refused before the rest is read.
   check_snapshot_start(head, printable(path));
   file_source in(path, cap);
-  return parse_snapshot([&in](const pickle::read_options& o) { return pickle::read(in, o); },
-                        printable(path));
+  use([&in](const pickle::read_options& o) { return pickle::read(in, o); }, printable(path));
+}
+
+torch_snapshot read_torch_snapshot(const std::string& path) {
+  torch_snapshot s;
+  with_snapshot_pickle(path, [&](const snapshot_pickle_read& read, std::string_view name) {
+    s = parse_snapshot(read, name);
+  });
+  return s;
 }
 
 std::vector<replay_event> to_replay_trace(const torch_snapshot& s, int device,

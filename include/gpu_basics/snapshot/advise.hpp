@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,6 +65,9 @@ struct stranded_split {
   std::size_t allocated = 0;         // rounded block sizes
   std::size_t requested = 0;         // live bytes as asked
   std::vector<stranded_part> parts;  // by cause, then stream; parts with 0 bytes left out
+  /// The request's Python frames ("file:line in function", innermost first), where the
+  /// snapshot has them and attach_frames() read them.
+  std::vector<std::string> frames;
   [[nodiscard]] std::size_t free_bytes() const noexcept { return reserved - allocated; }
   [[nodiscard]] std::size_t rounding_bytes() const noexcept { return allocated - requested; }
   /// The bytes of `c` (all streams).
@@ -290,5 +295,20 @@ inline constexpr int kAdviceSchemaVersion = 2;
 /// kept as written.
 /// @throws format_error naming `source` for JSON that is not such an advice.
 [[nodiscard]] advice advice_from_json(const nlohmann::json& j, const std::string& source);
+
+/// The frames of `device`'s alloc entries numbered `ordinals` (0: the trace's first alloc), read
+/// from the snapshot file at `path` again with the entries' frames kept, at most `most` frames
+/// each ("file:line in function", innermost first); an entry without frames is left out.
+/// @throws format_error as read_torch_snapshot().
+[[nodiscard]] std::map<std::size_t, std::vector<std::string>> read_alloc_frames(
+    const std::string& path, int device, const std::set<std::size_t>& ordinals,
+    std::size_t most = 16);
+
+/// Fills in the Python frames of the requests `a` names (each detailed policy's requests at peak
+/// reserved and peak allocated, the first failing one under each limit and a page below its
+/// smallest), read from the snapshot file `s` was read from. Returns whether any had frames
+/// (a snapshot recorded without stacks has none).
+/// @throws format_error as read_alloc_frames().
+bool attach_frames(advice& a, const torch_snapshot& s, const std::string& path);
 
 }  // namespace gpu_basics

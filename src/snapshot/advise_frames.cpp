@@ -1,0 +1,177 @@
+// Where in the user's code: the Python frames of the requests advice names (the request that set
+// peak reserved, the one that first fails under a limit), read from the snapshot file again with
+// the trace entries' frames kept, for those requests only. The first read leaves frames out (they
+// are most of a snapshot's bytes); this one keeps a handful.
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/snapshot/advise.hpp"
+#include "snapshot_file.hpp"
+
+namespace gpu_basics {
+
+namespace {
+
+using pickle::value;
+
+/// "file:line in name" per frame of a trace entry (innermost first, as PyTorch records them), at
+/// most `most`; frames that are not dicts of those keys are left out.
+std::vector<std::string> frames_of(const value& entry, std::size_t most) {
+  std::vector<std::string> out;
+  const value* frames = entry.find("frames");
+  if (!frames || !(frames->is(value::type::list) || frames->is(value::type::tuple))) return out;
+  for (const value& f : frames->as_items()) {
+    if (out.size() == most) break;
+    const value* file = f.find("filename");
+    const value* line = f.find("line");
+    const value* name = f.find("name");
+    if (!file || !file->is(value::type::str)) continue;
+    std::string s = file->as_str();
+    if (line && line->is(value::type::integer)) s += fmt::format(":{}", line->as_int());
+    if (name && name->is(value::type::str)) s += " in " + name->as_str();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+bool is_alloc_entry(const value& entry) {
+  const value* action = entry.find("action");
+  return action && action->is(value::type::str) && action->as_str() == "alloc";
+}
+
+/// Counts each list's alloc entries as read() appends them, keeping the frames of the wanted
+/// ones; what it does not take stays in the lists, counted afterwards (count_rest()).
+class frames_sink final : public pickle::item_sink {
+ public:
+  frames_sink(const std::set<std::size_t>& wanted, std::size_t most)
+      : wanted_(wanted), most_(most) {}
+
+  bool take(std::uint64_t list, const value& item) override {
+    const value* action = item.find("action");
+    if (!action || !action->is(value::type::str)) return false;
+    auto& l = lists_[list];
+    const bool alloc = action->as_str() == "alloc";
+    l.kinds.push_back(alloc);
+    if (alloc) {
+      if (wanted_.count(l.allocs)) l.frames[l.allocs] = frames_of(item, most_);
+      ++l.allocs;
+    }
+    return true;
+  }
+  bool take(std::uint64_t list, std::span<const pickle::flat_entry> item) override {
+    const pickle::flat_entry* action = nullptr;
+    for (const auto& e : item)
+      if (e.key == "action") action = &e;
+    if (!action || !action->is(value::type::str)) return false;
+    auto& l = lists_[list];
+    const bool alloc = action->as_str() == "alloc";
+    l.kinds.push_back(alloc);  // a flat dict has no frames: counted only
+    l.allocs += alloc ? 1 : 0;
+    return true;
+  }
+  void untake(std::uint64_t list, std::size_t n) override {
+    auto& l = lists_[list];
+    for (; n != 0 && !l.kinds.empty(); --n) {
+      if (l.kinds.back()) l.frames.erase(--l.allocs);
+      l.kinds.pop_back();
+    }
+  }
+  void clear() override { lists_.clear(); }
+
+  /// The wanted frames of the list `id` (its taken entries, then `rest`, the entries left in it).
+  std::map<std::size_t, std::vector<std::string>> frames(std::uint64_t id, const value& list) {
+    list_state l;
+    if (const auto it = lists_.find(id); id != 0 && it != lists_.end()) l = std::move(it->second);
+    for (const value& e : list.as_items()) {
+      if (!is_alloc_entry(e)) continue;
+      if (wanted_.count(l.allocs)) l.frames[l.allocs] = frames_of(e, most_);
+      ++l.allocs;
+    }
+    return std::move(l.frames);
+  }
+
+ private:
+  struct list_state {
+    std::vector<bool> kinds;  // per taken entry: an alloc
+    std::size_t allocs = 0;
+    std::map<std::size_t, std::vector<std::string>> frames;
+  };
+  const std::set<std::size_t>& wanted_;
+  std::size_t most_;
+  std::map<std::uint64_t, list_state> lists_;
+};
+
+/// The ordinal among the trace's allocs of replayed event `i` (after the `rebuilt` allocs of
+/// blocks alive before recording, which have no entry): none for those and for frees.
+std::optional<std::size_t> alloc_ordinal(const std::vector<replay_event>& events,
+                                         std::size_t rebuilt, std::size_t i) {
+  if (i < rebuilt || i >= events.size() || events[i].kind != replay_event::op::alloc) return {};
+  std::size_t n = 0;
+  for (std::size_t k = rebuilt; k < i; ++k) n += events[k].kind == replay_event::op::alloc;
+  return n;
+}
+
+}  // namespace
+
+std::map<std::size_t, std::vector<std::string>> read_alloc_frames(
+    const std::string& path, int device, const std::set<std::size_t>& ordinals,
+    std::size_t most) {
+  std::map<std::size_t, std::vector<std::string>> out;
+  if (ordinals.empty() || device < 0) return out;
+  with_snapshot_pickle(path, [&](const snapshot_pickle_read& read, std::string_view name) {
+    frames_sink sink(ordinals, most);
+    value root;
+    try {
+      root = read(pickle::read_options{{}, {}, &sink});
+    } catch (const format_error& e) {
+      throw format_error(fmt::format("{}: {}", name, e.what()));
+    }
+    const value* traces = root.find("device_traces");
+    if (!traces || !traces->is(value::type::list) ||
+        static_cast<std::size_t>(device) >= traces->as_items().size())
+      return;
+    const value& list = traces->as_items()[static_cast<std::size_t>(device)];
+    if (!list.is(value::type::list)) return;
+    out = sink.frames(list.taken() ? list.list_id() : 0, list);
+  });
+  return out;
+}
+
+bool attach_frames(advice& a, const torch_snapshot& s, const std::string& path) {
+  std::size_t rebuilt = 0;
+  const std::vector<replay_event> events = to_replay_trace(s, a.device, &rebuilt);
+  // The requests advice names: per detailed policy, the one that set peak reserved and peak
+  // allocated, and the first that failed under each limit and under a page below its smallest.
+  std::vector<std::pair<std::size_t, std::vector<std::string>*>> named;
+  const auto add = [&](std::size_t event, std::vector<std::string>& frames) {
+    named.emplace_back(event, &frames);
+  };
+  for (policy_detail* d : {&a.defaults, &a.recommendation}) {
+    add(d->stranded.event, d->stranded.frames);
+    add(d->stranded_at_allocated.event, d->stranded_at_allocated.frames);
+    if (d->below.oom) add(d->below.oom->event, d->below.oom->frames);
+    for (auto& f : a.policies.at(d->index).fits)
+      if (f.oom) add(f.oom->event, f.oom->frames);
+  }
+  std::set<std::size_t> wanted;
+  std::vector<std::optional<std::size_t>> ordinal;
+  for (const auto& [event, frames] : named) {
+    ordinal.push_back(alloc_ordinal(events, rebuilt, event));
+    if (ordinal.back()) wanted.insert(*ordinal.back());
+  }
+  const auto found = read_alloc_frames(path, a.device, wanted);
+  bool any = false;
+  for (std::size_t k = 0; k < named.size(); ++k) {
+    if (!ordinal[k]) continue;
+    const auto it = found.find(*ordinal[k]);
+    if (it == found.end() || it->second.empty()) continue;
+    *named[k].second = it->second;
+    any = true;
+  }
+  return any;
+}
+
+}  // namespace gpu_basics
