@@ -117,8 +117,7 @@ std::optional<std::size_t> alloc_ordinal(const std::vector<replay_event>& events
 }  // namespace
 
 std::map<std::size_t, std::vector<std::string>> read_alloc_frames(
-    const std::string& path, int device, const std::set<std::size_t>& ordinals,
-    std::size_t most) {
+    const std::string& path, int device, const std::set<std::size_t>& ordinals, std::size_t most) {
   std::map<std::size_t, std::vector<std::string>> out;
   if (ordinals.empty() || device < 0) return out;
   with_snapshot_pickle(path, [&](const snapshot_pickle_read& read, std::string_view name) {

@@ -52,9 +52,7 @@ TEST(AdviseFrames, TheNamedRequestsCarryTheirOwnFrames) {
   if (!have_python()) GTEST_SKIP() << "no python3 to write a snapshot with frames";
   const auto dir = scratch("frames");
   const std::string path = (dir / "s.pickle").string();
-  {
-    std::ofstream(dir / "make.py") << kMake;
-  }
+  { std::ofstream(dir / "make.py") << kMake; }
   run_command("python3 " + (dir / "make.py").string() + " " + path);
   const gb::torch_snapshot s = gb::read_torch_snapshot(path);
   const auto policies = gb::advise_policies({}, true);
