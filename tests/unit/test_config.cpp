@@ -565,24 +565,25 @@ TEST(ConfigTable, ResultsJsonHoldsEveryKeyButThePolicyKnobs) {
   EXPECT_EQ(j["memory"]["allocator"]["conf"], "");
 }
 
-/// The README's reference of keys is the table's (GPU_BASICS_UPDATE_README=1 rewrites it).
-TEST(ConfigTable, TheReadmeReferenceIsGeneratedFromTheTable) {
-  const std::string path = repo_file("README.md");
+/// The reference of keys in docs/configuration.md is the table's (GPU_BASICS_UPDATE_DOCS=1
+/// rewrites it).
+TEST(ConfigTable, TheDocsReferenceIsGeneratedFromTheTable) {
+  const std::string path = repo_file("docs/configuration.md");
   std::ifstream in(path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string begin =
       "<!-- config-keys:begin (generated from src/core/config_keys.cpp) -->\n";
   const std::string end = "<!-- config-keys:end -->";
   const auto b = text.find(begin), e = text.find(end);
-  ASSERT_NE(b, std::string::npos) << "README.md has no " << begin;
-  ASSERT_NE(e, std::string::npos) << "README.md has no " << end;
+  ASSERT_NE(b, std::string::npos) << "docs/configuration.md has no " << begin;
+  ASSERT_NE(e, std::string::npos) << "docs/configuration.md has no " << end;
   const std::string want = config_schema::builtin().reference_markdown();
   const std::string have = text.substr(b + begin.size(), e - b - begin.size());
-  if (have != want && std::getenv("GPU_BASICS_UPDATE_README")) {
+  if (have != want && std::getenv("GPU_BASICS_UPDATE_DOCS")) {
     std::ofstream(path) << text.substr(0, b + begin.size()) << want << text.substr(e);
-    GTEST_SKIP() << "README.md rewritten";
+    GTEST_SKIP() << "docs/configuration.md rewritten";
   }
-  EXPECT_EQ(have, want) << "the README's reference of config keys is out of date: run "
-                           "GPU_BASICS_UPDATE_README=1 build/default/tests/gpu_basics_unit_tests "
+  EXPECT_EQ(have, want) << "the reference of config keys in docs/configuration.md is out of date: "
+                           "run GPU_BASICS_UPDATE_DOCS=1 build/default/tests/gpu_basics_unit_tests "
                            "--gtest_filter='ConfigTable.*'";
 }
