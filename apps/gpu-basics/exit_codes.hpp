@@ -1,4 +1,4 @@
-// Exit codes of the gpu-basics CLI (documented in the README).
+// Exit codes of the gpu-basics CLI (documented in the README and docs/cli.md).
 #pragma once
 
 namespace gpu_basics::cli {

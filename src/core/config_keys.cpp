@@ -1,6 +1,6 @@
 // The table of configuration keys: each key once, with where it lives in `config`, what it
 // accepts, its unit and its meaning. Reading (config.cpp), --set, validation, the results' JSON
-// and the README's reference all come from here.
+// and the reference in docs/configuration.md all come from here.
 #include <charconv>
 #include <cmath>
 #include <cstdint>

@@ -1,5 +1,5 @@
-// The check's verdicts (pure), notes and table. How each verdict is decided is in the README,
-// "Node acceptance"; the order here is the order of the table.
+// The check's verdicts (pure), notes and table. How each verdict is decided is in
+// docs/verdicts.md, "Node acceptance"; the order here is the order of the table.
 #include <algorithm>
 
 #include <fmt/format.h>

@@ -83,7 +83,7 @@ struct tensor_shape {
 [[nodiscard]] std::optional<std::string> echo_byte_size(std::string_view text);
 
 /// Limits on configuration input, so that no file or --set value can make loading slow or large.
-/// Each is documented in the README; going over one is a config_error naming it.
+/// Each is documented in docs/configuration.md; going over one is a config_error naming it.
 namespace config_limits {
 inline constexpr std::size_t file_bytes = 64u << 10;  // a configuration file or --set value
 inline constexpr std::size_t key_chars = 64;          // one key name ("num_streams")
@@ -221,8 +221,8 @@ struct config {
 
   /// `gpu-basics check`: what it measures and the thresholds of its verdicts. Fractions are of
   /// the ceiling named (the PCIe link's theoretical rate at its maximum generation and width, the
-  /// HBM datasheet, the bf16 dense peak); defaults and how they were chosen: README, "Node
-  /// acceptance".
+  /// HBM datasheet, the bf16 dense peak); defaults and how they were chosen: docs/verdicts.md,
+  /// "Node acceptance".
   struct check_section {
     double h2d_fraction = 0.80;            // pinned H2D / link rate per direction
     double d2h_fraction = 0.80;            // pinned D2H / link rate per direction
@@ -247,7 +247,7 @@ struct key_impl;  // how a key is read, checked and written (src/core/config_det
 /// One configuration key: its dotted name, how its value is read and checked, where it lives in
 /// `config`, and its documentation. Every key is declared once, in config_schema::builtin()
 /// (src/core/config_keys.cpp); reading, --set, validation, the results' JSON and the reference in
-/// the README all come from that one entry. The builders below make the common kinds.
+/// docs/configuration.md all come from that one entry. The builders below make the common kinds.
 class config_key {
  public:
   [[nodiscard]] const std::string& name() const;

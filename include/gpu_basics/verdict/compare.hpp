@@ -2,9 +2,9 @@
 // and pipeline time present in both gets a verdict, same, better or worse, from the change and
 // the noise each run recorded. Host-only.
 //
-// The rule (README, "Comparing runs"): with delta = new / baseline - 1 and each side's noise the
-// IQR / median of its samples (0 where a run kept one number), a figure is the same when
-// |delta| <= max(threshold, noise of the baseline, noise of the new run); otherwise better or
+// The rule (docs/verdicts.md, "Comparing runs"): with delta = new / baseline - 1 and each side's
+// noise the IQR / median of its samples (0 where a run kept one number), a figure is the same
+// when |delta| <= max(threshold, noise of the baseline, noise of the new run); otherwise better or
 // worse by its direction (higher bandwidth and FLOP/s are better, lower times are better).
 #pragma once
 

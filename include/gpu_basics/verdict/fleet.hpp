@@ -1,8 +1,8 @@
 // The fleet view: one saved run per node (a check or an `all` run), a table of node x key figure,
 // outliers marked by a robust rule, and a verdict per node. Host-only.
 //
-// The rule (README, "The fleet view"): for each figure, over the nodes that have it, the median m
-// and the median absolute deviation MAD; a node's score is (m - x) / s with
+// The rule (docs/verdicts.md, "The fleet"): for each figure, over the nodes that have it, the
+// median m and the median absolute deviation MAD; a node's score is (m - x) / s with
 // s = max(1.4826 MAD, kFleetNoiseFloor m). A node is an outlier when its score exceeds
 // kFleetOutlierScore: only the slow side is flagged (every key figure is higher-is-better). 1.4826
 // MAD estimates the standard deviation of normal data; the floor keeps a fleet of near-identical
