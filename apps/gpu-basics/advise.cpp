@@ -48,7 +48,7 @@ int run_advise(const options& o, std::ostream& out, std::ostream& err) {
     a.fit_labels = std::move(labels);
     try {  // where in the user's code: a snapshot recorded with stacks has the frames
       (void)attach_frames(a, s, o.input_path);
-    } catch (const format_error& e) {  // the advice stands without them
+    } catch (const error& e) {  // the advice stands without them
       err << "gpu-basics advise: the Python frames were not read: " << e.what() << "\n";
     }
     if (const std::string conf = lines_of(a).conf; o.torch_python && !conf.empty())

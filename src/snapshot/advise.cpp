@@ -282,13 +282,16 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
     return opts[i].expandable_segments && q > 0 ? std::size_t{0} : q;
   };
   std::vector<std::vector<std::size_t>> peaks(a.policies.size());
+  // Per ranked policy and placement: the replay ran out of memory (a policy with a fraction of
+  // its own that fits with ascending addresses need not fit under another placement).
+  std::vector<std::vector<char>> ran_out(a.policies.size());
   const bool any_fits = std::any_of(a.policies.begin(), a.policies.end(), [](const auto& p) {
     return std::any_of(p.fits.begin(), p.fits.end(), [](const auto& f) { return f.fits(); });
   });
-  if (!any_fits && a.policies[0].result) {  // with limits that none fits: the lowest peak too
+  if (!any_fits) {  // with limits that none fits: the lowest peak too
     std::vector<std::size_t> order;
     for (std::size_t i = 0; i < a.policies.size(); ++i)
-      if (a.policies[i].result && same[i] == i) order.push_back(i);
+      if (a.policies[i].result) order.push_back(i);
     const auto key = [&](std::size_t i) {
       const auto& p = a.policies[i];
       return std::tuple(round_up(p.result->peak_reserved, kAdvicePage), p.knobs,
@@ -296,25 +299,47 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
     };
     std::sort(order.begin(), order.end(),
               [&](std::size_t x, std::size_t y) { return key(x) < key(y); });
-    std::vector<std::size_t> ranked = {0};  // the defaults ran: no limit, no fraction
+    // The defaults (they run without a limit), then the first of each group of policies whose
+    // replays are the same (the one with the fewest keys, by the order), up to the candidates.
+    std::vector<std::size_t> ranked;
+    if (a.policies[0].result) ranked.push_back(0);
+    std::vector<char> group_seen(a.policies.size(), 0);
+    group_seen[same[0]] = 1;
     for (std::size_t i : order)
-      if (i != 0 && ranked.size() <= kAdviceCandidates) ranked.push_back(i);
-    for (std::size_t i : ranked) peaks[i].resize(placements.size());
+      if (ranked.size() <= kAdviceCandidates && !group_seen[same[i]]) {
+        group_seen[same[i]] = 1;
+        ranked.push_back(i);
+      }
+    for (std::size_t i : ranked) {
+      peaks[i].resize(placements.size());
+      ran_out[i].resize(placements.size());
+    }
     pool.parallel_for(ranked.size() * placements.size(), [&](std::size_t j) {
       throw_if_interrupted();
       const std::size_t i = ranked[j / placements.size()], q = j % placements.size();
-      if (placed(i, q) == q)
-        peaks[i][q] = replay_under_limit(trace, opts[i], SIZE_MAX, placements[q]).peak_reserved;
+      if (placed(i, q) != q) return;
+      const fit_outcome f = replay_under_limit(trace, opts[i], SIZE_MAX, placements[q]);
+      peaks[i][q] = f.peak_reserved;
+      ran_out[i][q] = f.oom.has_value();
     });
     for (std::size_t i : ranked)
-      for (std::size_t q = 0; q < placements.size(); ++q) peaks[i][q] = peaks[i][placed(i, q)];
+      for (std::size_t q = 0; q < placements.size(); ++q) {
+        peaks[i][q] = peaks[i][placed(i, q)];
+        ran_out[i][q] = ran_out[i][placed(i, q)];
+      }
+    // A policy that runs out of memory under some placement ranks last.
     const auto robust = [&](std::size_t i) {
-      return std::tuple(round_up(*std::max_element(peaks[i].begin(), peaks[i].end()), kAdvicePage),
-                        a.policies[i].knobs, key(i));
+      const bool fails =
+          std::any_of(ran_out[i].begin(), ran_out[i].end(), [](char c) { return c; });
+      return std::tuple(
+          fails ? SIZE_MAX
+                : round_up(*std::max_element(peaks[i].begin(), peaks[i].end()), kAdvicePage),
+          a.policies[i].knobs, key(i));
     };
-    a.recommended =
-        *std::min_element(ranked.begin(), ranked.end(),
-                          [&](std::size_t x, std::size_t y) { return robust(x) < robust(y); });
+    if (!ranked.empty())
+      a.recommended =
+          *std::min_element(ranked.begin(), ranked.end(),
+                            [&](std::size_t x, std::size_t y) { return robust(x) < robust(y); });
   }
   // Per limit, the simplest policy that fits it under every placement of segments (the
   // candidates in order, each checked under the other placements until one holds); where none
@@ -373,7 +398,7 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
     const std::size_t i = which == 0 ? 0 : a.recommended;
     if (placed(i, k) != k) return;  // copied below
     // The ranking's peak under this placement fits as it is: bisection starts below it.
-    smallest[which][k] = peaks[i].empty()
+    smallest[which][k] = peaks[i].empty() || ran_out[i][k]
                              ? smallest_fitting_limit(trace, opts[i], fitting_of(i), placements[k])
                              : smallest_fitting_limit(trace, opts[i], peaks[i][k], placements[k],
                                                       /*fits_unlimited=*/true);

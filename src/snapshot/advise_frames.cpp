@@ -17,10 +17,12 @@ namespace {
 
 using pickle::value;
 
-/// "file:line in name" per frame of a trace entry (innermost first, as PyTorch records them), at
-/// most `most`; frames that are not dicts of those keys are left out.
+/// "file:line in name" per frame of a trace entry (innermost first, as PyTorch records them),
+/// at most `most`: its Python frames (files ending in .py), or where it has none, whatever frames
+/// it has (PyTorch's default stacks="all" puts C++ frames first, which would hide the Python
+/// ones under any cap); frames that are not dicts of those keys are left out.
 std::vector<std::string> frames_of(const value& entry, std::size_t most) {
-  std::vector<std::string> out;
+  std::vector<std::string> out, other;
   const value* frames = entry.find("frames");
   if (!frames || !(frames->is(value::type::list) || frames->is(value::type::tuple))) return out;
   for (const value& f : frames->as_items()) {
@@ -32,9 +34,12 @@ std::vector<std::string> frames_of(const value& entry, std::size_t most) {
     std::string s = file->as_str();
     if (line && line->is(value::type::integer)) s += fmt::format(":{}", line->as_int());
     if (name && name->is(value::type::str)) s += " in " + name->as_str();
-    out.push_back(std::move(s));
+    if (file->as_str().ends_with(".py"))
+      out.push_back(std::move(s));
+    else if (other.size() < most)
+      other.push_back(std::move(s));
   }
-  return out;
+  return out.empty() ? other : out;
 }
 
 bool is_alloc_entry(const value& entry) {
@@ -81,8 +86,9 @@ class frames_sink final : public pickle::item_sink {
   }
   void clear() override { lists_.clear(); }
 
-  /// The wanted frames of the list `id` (its taken entries, then `rest`, the entries left in it).
-  std::map<std::size_t, std::vector<std::string>> frames(std::uint64_t id, const value& list) {
+  /// The wanted frames of the list `id` (its taken entries, then the entries left in it), and
+  /// how many alloc entries it holds.
+  alloc_frames frames(std::uint64_t id, const value& list) {
     list_state l;
     if (const auto it = lists_.find(id); id != 0 && it != lists_.end()) l = std::move(it->second);
     for (const value& e : list.as_items()) {
@@ -90,7 +96,7 @@ class frames_sink final : public pickle::item_sink {
       if (wanted_.count(l.allocs)) l.frames[l.allocs] = frames_of(e, most_);
       ++l.allocs;
     }
-    return std::move(l.frames);
+    return {std::move(l.frames), l.allocs};
   }
 
  private:
@@ -116,9 +122,9 @@ std::optional<std::size_t> alloc_ordinal(const std::vector<replay_event>& events
 
 }  // namespace
 
-std::map<std::size_t, std::vector<std::string>> read_alloc_frames(
-    const std::string& path, int device, const std::set<std::size_t>& ordinals, std::size_t most) {
-  std::map<std::size_t, std::vector<std::string>> out;
+alloc_frames read_alloc_frames(const std::string& path, int device,
+                               const std::set<std::size_t>& ordinals, std::size_t most) {
+  alloc_frames out;
   if (ordinals.empty() || device < 0) return out;
   with_snapshot_pickle(path, [&](const snapshot_pickle_read& read, std::string_view name) {
     frames_sink sink(ordinals, most);
@@ -161,12 +167,20 @@ bool attach_frames(advice& a, const torch_snapshot& s, const std::string& path) 
     ordinal.push_back(alloc_ordinal(events, rebuilt, event));
     if (ordinal.back()) wanted.insert(*ordinal.back());
   }
-  const auto found = read_alloc_frames(path, a.device, wanted);
+  const alloc_frames found = read_alloc_frames(path, a.device, wanted);
+  std::size_t allocs = 0;
+  for (std::size_t k = rebuilt; k < events.size(); ++k)
+    allocs += events[k].kind == replay_event::op::alloc;
+  if (!wanted.empty() && found.allocs != allocs)  // another file now
+    throw format_error(fmt::format(
+        "{}: the second read found {} allocations on device {}, the first {}: the file changed "
+        "between them",
+        printable(path), found.allocs, a.device, allocs));
   bool any = false;
   for (std::size_t k = 0; k < named.size(); ++k) {
     if (!ordinal[k]) continue;
-    const auto it = found.find(*ordinal[k]);
-    if (it == found.end() || it->second.empty()) continue;
+    const auto it = found.frames.find(*ordinal[k]);
+    if (it == found.frames.end() || it->second.empty()) continue;
     *named[k].second = it->second;
     any = true;
   }

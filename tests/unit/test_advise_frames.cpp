@@ -17,7 +17,8 @@ using snapshot_test::scratch;
 
 namespace {
 
-/// A snapshot pickle written by CPython (frame dicts shared, so memoised), one device: a 5 MiB
+/// A snapshot pickle written by CPython (frame dicts shared, so memoised), one device, frames as
+/// stacks="all" records them (20 C++ frames before the Python ones): a 5 MiB
 /// block alive before recording (freed first), then requests each made at its own model.py line
 /// under shared frames of train.py and PyTorch's linear.py; frees carry no frames.
 const char* kMake = R"PY(
@@ -27,12 +28,16 @@ step = {"filename": "train.py", "line": 42, "name": "step"}
 main = {"filename": "train.py", "line": 90, "name": "main"}
 torch = {"filename": "/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py",
          "line": 125, "name": "forward"}
+# PyTorch's default stacks="all": C++ frames first, more than any cap on frames kept.
+cpp = [{"filename": "/pytorch/c10/cuda/CUDACachingAllocator.cpp", "line": 1000 + k,
+        "name": "malloc"} for k in range(20)]
 trace = []
 def ev(action, i, size, frames):
     trace.append({"action": action, "addr": (1 << 32) + i * 64 * MiB, "size": size, "stream": 0,
                   "time_us": len(trace), "frames": frames})
 def alloc(i, size, line, name):
-    ev("alloc", i, size, [torch, {"filename": "model.py", "line": line, "name": name}, step, main])
+    ev("alloc", i, size,
+       cpp + [torch, {"filename": "model.py", "line": line, "name": name}, step, main])
 def free(i, size):
     ev("free_requested", i, size, [])
     ev("free_completed", i, size, [])

@@ -296,19 +296,27 @@ inline constexpr int kAdviceSchemaVersion = 2;
 /// @throws format_error naming `source` for JSON that is not such an advice.
 [[nodiscard]] advice advice_from_json(const nlohmann::json& j, const std::string& source);
 
-/// The frames of `device`'s alloc entries numbered `ordinals` (0: the trace's first alloc), read
-/// from the snapshot file at `path` again with the entries' frames kept, at most `most` frames
-/// each ("file:line in function", innermost first); an entry without frames is left out.
+/// Frames of a device's alloc entries, by their ordinal among its allocs (0: the first).
+struct alloc_frames {
+  std::map<std::size_t, std::vector<std::string>> frames;
+  std::size_t allocs = 0;  // the device's alloc entries, all of them
+};
+
+/// The frames of `device`'s alloc entries numbered `ordinals`, read from the snapshot file at
+/// `path` again with the entries' frames kept ("file:line in function", innermost first): the
+/// Python frames, at most `most`, or where an entry has none its other frames; an entry without
+/// frames is left out.
 /// @throws format_error as read_torch_snapshot().
-[[nodiscard]] std::map<std::size_t, std::vector<std::string>> read_alloc_frames(
-    const std::string& path, int device, const std::set<std::size_t>& ordinals,
-    std::size_t most = 16);
+[[nodiscard]] alloc_frames read_alloc_frames(const std::string& path, int device,
+                                             const std::set<std::size_t>& ordinals,
+                                             std::size_t most = 16);
 
 /// Fills in the Python frames of the requests `a` names (each detailed policy's requests at peak
 /// reserved and peak allocated, the first failing one under each limit and a page below its
 /// smallest), read from the snapshot file `s` was read from. Returns whether any had frames
 /// (a snapshot recorded without stacks has none).
-/// @throws format_error as read_alloc_frames().
+/// @throws format_error as read_alloc_frames(), and when the file's allocations are not those of
+/// `s` (it changed between the reads).
 bool attach_frames(advice& a, const torch_snapshot& s, const std::string& path);
 
 }  // namespace gpu_basics
