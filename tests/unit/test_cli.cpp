@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <regex>
 #include <sstream>
 
@@ -67,6 +68,13 @@ TEST(Cli, VersionIsTheBuildsOwn) {
   EXPECT_EQ(out, "gpu-basics " + std::string(gpu_basics_version()) + " (" +
                      std::string(gpu_basics_git_revision()) + ")\n");
   EXPECT_FALSE(gpu_basics_version().empty());
+}
+
+TEST(Cli, TheVersionIsTheOneInTheVersionFile) {
+  std::ifstream in(std::string(GPU_BASICS_SOURCE_DIR) + "/VERSION");
+  std::string version;
+  ASSERT_TRUE(std::getline(in, version));
+  EXPECT_EQ(gpu_basics_version(), version);
 }
 
 // Note [help for people] (cli.cpp): no CLI11 type name or validator text in any help.
