@@ -3,7 +3,9 @@ that `pip install --no-build-isolation ./python` gives a package that works outs
 
 The build tree is GPU_BASICS_BUILD_DIR, else build/default of this repository. Without one the
 package still installs, and finds a library at run time through GPU_BASICS_TORCH_ALLOC_LIB.
-Metadata lives in pyproject.toml."""
+Metadata lives in pyproject.toml, except the version: the repository's VERSION file is the one
+source of it (the library, the CLI and this package say the same), written into the package as
+gpu_basics/_version.py."""
 import glob
 import os
 import shutil
@@ -12,6 +14,19 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+VERSION_FILE = os.path.join(os.path.dirname(HERE), "VERSION")
+
+
+def read_version() -> str:
+    try:
+        with open(VERSION_FILE, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError as e:
+        raise SystemExit(f"gpu_basics: cannot read the version from {VERSION_FILE} ({e}); "
+                         "install from the repository (pip install ./python)") from e
+
+
+VERSION = read_version()
 NAMES = ("libgpu_basics_torch_alloc.so", "libgpu_basics_torch_alloc_c10.so",
          "gpu_basics_torch_alloc_c10.json")
 
@@ -23,6 +38,10 @@ class BuildPyWithLibraries(build_py):
                                os.path.join(os.path.dirname(HERE), "build", "default"))
         found = [p for name in NAMES
                  for p in glob.glob(os.path.join(build, "src", "torch_alloc", name))]
+        with open(os.path.join(self.build_lib, "gpu_basics", "_version.py"), "w",
+                  encoding="utf-8") as f:
+            f.write(f'# Written by setup.py from the repository\'s VERSION file.\n'
+                    f'version = "{VERSION}"\n')
         target = os.path.join(self.build_lib, "gpu_basics", "_lib")
         os.makedirs(target, exist_ok=True)
         for p in found:
@@ -31,4 +50,4 @@ class BuildPyWithLibraries(build_py):
               f"from {build}")
 
 
-setup(cmdclass={"build_py": BuildPyWithLibraries})
+setup(version=VERSION, cmdclass={"build_py": BuildPyWithLibraries})

@@ -79,14 +79,22 @@ bool finish_options(options& o, const raw_options& raw, std::ostream& err) {
   }
   return true;
 }
-/// Rejects a value that is not a number CLI11's Range can judge (nan passes every comparison).
-const CLI::Validator& finite_number() {
+/// Note [help for people]: every option names its value in words (PATH, SIZE, FRACTION, ...)
+/// with type_name(), and no validator has a description: CLI11 would append it to that name
+/// ("FLOAT:FLOAT in [0 - 0.99]", "TEXT:SIZE"). What a validator accepts is said in the option's
+/// text and in its error message. tests/unit/test_cli.cpp reads every command's help for these.
+
+/// A relative threshold: a finite number from 0 to 0.99 (nan passes every comparison, so it is
+/// refused by name).
+const CLI::Validator& fraction() {
   static const CLI::Validator v(
       [](const std::string& value) {
         double d = 0;
-        return CLI::detail::lexical_cast(value, d) && std::isfinite(d)
-                   ? std::string()
-                   : "expected a number, got " + quote_for_message(value);
+        if (!CLI::detail::lexical_cast(value, d) || !std::isfinite(d))
+          return "expected a number, got " + quote_for_message(value);
+        if (d < 0 || d > 0.99)
+          return "expected a fraction from 0 to 0.99, got " + quote_for_message(value);
+        return std::string();
       },
       "");
   return v;
@@ -97,29 +105,31 @@ const CLI::Validator& finite_number() {
 void add_check_options(CLI::App* sub, options& o) {
   sub->add_flag("--strict", o.strict, "Exit non-zero on WARN too, not only on FAIL");
   sub->add_option("--baseline", o.baseline_path,
-                  "A check result (--json) to compare this one with; its verdicts join the check");
-  sub->add_option(
-      "--from", o.from_path,
-      "Judge a saved run (a check or an 'all' run) instead of measuring; no GPU needed");
+                  "A check result (--json) to compare this one with; its verdicts join the check")
+      ->type_name("FILE");
+  sub->add_option("--from", o.from_path,
+                  "Judge a saved run (a check or an 'all' run) instead of measuring; no GPU needed")
+      ->type_name("FILE");
   sub->add_flag("--force", o.force, "With --baseline: compare across GPU models or drivers");
   sub->add_option("--threshold", o.threshold,
-                  "With --baseline: relative change below which a figure is the same (default "
-                  "0.02)")
-      ->check(finite_number())
-      ->check(CLI::Range(0.0, 0.99));
+                  "With --baseline: relative change below which a figure is the same, from 0 "
+                  "to 0.99 (default 0.02)")
+      ->type_name("FRACTION")
+      ->check(fraction());
 }
 
 void add_compare_options(CLI::App* sub, options& o) {
   sub->add_option("results", o.input_paths,
                   "BASELINE.json NEW.json, or with --fleet one results file per node")
+      ->type_name("FILE")
       ->required();
   sub->add_flag("--fleet", o.fleet, "One result per node: a node x figure table with outliers");
   sub->add_flag("--force", o.force, "Compare across GPU models or driver major versions");
   sub->add_option("--threshold", o.threshold,
-                  "Relative change below which a figure is the same, unless its noise is larger "
-                  "(default 0.02)")
-      ->check(finite_number())
-      ->check(CLI::Range(0.0, 0.99));
+                  "Relative change below which a figure is the same, unless its noise is larger; "
+                  "from 0 to 0.99 (default 0.02)")
+      ->type_name("FRACTION")
+      ->check(fraction());
 }
 
 /// The commands as a list for messages: "info, memory, ..., show".
@@ -188,10 +198,12 @@ const CLI::Validator& non_empty() {
 namespace {
 
 void add_output_options(CLI::App* sub, raw_options& raw) {
-  sub->add_option("--json", raw.json, "Write results as JSON to this file ('-' for stdout)")
+  sub->add_option("--json", raw.json, "Write results as JSON to PATH ('-' for stdout)")
+      ->type_name("PATH")
       ->check(non_empty());
   sub->add_option("--csv", raw.csv,
-                  "Write tables as CSV (several tables: <stem>.<table>.csv beside PATH)")
+                  "Write tables as CSV to PATH (several tables: <stem>.<table>.csv beside it)")
+      ->type_name("PATH")
       ->check(non_empty());
 }
 
@@ -199,24 +211,29 @@ void add_output_options(CLI::App* sub, raw_options& raw) {
 void add_run_options(CLI::App* sub, options& o, raw_options& raw, bool traces) {
   sub->add_option("-c,--config", o.config_path,
                   "YAML configuration file (default: the built-in configs/gpu_basics.yaml)")
+      ->type_name("FILE")
       ->check(non_empty());
   sub->add_option("-s,--set", o.overrides,
                   "Override one configuration key, e.g. --set transfer.num_streams=8 "
                   "(repeatable)")
+      ->type_name("KEY=VALUE")
       ->allow_extra_args(false)
       ->check(non_empty());
   sub->add_option("--log-level", raw.level,
                   "trace, debug, info, warn or error (overrides logging.level)")
+      ->type_name("LEVEL")
       ->check(non_empty());
   add_output_options(sub, raw);
   sub->add_option("--html", raw.html,
                   "Write a one-file HTML report with charts of this run to PATH (opens offline)")
+      ->type_name("PATH")
       ->check(non_empty());
   if (traces)
     sub->add_option(
            "--trace", raw.trace,
            "Write a Chrome/Perfetto trace of the lesson's workload (CUPTI kernels, copies, API "
            "calls, ranges, counters) to PATH; PATH.gz is gzip-compressed")
+        ->type_name("PATH")
         ->check(non_empty());
 }
 
@@ -229,6 +246,7 @@ void add_lesson_options(CLI::App& sub, options& o, raw_options& raw, const comma
     sub.add_option("--snapshot", o.snapshot_path,
                    "Write a PyTorch memory snapshot (pickle) of the allocator in the peak pass "
                    "to PATH; open it in https://pytorch.org/memory_viz")
+        ->type_name("PATH")
         ->check(non_empty());
 }
 
@@ -237,7 +255,9 @@ void add_all_options(CLI::App& sub, options& o, raw_options& raw, const command&
 }
 
 void add_show_options(CLI::App& show, options& o, raw_options& raw, const command&) {
-  show.add_option("results", o.input_path, "A results file written by --json")
+  show.add_option("results", o.input_path,
+                  "A results file written by --json, or an advice or replay file")
+      ->type_name("FILE")
       ->required()
       ->check(non_empty());
   add_output_options(&show, raw);
@@ -245,17 +265,23 @@ void add_show_options(CLI::App& show, options& o, raw_options& raw, const comman
 
 void add_report_options(CLI::App& rep, options& o, raw_options& raw, const command&) {
   rep.add_option("results", o.input_paths, "Results files written by --json (one or more)")
+      ->type_name("FILE")
       ->required()
       ->check(non_empty());
-  rep.add_option("-o,--output", raw.html, "The HTML file to write")->required()->check(non_empty());
+  rep.add_option("-o,--output", raw.html, "The HTML file to write")
+      ->type_name("PATH")
+      ->required()
+      ->check(non_empty());
   raw.html_flag = "-o";
 }
 
 void add_compare_command_options(CLI::App& cmp, options& o, raw_options& raw, const command&) {
   add_compare_options(&cmp, o);
   cmp.add_option("-c,--config", o.config_path,
-                 "YAML configuration whose check.* thresholds judge the fleet's nodes");
+                 "YAML configuration whose check.* thresholds judge the fleet's nodes")
+      ->type_name("FILE");
   cmp.add_option("-s,--set", o.overrides, "Override one configuration key (repeatable)")
+      ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
   add_output_options(&cmp, raw);
 }
@@ -276,57 +302,70 @@ const CLI::Validator& byte_size() {
                            : "expected a size such as 24GiB, 40GB or 1073741824, got " +
                                  quote_for_message(value);
       },
-      "SIZE");
+      "");
   return v;
 }
 
-/// --device-memory SIZE / --device RESULT.json: the device a fraction is of.
+/// --device-memory SIZE / --device RESULT.json: the device a fraction is of. The help says that
+/// they exclude each other; option_text() keeps CLI11's "Excludes: ..." out of the option column.
 void add_device_memory_options(CLI::App& app, options& o) {
   auto* size = app.add_option("--device-memory", o.device_memory,
                               "The GPU's total memory, e.g. 80GiB: a limit becomes "
-                              "per_process_memory_fraction of it")
+                              "per_process_memory_fraction of it (not with --device)")
+                   ->option_text("SIZE")
                    ->check(byte_size());
   app.add_option("--device", o.device_result,
                  "A saved `gpu-basics info` (or `all`) result: its GPU's total memory, as "
-                 "--device-memory")
+                 "--device-memory (not with --device-memory)")
+      ->option_text("FILE")
       ->check(non_empty())
       ->excludes(size);
 }
 
 void add_replay_options(CLI::App& rpl, options& o, raw_options& raw, const command&) {
   rpl.add_option("snapshot", o.input_path, "A snapshot pickle recorded with history")
+      ->type_name("FILE")
       ->required()
       ->check(non_empty());
   rpl.add_option("--policy", o.policies,
                  "Also replay this PYTORCH_CUDA_ALLOC_CONF string, e.g. "
                  "\"expandable_segments:True,max_split_size_mb:256\" (repeatable)")
+      ->type_name("CONF")
       ->allow_extra_args(false)
       ->check(non_empty());
-  rpl.add_option("--json", raw.json, "Write the replay as JSON to this file ('-' for stdout)")
+  rpl.add_option("--json", raw.json, "Write the replay as JSON to PATH ('-' for stdout)")
+      ->type_name("PATH")
       ->check(non_empty());
   add_device_memory_options(rpl, o);
 }
 
 void add_advise_options(CLI::App& adv, options& o, raw_options& raw, const command&) {
   adv.add_option("snapshot", o.input_path, "A snapshot pickle recorded with history")
+      ->type_name("FILE")
       ->required()
       ->check(non_empty());
   adv.add_option("--fit", o.fit_sizes,
                  "Will it fit under this reserved limit (torch.cuda.set_per_process_memory_"
                  "fraction times the device's memory), e.g. 24GiB (repeatable)")
+      ->type_name("SIZE")
       ->allow_extra_args(false)
       ->check(byte_size());
   adv.add_option("--policy", o.policies,
                  "Also search this PYTORCH_CUDA_ALLOC_CONF string (repeatable)")
+      ->type_name("CONF")
       ->allow_extra_args(false)
       ->check(non_empty());
-  adv.add_option("--json", raw.json, "Write the advice as JSON to this file ('-' for stdout)")
+  adv.add_option("--json", raw.json, "Write the advice as JSON to PATH ('-' for stdout)")
+      ->type_name("PATH")
       ->check(non_empty());
-  adv.add_option("--html", raw.html, "Draw the advice as one HTML file")->check(non_empty());
+  adv.add_option("--html", raw.html, "Draw the advice as one HTML file at PATH")
+      ->type_name("PATH")
+      ->check(non_empty());
   add_device_memory_options(adv, o);
   adv.add_option("--torch-python", o.torch_python,
                  "A Python with PyTorch: its parser reads the printed conf first, so a key it "
                  "does not know is never printed")
+      ->type_name("PYTHON")
       ->check(non_empty());
 }
 

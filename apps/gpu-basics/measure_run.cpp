@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <ostream>
+#include <vector>
 
 #include "commands.hpp"
 #include "exit_codes.hpp"
@@ -13,6 +15,7 @@
 #include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/core/logging.hpp"
 #include "gpu_basics/lessons/measure.hpp"
+#include "logs.hpp"
 #include "run.hpp"
 #include "verdicts.hpp"
 
@@ -20,18 +23,35 @@ namespace gpu_basics::cli {
 
 namespace {
 
-/// A one-line progress display on stderr, only when stderr is a terminal. Every report is also
-/// the lesson's check for Ctrl-C / SIGTERM: an `interrupted` error unwinds it from there.
+/// A one-line progress display on stderr that rewrites itself: for a terminal. Every report is
+/// also the lesson's check for Ctrl-C / SIGTERM: an `interrupted` error unwinds it from there.
 lessons::progress_fn terminal_progress(const std::string& lesson) {
-  if (isatty(2) == 0) return [](const std::string&, int, int) { throw_if_interrupted(); };
   return [lesson](const std::string& item, int done, int total) {
     throw_if_interrupted();
+    flush_stdout();
     if (done >= total)
       std::fprintf(stderr, "\r\033[K");
     else
       std::fprintf(stderr, "\r\033[K[%s %d/%d] %s", lesson.c_str(), done, total, item.c_str());
     std::fflush(stderr);
   };
+}
+
+/// Progress for a captured stderr (Slurm, CI, a file): whole lines, at most about one a second
+/// (logs.hpp); none at log level warn or error. Each report checks for Ctrl-C / SIGTERM as above.
+lessons::progress_fn captured_progress(progress_lines* lines) {
+  return [lines](const std::string& item, int done, int total) {
+    throw_if_interrupted();
+    if (lines) lines->step(item, done, total);
+  };
+}
+
+/// The lessons a command measures, in order.
+std::vector<const lessons::lesson*> lessons_of(const std::string& command) {
+  std::vector<const lessons::lesson*> chosen;
+  for (const auto& l : lessons::measuring_registry())
+    if (command == "all" ? l.in_all : l.name == command) chosen.push_back(&l);
+  return chosen;
 }
 
 /// This executable's path (the unified lesson runs it as a child), or nullopt.
@@ -50,11 +70,17 @@ int measure(const options& o, lessons::context& ctx, lessons::run_record& rec,
   const bool print_live = !(o.json_path && *o.json_path == "-");
   const lessons::device_facts facts = lessons::device_facts::of(ctx.device(), ctx.nvml_status);
   int code = exit_ok;
-  for (const auto& l : lessons::measuring_registry()) {
-    if (o.command == "all" ? !l.in_all : l.name != o.command) continue;
+  const bool terminal = isatty(2) != 0;
+  std::optional<progress_lines> lines;
+  if (!terminal && ctx.cfg.logging.level <= log_level::info) lines.emplace(write_stderr_line);
+  const auto chosen = lessons_of(o.command);
+  for (std::size_t i = 0; i < chosen.size(); ++i) {
+    const auto& l = *chosen[i];
     throw_if_interrupted();
     const std::string name(l.name);
-    ctx.progress = terminal_progress(name);
+    if (lines) lines->lesson(name, static_cast<int>(i + 1), static_cast<int>(chosen.size()));
+    ctx.progress =
+        terminal ? terminal_progress(name) : captured_progress(lines ? &*lines : nullptr);
     nlohmann::json result;
     try {
       result = l.measure(ctx);

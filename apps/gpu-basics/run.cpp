@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "exit_codes.hpp"
+#include "logs.hpp"
 #include "replay.hpp"
 #include "saved.hpp"
 
@@ -51,7 +52,8 @@ void write_outputs(const options& o, const lessons::run_record& rec,
         if (rec.command == "all") t.id = rep.lesson + "." + t.id;
         tables.push_back(std::move(t));
       }
-    for (const auto& f : presentation::write_csv(tables, *o.csv_path)) spdlog::info("wrote {}", f);
+    // One line for them all: an `all` run writes dozens.
+    spdlog::info("{}", csv_written_line(presentation::write_csv(tables, *o.csv_path)));
   }
   if (o.html_path) {
     write_file_atomically(*o.html_path, report::render_html({{report::live_label(rec), rec}}));
@@ -208,6 +210,9 @@ int run(const options& o, std::ostream& out, std::ostream& err) {
   const command* cmd = find_command(o.command);
   if (cmd == nullptr) return fail(exit_usage, "unknown command " + quote_for_message(o.command));
   try {
+    // Log lines go to stderr for every command (the lessons set their configured level later):
+    // spdlog's own default logger writes to stdout, into the tables or `--json -`.
+    setup_logging(log_level::info);
     check_distinct_paths(o);
     const int code = cmd->run(o, out, err);
     // Tables or JSON lost on a full disk are not a success (exit 7 said so already: once).

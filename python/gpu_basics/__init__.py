@@ -12,7 +12,21 @@ built for and checks allocator conf strings.
 from ._native import (GpuBasicsError, Library, LibraryMismatch, LibraryNotFound,  # noqa: F401
                       find_library)
 
-__version__ = "0.2.0"
+
+def _version() -> str:
+    """The repository's VERSION: written into an installed package as _version.py, read from
+    the source tree where the package is imported from there."""
+    try:
+        from ._version import version
+        return version
+    except ImportError:
+        import os
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "VERSION")
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+
+
+__version__ = _version()
 __all__ = ["GpuBasicsError", "Library", "LibraryMismatch", "LibraryNotFound", "build_info",
            "check_conf", "find_library", "__version__"]
 

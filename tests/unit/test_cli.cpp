@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <regex>
 #include <sstream>
 
 #include "cli.hpp"
@@ -66,6 +68,51 @@ TEST(Cli, VersionIsTheBuildsOwn) {
   EXPECT_EQ(out, "gpu-basics " + std::string(gpu_basics_version()) + " (" +
                      std::string(gpu_basics_git_revision()) + ")\n");
   EXPECT_FALSE(gpu_basics_version().empty());
+}
+
+TEST(Cli, TheVersionIsTheOneInTheVersionFile) {
+  std::ifstream in(std::string(GPU_BASICS_SOURCE_DIR) + "/VERSION");
+  std::string version;
+  ASSERT_TRUE(std::getline(in, version));
+  EXPECT_EQ(gpu_basics_version(), version);
+}
+
+// Note [help for people] (cli.cpp): no CLI11 type name or validator text in any help.
+TEST(Cli, HelpNamesValuesInWordsNotInTheParsersTypes) {
+  static const std::regex artefact(
+      R"((FLOAT|TEXT|INT|UINT|BOOLEAN|NUMBER|ENUM)\b|FLOAT:|TEXT:|INT:| in \[|Excludes:|Needs:)");
+  std::vector<std::vector<std::string>> helps{{"--help"}};
+  for (const auto& c : cli::commands()) helps.push_back({c, "--help"});
+  for (const auto& args : helps) {
+    std::string out;
+    const auto r = parse(args, &out);
+    ASSERT_EQ(r.exit_code, cli::exit_ok) << args[0];
+    std::smatch m;
+    EXPECT_FALSE(std::regex_search(out, m, artefact))
+        << "gpu-basics " << args[0] << " --help shows '" << m.str() << "':\n"
+        << out;
+  }
+  // And each value is named, e.g. the sizes of advise and the threshold of compare.
+  std::string out;
+  parse({"advise", "--help"}, &out);
+  EXPECT_NE(out.find("--fit SIZE ..."), std::string::npos) << out;
+  EXPECT_NE(out.find("--device-memory SIZE"), std::string::npos) << out;
+  parse({"compare", "--help"}, &out);
+  EXPECT_NE(out.find("--threshold FRACTION"), std::string::npos) << out;
+  parse({"memory", "--help"}, &out);
+  EXPECT_NE(out.find("--set KEY=VALUE ..."), std::string::npos) << out;
+  EXPECT_NE(out.find("--json PATH"), std::string::npos) << out;
+}
+
+TEST(Cli, AThresholdOutsideZeroToPointNineNineIsNamed) {
+  std::string err;
+  EXPECT_EQ(parse({"compare", "a.json", "b.json", "--threshold", "1.5"}, nullptr, &err).exit_code,
+            cli::exit_usage);
+  EXPECT_EQ(err,
+            "gpu-basics: --threshold: expected a fraction from 0 to 0.99, got \"1.5\" (see "
+            "'gpu-basics --help')\n");
+  EXPECT_TRUE(parse({"compare", "a.json", "b.json", "--threshold", "0.99"}).opts);
+  EXPECT_TRUE(parse({"compare", "a.json", "b.json", "--threshold", "0"}).opts);
 }
 
 TEST(Cli, ErrorsExitTwoWithOneMessage) {

@@ -28,7 +28,7 @@ struct host_info {
 /// it cannot be read.
 [[nodiscard]] std::uint64_t host_available_bytes();
 
-/// The version of this build: "0.1.0".
+/// The version of this build, from the repository's VERSION file: "0.2.0".
 [[nodiscard]] std::string_view gpu_basics_version() noexcept;
 /// The git revision the binary was built from ("unknown" outside git).
 [[nodiscard]] std::string_view gpu_basics_git_revision() noexcept;

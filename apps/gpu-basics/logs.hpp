@@ -1,0 +1,55 @@
+// What a run says on stderr while it runs, besides errors: progress and the files it wrote. A
+// terminal gets a live line that rewrites itself; a captured stderr (Slurm, CI, a file) gets whole
+// lines at a readable rate. Host-only: the clock and the writer are injected, so the rate is
+// tested without sleeping.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpu_basics::cli {
+
+/// Progress for a stderr that is not a terminal: whole lines, each opening with the seconds since
+/// the run started.
+///   [progress] 0 s: lesson 2 of 5, memory
+///   [progress] 3 s: memory 4/9, allocation cost 1 GiB
+/// A lesson's start is always a line; a step's start is one only when the last line is at least
+/// `min_interval` old, so a sweep of many short steps does not flood the log.
+class progress_lines {
+ public:
+  using clock = std::chrono::steady_clock;
+  using now_fn = std::function<clock::time_point()>;
+  using write_fn = std::function<void(const std::string& line)>;
+
+  /// @param write receives each line, without its newline.
+  /// @param now the clock (steady_clock::now in the CLI, a fake one in tests).
+  explicit progress_lines(write_fn write, now_fn now = clock::now,
+                          clock::duration min_interval = std::chrono::seconds(1));
+
+  /// Lesson `index` (1-based) of `count` starts.
+  void lesson(const std::string& name, int index, int count);
+  /// The current lesson reports a step: `done` of `total`. done >= total (the end) says nothing.
+  void step(const std::string& item, int done, int total);
+
+ private:
+  void emit(const std::string& text);
+
+  write_fn write_;
+  now_fn now_;
+  clock::duration min_interval_;
+  clock::time_point start_;
+  std::optional<clock::time_point> last_line_;
+  std::string lesson_;
+};
+
+/// Writes `line` and a newline to stderr, stdout flushed first (Note [stdout before stderr]).
+void write_stderr_line(const std::string& line);
+
+/// The one line a run logs for the CSV files it wrote: "wrote PATH" for one file, else
+/// "wrote 26 CSV files: all.*.csv in results" (the names' common start and end around a '*').
+[[nodiscard]] std::string csv_written_line(const std::vector<std::string>& files);
+
+}  // namespace gpu_basics::cli
