@@ -76,10 +76,20 @@ table device_table(const device_info& d) {
 std::vector<note> device_notes(const device_info& d, const std::string& nvml_status) {
   const std::string id = table_id(d);
   std::vector<note> n;
-  n.push_back({id, fmt::format("- {} copy engines: a host-to-device copy, a device-to-host copy "
-                               "and kernels can all run "
-                               "at once; `gpu-basics transfer` shows what that buys.",
-                               d.copy_engines)});
+  // asyncEngineCount: 2 or more lets both directions and kernels overlap, 1 only a copy beside
+  // kernels, 0 nothing.
+  if (d.copy_engines >= 2)
+    n.push_back({id, fmt::format("- {} copy engines: a host-to-device copy, a device-to-host copy "
+                                 "and kernels can all run at once; `gpu-basics transfer` shows "
+                                 "what that buys.",
+                                 d.copy_engines)});
+  else if (d.copy_engines == 1)
+    n.push_back({id,
+                 "- 1 copy engine: a copy can run beside kernels, but host-to-device and "
+                 "device-to-host copies take turns; `gpu-basics transfer` shows what that "
+                 "costs."});
+  else
+    n.push_back({id, "- No copy engine runs beside kernels here: copies and kernels take turns."});
   const auto link = device_link_bytes_per_s(d);
   if (link)
     n.push_back(

@@ -68,7 +68,15 @@ table access_table(const peer_result& p) {
       1.0, 0);
 }
 
+/// One GPU: every cell is a copy within it, the same with peer access on or off.
+bool one_gpu(const peer_result& p) {
+  return p.devices.size() == 1;
+}
+
 std::vector<table> peer_tables(const peer_result& p) {
+  // With one GPU the peer-access-off matrices repeat the copy within it (it never goes through
+  // the host): a note says so instead (peer_notes).
+  const bool off_tables = !one_gpu(p);
   std::vector<table> out;
   out.push_back(access_table(p));
   out.push_back(figure_matrix(
@@ -76,16 +84,19 @@ std::vector<table> peer_tables(const peer_result& p) {
       fmt::format("Peer copy bandwidth, one direction, peer access on ({} per copy, median)",
                   format_bytes(p.bytes)),
       &peer_pair::uni_peer_on_bytes_per_s, "GB/s", 1e-9, 1));
-  out.push_back(
-      figure_matrix(p, "p2p_bandwidth_peer_off",
-                    "Peer copy bandwidth, one direction, peer access off (staged through the host)",
-                    &peer_pair::uni_peer_off_bytes_per_s, "GB/s", 1e-9, 1));
+  if (off_tables)
+    out.push_back(figure_matrix(
+        p, "p2p_bandwidth_peer_off",
+        "Peer copy bandwidth, one direction, peer access off (between GPUs, staged through the "
+        "host)",
+        &peer_pair::uni_peer_off_bytes_per_s, "GB/s", 1e-9, 1));
   out.push_back(figure_matrix(p, "p2p_bidirectional",
                               "Peer copy bandwidth, both directions at once, peer access on",
                               &peer_pair::bidir_peer_on_bytes_per_s, "GB/s", 1e-9, 1));
-  out.push_back(figure_matrix(p, "p2p_bidirectional_peer_off",
-                              "Peer copy bandwidth, both directions at once, peer access off",
-                              &peer_pair::bidir_peer_off_bytes_per_s, "GB/s", 1e-9, 1));
+  if (off_tables)
+    out.push_back(figure_matrix(p, "p2p_bidirectional_peer_off",
+                                "Peer copy bandwidth, both directions at once, peer access off",
+                                &peer_pair::bidir_peer_off_bytes_per_s, "GB/s", 1e-9, 1));
   out.push_back(figure_matrix(p, "p2p_latency",
                               fmt::format("Peer copy latency ({} copies, back to back, median)",
                                           format_bytes(p.latency_bytes)),
@@ -108,28 +119,35 @@ table nccl_table(const nccl_result& n) {
     t.add_row({*n.unavailable});
     return t;
   }
-  t.title = fmt::format(
-      "NCCL {} collectives on {} rank(s), float32 (median of {}; algbw = bytes / time, busbw as "
-      "nccl-tests)",
-      n.version, n.ranks, n.iterations);
+  // One rank crosses no link: its bus bandwidth is 0 at every size, so the column is left out
+  // and a note says why (nccl_notes).
+  const bool bus = n.ranks != 1;
+  t.title = bus ? fmt::format(
+                      "NCCL {} collectives on {} rank(s), float32 (median of {}; algbw = "
+                      "bytes / time, busbw as nccl-tests)",
+                      n.version, n.ranks, n.iterations)
+                : fmt::format(
+                      "NCCL {} collectives on 1 rank, float32 (median of {}; algbw = "
+                      "bytes / time)",
+                      n.version, n.iterations);
   t.columns = {{"bytes", "size"}};
   for (const auto& k : n.ops) {
     t.columns.push_back({k + "_time_s", k + " (us)", 1e6, 1});
     t.columns.push_back({k + "_alg_bytes_per_s", "algbw GB/s", 1e-9, 2});
-    t.columns.push_back({k + "_bus_bytes_per_s", "busbw GB/s", 1e-9, 2});
+    if (bus) t.columns.push_back({k + "_bus_bytes_per_s", "busbw GB/s", 1e-9, 2});
   }
   for (const auto& s : n.sizes) {
     std::vector<value> row{format_bytes(s.bytes)};
     for (const auto& k : n.ops) {
-      value time, alg, bus;  // null where the collective is missing
+      value time, alg, busbw;  // null where the collective is missing
       if (const auto* f = figure_of(s, k)) {
         time = f->time_s.median;
         alg = f->alg_bytes_per_s;
-        bus = f->bus_bytes_per_s;
+        busbw = f->bus_bytes_per_s;
       }
       row.push_back(std::move(time));
       row.push_back(std::move(alg));
-      row.push_back(std::move(bus));
+      if (bus) row.push_back(std::move(busbw));
     }
     t.add_row(std::move(row));
   }
@@ -169,7 +187,7 @@ std::string diagonal_note(const summary& d, const peer_result& p, const device_f
 
 std::vector<note> peer_notes(const peer_result& p, const device_facts& facts) {
   std::vector<note> n;
-  const bool one = p.devices.size() == 1;
+  const bool one = one_gpu(p);
   n.push_back(
       {"p2p_access",
        one ? "- One GPU visible: every matrix below is one cell, a copy within that GPU. With two "
@@ -187,11 +205,19 @@ std::vector<note> peer_notes(const peer_result& p, const device_facts& facts) {
          fmt::format(
              "- Every sample's destination was zeroed first and checked after: {} verified.",
              format_bytes(*p.verified_bytes))});
-  n.push_back({"p2p_bidirectional",
-               "- Both directions run together, each on its own stream and copy engine; the figure "
-               "is the sum of "
-               "the two concurrent rates. A link that is full duplex shows about twice the one-way "
-               "figure."});
+  if (one)
+    n.push_back({"p2p_bandwidth",
+                 "- With one GPU there is no peer: a copy within the GPU never goes through the "
+                 "host, so with peer access off it is this same copy, and no peer-access-off "
+                 "matrix is shown."});
+  n.push_back(
+      {"p2p_bidirectional",
+       one ? "- Both directions at once within one GPU: two copies run together, each on its own "
+             "stream, and share the GPU's memory; the figure is the sum of the two concurrent "
+             "rates, not the two directions of a link."
+           : "- Both directions run together, each on its own stream and copy engine; the figure "
+             "is the sum of the two concurrent rates. A link that is full duplex shows about "
+             "twice the one-way figure."});
   n.push_back({"p2p_latency",
                "- The time per copy when 100 small copies are queued back to back: the copy "
                "engine's fixed cost "
@@ -217,12 +243,18 @@ std::vector<note> nccl_notes(const nccl_result& r, const device_facts& facts) {
                  "above ran."});
     return n;
   }
-  n.push_back({"nccl",
-               "- algbw is the size over the time. busbw multiplies it by what each link must "
-               "carry for that "
-               "collective (nccl-tests: all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n "
-               "for n ranks), "
-               "so it compares with the link's own bandwidth whatever the number of GPUs."});
+  if (r.ranks == 1)
+    n.push_back({"nccl",
+                 "- With one rank nothing crosses a link, so there is no bus bandwidth to measure "
+                 "(busbw is 0 at every size and is left out): NCCL copies the buffer within the "
+                 "GPU. algbw, the size over the time, shows NCCL's fixed cost per call at the "
+                 "small sizes and the GPU's copy bandwidth at the large ones."});
+  else
+    n.push_back({"nccl",
+                 "- algbw is the size over the time. busbw multiplies it by what each link must "
+                 "carry for that collective (nccl-tests: all-reduce 2(n-1)/n, all-gather and "
+                 "reduce-scatter (n-1)/n for n ranks), so it compares with the link's own "
+                 "bandwidth whatever the number of GPUs."});
   if (facts.device.l2_cache_bytes > 0)
     n.push_back(
         {"nccl", fmt::format("- Where a rank's input and output together fit in the {:.0f} MiB L2 "
@@ -230,12 +262,6 @@ std::vector<note> nccl_notes(const nccl_result& r, const device_facts& facts) {
                              "cache between runs, and that size beats the larger ones; above it "
                              "the rate settles at HBM speed.",
                              static_cast<double>(facts.device.l2_cache_bytes) / 1048576.0)});
-  if (r.ranks == 1)
-    n.push_back({"nccl",
-                 "- With one rank nothing crosses a link (busbw 0): NCCL copies the buffer within "
-                 "the GPU, so the "
-                 "small sizes show NCCL's fixed cost per call and the large ones the GPU's copy "
-                 "bandwidth."});
   if (const auto checked = elements_checked(r))
     n.push_back({"nccl", fmt::format("- Every collective's output was zeroed before each run and "
                                      "checked element by element after the "

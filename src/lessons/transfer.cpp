@@ -403,6 +403,13 @@ void explain_streams(const transfer_result& r, const device_facts& facts, std::v
     both = ratio(bw(*s.bidirectional), bw(s.directions.front().one));
   constexpr const char* kMoved =
       "together they moved {:.2f}x the bytes per second of one H2D stream here";
+  if (engines < 2) {  // one engine serves both directions in turn: the link's duplex is unused
+    n.push_back({id, fmt::format("- PCIe is full duplex, but the GPU has {} copy engine{}: an H2D "
+                                 "and a D2H copy on two streams take turns{}.",
+                                 engines, engines == 1 ? "" : "s",
+                                 both ? ", so " + fmt::format(kMoved, *both) : std::string())});
+    return;
+  }
   const std::string together =
       both ? fmt::format(kMoved, *both)
            : std::string("together they move nearly twice the bytes per second");

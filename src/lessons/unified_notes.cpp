@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -35,7 +37,7 @@ std::vector<note> managed_notes(const managed_result& m, const device_facts& fac
         "warp resumes. That ran at {}; cudaMemPrefetchAsync first moves the whole range in bulk "
         "DMA, {} with the prefetch counted, {}.",
         ut::size(m.bytes), ut::rate(faults->bytes_per_s), ut::rate(prefetch->bytes_per_s),
-        ut::faster_or_slower(prefetch->seconds, faults->seconds));
+        ut::faster_or_slower(prefetch->seconds, faults->seconds, "with faults"));
     if (facts.link_bytes_per_s)
       text +=
           fmt::format(" The PCIe link carries {} per direction at most: the prefetch reached {}.",
@@ -66,7 +68,8 @@ std::vector<note> managed_notes(const managed_result& m, const device_facts& fac
                          "them home one by one, {}; a prefetch to the host first, {} "
                          "({}).",
                          ut::rate(back_faults->bytes_per_s), ut::rate(back_prefetch->bytes_per_s),
-                         ut::faster_or_slower(back_prefetch->seconds, back_faults->seconds))});
+                         ut::faster_or_slower(back_prefetch->seconds, back_faults->seconds,
+                                              "faulting them home"))});
   const bool counted = std::any_of(m.touches.begin(), m.touches.end(),
                                    [](const managed_touch& t) { return t.faults.has_value(); });
   if (!counted) {
@@ -103,11 +106,11 @@ std::vector<note> oversubscription_notes(const oversubscription_result& o) {
     n.push_back(
         {id, fmt::format("- At {:.2f}x the working set stays on the GPU after the untimed pass: "
                          "{} a pass. At {:.2f}x it cannot: every pass evicts pages to the host "
-                         "and faults them back, {} ({:.0f}x slower). Past 1.0x a pass is bound by "
-                         "migration over PCIe in both directions, not by HBM.",
+                         "and faults them back, {} ({:.0f}x slower than at {:.2f}x). Past 1.0x a "
+                         "pass is bound by migration over PCIe in both directions, not by HBM.",
                          fit->ratio, ut::rate(fit->faults_bytes_per_s), over->ratio,
                          ut::rate(over->faults_bytes_per_s),
-                         fit->faults_bytes_per_s / over->faults_bytes_per_s)});
+                         fit->faults_bytes_per_s / over->faults_bytes_per_s, fit->ratio)});
   if (over && over->faults_bytes_per_s > 0)
     n.push_back(
         {id, fmt::format("- Prefetching each {} chunk just before its kernel turns "
@@ -157,15 +160,18 @@ std::vector<note> zero_copy_notes(const zero_copy_result& z) {
                      z.line_bytes, z.sparse_stride, ut::size(sparse->bytes_read), ut::size(z.bytes),
                      ut::duration(sparse->mapped_s), ut::duration(sparse->copy_then_compute_s))});
   if (one && many && sparse) {
+    // Each access under the side that won it, with the winner's lead over the other side.
     std::string mapped_won, copy_won;
     for (const auto* r : {one, many, sparse}) {
+      const bool mapped = r->mapped_s < r->copy_then_compute_s;
       const std::string what =
           fmt::format("{} ({})",
                       r->access == "passes"     ? fmt::format("{} passes", r->passes)
                       : r->access == "one_pass" ? "one pass"
                                                 : "sparse",
-                      ut::faster_or_slower(r->mapped_s, r->copy_then_compute_s));
-      std::string& list = r->mapped_s < r->copy_then_compute_s ? mapped_won : copy_won;
+                      mapped ? ut::faster_or_slower(r->mapped_s, r->copy_then_compute_s, "the copy")
+                             : ut::faster_or_slower(r->copy_then_compute_s, r->mapped_s, "mapped"));
+      std::string& list = mapped ? mapped_won : copy_won;
       list += (list.empty() ? "" : ", ") + what;
     }
     n.push_back({id, fmt::format("- The crossover, mapped against copy-then-compute: mapped won "
@@ -193,6 +199,36 @@ std::vector<note> host_access_notes(const host_access_support& s) {
 
 // ---- ledger ----------------------------------------------------------------------------------
 
+/// "406 MiB against 66 MiB (340 MiB more)": whole MiB as the ledger table prints them, and the
+/// difference of those, so the sentence and the table agree to the MiB.
+std::string against(std::int64_t eager_bytes, std::int64_t lazy_bytes) {
+  const auto e = ut::whole_mib(eager_bytes), l = ut::whole_mib(lazy_bytes);
+  return fmt::format("{} MiB against {} MiB ({} MiB {})", e, l, e >= l ? e - l : l - e,
+                     e >= l ? "more" : "less");
+}
+
+/// EAGER against LAZY from the ledger's own step figures: each step where they differ, then the
+/// whole process.
+std::string module_loading_note(const ledger_probe& lazy, const ledger_probe& eager) {
+  std::string steps;
+  for (const auto& s : lazy.steps) {
+    const auto l = step_delta(lazy, s.step);
+    const auto e = step_delta(eager, s.step);
+    if (!l || !e || ut::whole_mib(*l) == ut::whole_mib(*e)) continue;
+    steps += fmt::format("{}{}, {}", steps.empty() ? "" : "; ", s.label, against(*e, *l));
+  }
+  const auto total_lazy = process_bytes(lazy), total_eager = process_bytes(eager);
+  std::string text =
+      "- CUDA_MODULE_LOADING: EAGER loads every kernel of a module as soon as the module "
+      "loads; LAZY loads each kernel at its first launch (here the first kernel added " +
+      ut::mib(step_delta(lazy, "first_kernel").value_or(0)) + "). ";
+  if (steps.empty())
+    return text + fmt::format("Both took the same at every step: {} in all.", ut::mib(total_lazy));
+  return text +
+         fmt::format("EAGER against LAZY where the steps differ: {}. In all, the process held {}.",
+                     steps, against(total_eager, total_lazy));
+}
+
 std::vector<note> ledger_notes(const ledger_result& l) {
   const std::string id = "ledger";
   std::vector<note> n;
@@ -208,24 +244,14 @@ std::vector<note> ledger_notes(const ledger_result& l) {
                        "before the first CUDA call: the CUDA context alone took {} of device "
                        "memory before anything was allocated (module loading lazy).",
                        ut::mib(ctx))});
-  if (eager) {
-    const auto ectx = step_delta(*eager, "context").value_or(0);
-    const auto lazy_kernel = step_delta(*lazy, "first_kernel").value_or(0);
-    n.push_back(
-        {id,
-         fmt::format("- CUDA_MODULE_LOADING: EAGER loads every kernel of the program at "
-                     "context creation, {} for the context with its modules, against {} "
-                     "lazily ({} {}). LAZY loads a module at its first launch: the first "
-                     "kernel added {}.",
-                     ut::mib(ectx), ut::mib(ctx), ut::mib(ectx >= ctx ? ectx - ctx : ctx - ectx),
-                     ectx >= ctx ? "more" : "less", ut::mib(lazy_kernel))});
-  }
+  if (eager) n.push_back({id, module_loading_note(*lazy, *eager)});
   const auto handle = step_delta(*lazy, "cublaslt_handle").value_or(0);
   const auto gemm = step_delta(*lazy, "first_gemm").value_or(0);
   n.push_back(
-      {id, fmt::format("- cuBLASLt: the handle with its {} workspace added {}; the first "
-                       "GEMM (operands and the library's kernels) {} more.",
-                       ut::size(lazy->cublaslt_workspace_bytes), ut::mib(handle), ut::mib(gemm))});
+      {id,
+       fmt::format("- cuBLASLt, module loading lazy: the handle with its {} workspace added {}; "
+                   "the first GEMM (operands and the library's kernels) {} more.",
+                   ut::size(lazy->cublaslt_workspace_bytes), ut::mib(handle), ut::mib(gemm))});
   const auto total = process_bytes(*lazy);
   const auto reserved = lazy->allocator_reserved_bytes;
   std::int64_t requested = 0;
@@ -259,9 +285,9 @@ belief_row pin_row(const pin_belief& p) {
                       "pageable {}, pinned once {} ({})",
                       ut::size(p.bytes), ut::duration(p.pageable_copy_s),
                       ut::duration(p.pin_then_copy_once_s),
-                      ut::faster_or_slower(p.pin_then_copy_once_s, p.pageable_copy_s), p.repeats,
-                      ut::duration(pageable_n), ut::duration(pinned_n),
-                      ut::faster_or_slower(pinned_n, pageable_n)),
+                      ut::faster_or_slower(p.pin_then_copy_once_s, p.pageable_copy_s, "pageable"),
+                      p.repeats, ut::duration(pageable_n), ut::duration(pinned_n),
+                      ut::faster_or_slower(pinned_n, pageable_n, "pageable")),
           fmt::format("pinning is itself a copy into page-locked memory ({}) after cudaHostAlloc "
                       "({}); the driver's pageable copy already stages through pinned buffers. "
                       "It pays only when the pinned buffer is reused",
@@ -306,7 +332,36 @@ belief_row nvml_row(const nvml_util_belief& u) {
           "reading or writing; memory used is a separate reading"};
 }
 
-belief_row d2d_row(const d2d_belief& b) {
+/// Whether a figure is the course's, within 5% (an L2 of 50 MiB is the course's "50 MB").
+bool is_course_figure(double measured, double course) {
+  return std::abs(measured - course) <= 0.05 * course;
+}
+
+/// "on this NVIDIA H200, L2 and datasheet HBM rate differ from the course's": the measured GPU,
+/// named as the saved run names it, its figures against the course's.
+std::string course_comparison(const d2d_belief& b, const device_facts& facts) {
+  std::vector<std::string> same, differ;
+  (is_course_figure(static_cast<double>(b.l2_bytes), kCourseL2Bytes) ? same : differ)
+      .emplace_back("L2");
+  if (facts.datasheet)
+    (is_course_figure(facts.datasheet->hbm_bytes_per_s, kCourseHbmBytesPerS) ? same : differ)
+        .emplace_back("datasheet HBM rate");
+  const auto join = [](const std::vector<std::string>& v) {
+    return v.size() == 2 ? v[0] + " and " + v[1] : v[0];
+  };
+  const std::string gpu = facts.device.name.empty() ? "this GPU" : "this " + facts.device.name;
+  std::string text = "on " + gpu + ", ";
+  if (differ.empty())
+    text += join(same) + (same.size() > 1 ? " match" : " matches") + " the course's";
+  else if (same.empty())
+    text += join(differ) + (differ.size() > 1 ? " differ" : " differs") + " from the course's";
+  else
+    text += join(same) + " matches the course's, " + join(differ) + " differs";
+  if (!facts.datasheet) text += " (no datasheet known for its HBM)";
+  return text;
+}
+
+belief_row d2d_row(const d2d_belief& b, const device_facts& facts) {
   const auto l2 = l2_plateau(b);
   const auto hbm = hbm_plateau(b);
   std::string measured = fmt::format("L2 {} (device)", ut::size(b.l2_bytes));
@@ -314,9 +369,11 @@ belief_row d2d_row(const d2d_belief& b) {
   if (hbm)
     measured +=
         fmt::format("; from 4x L2 on: {} ({} read + write)", ut::rate(*hbm), ut::rate(2 * *hbm));
-  const std::string why =
-      "sets that fit stay in L2 between passes, larger ones stream from HBM; the H200's figures "
-      "are not the H100's the courses quote (notes below)";
+  // Where the notes print depends on the output (under the tables in text, beside them in HTML):
+  // the cell names the table they belong to, not a direction.
+  const std::string why = "sets that fit stay in L2 between passes, larger ones stream from HBM; " +
+                          course_comparison(b, facts) +
+                          " (the notes of the D2D sweep give the figures)";
   return {fmt::format("\"HBM gives {} and the L2 holds {:.0f} MB\" (course figures, H100's)",
                       ut::rate(kCourseHbmBytesPerS), kCourseL2Bytes / 1e6),
           measured, why};
@@ -343,7 +400,7 @@ std::vector<note> beliefs_notes(const beliefs_result& b, const device_facts& fac
   if (b.d2d) {
     const std::string d2d_id = "d2d_sweep";
     const auto l2 = static_cast<double>(b.d2d->l2_bytes);
-    if (std::abs(l2 - kCourseL2Bytes) > 0.05 * kCourseL2Bytes)
+    if (!is_course_figure(l2, kCourseL2Bytes))
       n.push_back({d2d_id, fmt::format("- Course material quotes an L2 of {:.0f} MB; this device "
                                        "reports {} ({:.1f} MB).",
                                        kCourseL2Bytes / 1e6, ut::size(b.d2d->l2_bytes), l2 / 1e6)});
@@ -364,7 +421,7 @@ std::vector<note> beliefs_notes(const beliefs_result& b, const device_facts& fac
 
 }  // namespace
 
-table beliefs_table(const beliefs_result& b) {
+table beliefs_table(const beliefs_result& b, const device_facts& facts) {
   table t;
   t.id = "beliefs";
   t.title = "Five beliefs, measured";
@@ -374,7 +431,7 @@ table beliefs_table(const beliefs_result& b) {
   if (b.stale_read) rows.push_back(stale_row(*b.stale_read));
   if (b.pool) rows.push_back(pool_row(*b.pool));
   if (b.nvml_util) rows.push_back(nvml_row(*b.nvml_util));
-  if (b.d2d) rows.push_back(d2d_row(*b.d2d));
+  if (b.d2d) rows.push_back(d2d_row(*b.d2d, facts));
   for (auto& r : rows) t.add_row({std::move(r.belief), std::move(r.measured), std::move(r.why)});
   return t;
 }

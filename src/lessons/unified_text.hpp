@@ -29,10 +29,11 @@ inline std::string duration(double s) {
   return fmt::format("{:.1f} s", s);
 }
 
-/// "3.2x faster" / "3.2x slower": a time `a` against a time `b` (both > 0).
-inline std::string faster_or_slower(double a, double b) {
-  if (a <= b) return fmt::format("{:.1f}x faster", b / a);
-  return fmt::format("{:.1f}x slower", a / b);
+/// "3.2x faster than `than`" / "3.2x slower than `than`": a time `a` against a time `b` (both
+/// > 0). The comparison always names what it is against, so it reads one way only.
+inline std::string faster_or_slower(double a, double b, std::string_view than) {
+  if (a <= b) return fmt::format("{:.1f}x faster than {}", b / a, than);
+  return fmt::format("{:.1f}x slower than {}", a / b, than);
 }
 
 /// Bytes as MiB with no decimals: "514 MiB" (signed: a step can give memory back).
@@ -45,6 +46,12 @@ inline std::string size(std::uint64_t bytes) {
   return format_bytes(bytes);
 }
 
+/// Bytes as whole MiB, rounded as mib() prints them: figures compared in a sentence are the ones
+/// a table beside it shows.
+inline std::int64_t whole_mib(std::int64_t bytes) {
+  return static_cast<std::int64_t>(std::nearbyint(static_cast<double>(bytes) * kPerMiB));
+}
+
 /// A percentage of `part` in `whole` with no decimals ("n/a" when whole is 0).
 inline std::string percent(double part, double whole) {
   if (!(whole > 0)) return "n/a";
@@ -54,6 +61,7 @@ inline std::string percent(double part, double whole) {
 }  // namespace gpu_basics::lessons::unified_text
 
 namespace gpu_basics::lessons {
-/// The "belief / what we measured / why" table (unified_notes.cpp, beside the notes it matches).
-[[nodiscard]] presentation::table beliefs_table(const beliefs_result& b);
+/// The "belief / what we measured / why" table (unified_notes.cpp, beside the notes it matches);
+/// its D2D row compares the course's figures with the measured GPU's (`facts`).
+[[nodiscard]] presentation::table beliefs_table(const beliefs_result& b, const device_facts& facts);
 }  // namespace gpu_basics::lessons

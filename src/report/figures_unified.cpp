@@ -161,8 +161,9 @@ figure d2d_figure(const runs_t& runs) {
     l2_line["label"]["yAdjust"] = 0;
     annotate(c.config, "l2", std::move(l2_line));
   }
-  json course = reference_line(lessons::kCourseHbmBytesPerS / 2 / 1e9,
-                               "course (H100): 3.35 TB/s r+w", color(2));
+  json course = reference_line(
+      lessons::kCourseHbmBytesPerS / 2 / 1e9,
+      fmt::format("course (H100): {:.2f} TB/s r+w", lessons::kCourseHbmBytesPerS / 1e12), color(2));
   course["label"]["position"] = "start";  // at the left, under the L2 rates, clear of HBM's
   annotate(c.config, "course", std::move(course));
   return {"unified-d2d",

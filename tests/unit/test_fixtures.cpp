@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -88,19 +89,49 @@ TEST(Fixtures, SchemaOneBaselineShowsTheTablesItSaved) {
   std::map<std::string, nlohmann::json> now;
   for (const auto& rep : render(rec))
     for (const auto& t : rep.tables) now[rep.lesson + "." + t.id] = presentation::to_json(t);
+  // The run had one GPU. Since it was saved, what one GPU cannot measure is left out: the
+  // peer-access-off matrices (the same copy within the GPU) and NCCL's bus bandwidth (one rank
+  // crosses no link); a note says why. Every other table, column and figure is as saved.
+  const std::set<std::string> one_gpu_left_out = {"transfer.p2p_bandwidth_peer_off",
+                                                  "transfer.p2p_bidirectional_peer_off"};
+  const auto bus_column = [](const std::string& key) {
+    return key.size() > 16 && key.substr(key.size() - 16) == "_bus_bytes_per_s";
+  };
   for (const auto& saved : v1["tables"]) {
     const std::string id = saved["id"];
     SCOPED_TRACE(id);
+    if (one_gpu_left_out.count(id)) {
+      EXPECT_FALSE(now.count(id));
+      continue;
+    }
     ASSERT_TRUE(now.count(id));
     const auto& t = now[id];
-    EXPECT_EQ(t["title"], saved["title"]);
-    EXPECT_EQ(t["columns"], saved["columns"]);
+    nlohmann::json columns = nlohmann::json::array();
+    for (const auto& c : saved["columns"])
+      if (id != "transfer.nccl" || !bus_column(c.get<std::string>())) columns.push_back(c);
+    if (id == "transfer.nccl") {
+      EXPECT_LT(columns.size(), saved["columns"].size());
+      EXPECT_EQ(t["title"],
+                "NCCL 2.28.3 collectives on 1 rank, float32 (median of 20; algbw = bytes / time)");
+    } else {
+      EXPECT_EQ(t["title"], saved["title"]);
+    }
+    EXPECT_EQ(t["columns"], columns);
     ASSERT_EQ(t["rows"].size(), saved["rows"].size());
     for (std::size_t r = 0; r < saved["rows"].size(); ++r)
-      for (const auto& [key, value] : saved["rows"][r].items())
+      for (const auto& [key, value] : saved["rows"][r].items()) {
+        if (id == "transfer.nccl" && bus_column(key)) continue;
         EXPECT_TRUE(same_value(t["rows"][r][key], value))
             << "row " << r << " " << key << ": " << t["rows"][r][key] << " vs " << value;
+      }
   }
+  // What is no longer shown is still read: the peer-access-off figures are in the result.
+  for (const auto& [name, j] : rec.results)
+    if (name == "transfer") {
+      const auto t = result_from_json<transfer_result>(j, "transfer");
+      ASSERT_TRUE(t.multi_gpu);
+      EXPECT_TRUE(t.multi_gpu->peer.cells.at(0).at(0).uni_peer_off_bytes_per_s);
+    }
   // And the CLI shows it with exit 0.
   std::string out, err;
   EXPECT_EQ(show(kData + "h200_all_v1.json", &out, &err), cli::exit_ok) << err;

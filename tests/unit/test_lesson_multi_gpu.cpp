@@ -218,9 +218,12 @@ TEST(LessonMultiGpu, NcclNotesFollowRanksL2AndCheckedElements) {
     for (const auto& f : s.ops) checked += *f.verified_elements;
   EXPECT_TRUE(has(text, fmt::format("after the last ({} elements)", checked))) << text;
   EXPECT_TRUE(has(text, "fit in the 60 MiB L2 cache"));
-  EXPECT_TRUE(has(text, "With one rank nothing crosses a link"));
+  EXPECT_TRUE(has(text, "With one rank nothing crosses a link, so there is no bus bandwidth"));
+  EXPECT_FALSE(has(text, "busbw multiplies it"));  // nothing of a link to explain
   r.nccl = collectives(4);
-  EXPECT_FALSE(has(all_text(explain_multi_gpu(r, h200_facts()), "nccl"), "With one rank"));
+  const std::string four = all_text(explain_multi_gpu(r, h200_facts()), "nccl");
+  EXPECT_FALSE(has(four, "With one rank"));
+  EXPECT_TRUE(has(four, "busbw multiplies it"));
   r.nccl->unavailable = "NCCL not found";
   EXPECT_TRUE(has(all_text(explain_multi_gpu(r, h200_facts()), "nccl"), "Without NCCL"));
 }
@@ -234,6 +237,41 @@ TEST(LessonMultiGpu, OneGpuSaysEveryMatrixIsOneCell) {
   const auto notes = explain_multi_gpu(r, h200_facts());
   EXPECT_TRUE(has(all_text(notes, "p2p_access"), "One GPU visible"));
   EXPECT_FALSE(has(all_text(notes, "p2p_bandwidth"), "fastest pair"));
+  // Peer access off is the same copy within the GPU: one line says so, no matrix repeats it.
+  EXPECT_TRUE(has(all_text(notes, "p2p_bandwidth"),
+                  "With one GPU there is no peer: a copy within the GPU never goes through the "
+                  "host"));
+  const std::string both = all_text(notes, "p2p_bidirectional");
+  EXPECT_TRUE(has(both, "within one GPU")) << both;
+  EXPECT_FALSE(has(both, "full duplex")) << both;
+  std::vector<std::string> ids;
+  for (const auto& t : present_multi_gpu(r)) {
+    ids.push_back(t.id);
+    EXPECT_FALSE(has(t.title, "through the host")) << t.title;
+  }
+  EXPECT_EQ(ids, (std::vector<std::string>{"p2p_access", "p2p_bandwidth", "p2p_bidirectional",
+                                           "p2p_latency"}));
+}
+
+TEST(LessonMultiGpu, OneRankShowsNoBusBandwidth) {
+  multi_gpu_result r;
+  r.peer.devices = {0};
+  r.peer.can_access = {{1}};
+  r.peer.cells = {{peer_pair{}}};
+  r.nccl = collectives(1);
+  const auto one_rank = present_multi_gpu(r);
+  const auto& one = table_named(one_rank, "nccl");
+  EXPECT_EQ(one.title,
+            "NCCL 2.27.3 collectives on 1 rank, float32 (median of 17; algbw = bytes / time)");
+  EXPECT_EQ(one.columns.size(), 7u);  // size, then time and algbw per collective
+  for (const auto& c : one.columns) EXPECT_FALSE(has(c.key, "_bus_")) << c.key;
+  EXPECT_DOUBLE_EQ(std::get<double>(one.rows[2][column_of(one, "all_gather_alg_bytes_per_s")]),
+                   r.nccl->sizes[2].ops[1].alg_bytes_per_s);
+  r.nccl = collectives(2);
+  const auto two_ranks = present_multi_gpu(r);
+  const auto& two = table_named(two_ranks, "nccl");
+  EXPECT_EQ(two.columns.size(), 10u);
+  EXPECT_NO_THROW((void)column_of(two, "all_reduce_bus_bytes_per_s"));
 }
 
 TEST(LessonMultiGpu, PresentsTheMatricesAndTheCollectives) {
@@ -256,6 +294,11 @@ TEST(LessonMultiGpu, PresentsTheMatricesAndTheCollectives) {
   EXPECT_DOUBLE_EQ(std::get<double>(bw.rows[1][column_of(bw, "to_gpu_0")]),
                    r.peer.cells[1][0].uni_peer_on_bytes_per_s->median);
   const auto& off = table_named(tables, "p2p_bandwidth_peer_off");
+  EXPECT_EQ(off.title,
+            "Peer copy bandwidth, one direction, peer access off (between GPUs, staged through "
+            "the host)");
+  EXPECT_TRUE(
+      has(all_text(explain_multi_gpu(r, h200_facts()), "p2p_bidirectional"), "full duplex"));
   EXPECT_TRUE(std::holds_alternative<std::monostate>(off.rows[0][column_of(off, "to_gpu_0")]));
   const auto& lat = table_named(tables, "p2p_latency");
   EXPECT_EQ(lat.title, "Peer copy latency (4 KiB copies, back to back, median)");

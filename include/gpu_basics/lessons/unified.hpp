@@ -250,7 +250,8 @@ GPU_BASICS_JSON(unified_result, managed, zero_copy, ledger, beliefs)
 
 // ---- figures the notes and the report share --------------------------------------------------
 
-/// Course figures that differ from the H200's (H100 figures): HBM bytes/s and L2 bytes.
+/// Figures course material quotes (an H100 SXM's datasheet): HBM bytes/s and L2 bytes. The notes
+/// compare them with the measured GPU's.
 inline constexpr double kCourseHbmBytesPerS = 3.35e12;
 inline constexpr double kCourseL2Bytes = 50e6;
 
@@ -273,8 +274,9 @@ inline constexpr double kCourseL2Bytes = 50e6;
 /// Notes for every table present, each with figures from the result.
 [[nodiscard]] std::vector<note> explain_unified(const unified_result& r, const device_facts& facts);
 /// "managed", "oversubscription", "zero_copy", "host_access", "ledger", "beliefs", "d2d_sweep";
-/// a part that is nullopt gives no table.
-[[nodiscard]] std::vector<presentation::table> present_unified(const unified_result& r);
+/// a part that is nullopt gives no table. `facts` name the measured GPU in the beliefs table.
+[[nodiscard]] std::vector<presentation::table> present_unified(const unified_result& r,
+                                                               const device_facts& facts);
 
 /// The registry's entry.
 [[nodiscard]] lesson unified_lesson();
