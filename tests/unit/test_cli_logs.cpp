@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -134,7 +135,7 @@ TEST(Logs, TheCsvFilesOfARunAreOneLine) {
             "wrote 2 CSV files: x.*.tsv in /tmp/r");
   EXPECT_EQ(cli::csv_written_line({"results/one.csv"}), "wrote results/one.csv");
 
-  // Through `show`: 25 files written (h200_all.json's tables), one line logged.
+  // Through `show`: one file per table of h200_all.json (more than one), one line logged.
   const auto dir = std::filesystem::path(::testing::TempDir()) / "logs_csv";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
@@ -152,9 +153,9 @@ TEST(Logs, TheCsvFilesOfARunAreOneLine) {
   std::size_t csv_files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir))
     csv_files += e.path().extension() == ".csv" ? 1 : 0;
-  EXPECT_EQ(csv_files, 25u);
+  EXPECT_GT(csv_files, 1u);
   EXPECT_EQ(without_ansi(slurp(log)),
-            "[info] wrote 25 CSV files: all.*.csv in " + dir.string() + "\n");
+            fmt::format("[info] wrote {} CSV files: all.*.csv in {}\n", csv_files, dir.string()));
 }
 
 TEST(Logs, ProgressLinesForACapturedStderrComeAtMostOnceASecond) {
