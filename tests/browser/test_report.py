@@ -9,6 +9,8 @@ Makes a report from committed results with `gpu-basics report`, opens it and fai
   - a chart whose series drew no element, whose canvas stayed blank, or whose title or axis
     titles are missing;
   - a chart whose tooltip shows no value when the mouse is over a point;
+  - a layout fault: a table cell whose text runs over the next column, a table cut off at the
+    page's edge instead of scrolling in its own box, or two chart labels drawn over each other;
   - a failure after switching to the dark colour scheme, or a PDF print without the charts.
 It writes screenshots (light and dark, the whole page and each figure) to --out.
 
@@ -92,6 +94,49 @@ TOOLTIP = r"""
   if (!t || !t.getActiveElements().length) return null;
   return (t.body || []).flatMap(b => b.lines).join(' | ');
 })
+"""
+
+LAYOUT = r"""
+(() => {
+  const out = [];
+  const name = (el) => (el.closest('table') && el.closest('table').querySelector('caption')
+      ? el.closest('table').querySelector('caption').textContent.trim().slice(0, 60) : 'table');
+  for (const cell of document.querySelectorAll('td, th')) {
+    if (cell.scrollWidth > cell.clientWidth + 1) {
+      out.push(name(cell) + ': cell text runs over the next column (' + cell.scrollWidth +
+               ' px in ' + cell.clientWidth + ' px): ' + cell.textContent.slice(0, 60));
+      if (out.length > 5) return out;
+    }
+  }
+  const edge = document.documentElement.clientWidth;
+  for (const table of document.querySelectorAll('table')) {
+    const r = table.getBoundingClientRect();
+    if (r.width === 0) continue;
+    let box = table.parentElement;
+    while (box && box !== document.body && !['auto', 'scroll'].includes(getComputedStyle(box).overflowX))
+      box = box.parentElement;
+    const scrolls = box && box !== document.body;
+    if (!scrolls && r.right > edge + 1)
+      out.push(name(table) + ': cut off at the page edge (' + Math.round(r.right) + ' px of ' + edge + ')');
+    if (scrolls && box.getBoundingClientRect().right > edge + 1)
+      out.push(name(table) + ': its scrolling box runs past the page edge');
+  }
+  const plugin = Chart.registry.getPlugin('annotation');
+  for (const canvas of document.querySelectorAll('canvas[data-chart]')) {
+    const chart = Chart.getChart(canvas);
+    if (!chart || !plugin) continue;
+    const boxes = plugin.getAnnotations(chart).flatMap(a => a.elements || [])
+        .filter(l => l.options && l.options.display !== false && l.width > 0);
+    for (let i = 0; i < boxes.length; i++)
+      for (let j = i + 1; j < boxes.length; j++) {
+        const a = boxes[i], b = boxes[j];
+        if (a.x < b.x2 && b.x < a.x2 && a.y < b.y2 && b.y < a.y2)
+          out.push(canvas.dataset.chart + ': labels drawn over each other (' +
+                   [a, b].map(l => [l.x, l.y, l.x2, l.y2].map(Math.round).join(',')).join(' and ') + ')');
+      }
+  }
+  return out;
+})()
 """
 
 
@@ -285,6 +330,7 @@ def main():
 
         inventory = browser.evaluate(INVENTORY)
         check_inventory(inventory, expected, failures)
+        failures += ["layout: " + f for f in browser.evaluate(LAYOUT)]
         hovered = 0
         for c in inventory:
             if not c["drawn"]:
