@@ -84,6 +84,9 @@ chart nvml_chart(const runs_t& runs, const std::string& metric, const std::strin
                  {{"display", true},
                   {"content", m.precision},
                   {"position", {{"x", "center"}, {"y", "start"}}},
+                  // Short phases stand close: their labels take three rows in turn, so that
+                  // neighbours' labels are not drawn over each other.
+                  {"yAdjust", 26 * static_cast<int>(k % 3)},
                   {"font", {{"size", 10}}},
                   {"color", color(k + 2)}}}});
       ++k;
