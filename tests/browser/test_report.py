@@ -40,7 +40,8 @@ INVENTORY = r"""
       const area = chart.chartArea;
       r.title = chart.options.plugins.title.text || '';
       r.axes = Object.values(chart.scales).filter(s => s.options.display !== false)
-          .map(s => ({id: s.id, title: s.options.title && s.options.title.display ? s.options.title.text : ''}));
+          .map(s => ({id: s.id, title: s.options.title && s.options.title.display ? s.options.title.text : '',
+                      unit: (chart.config.options.scales[s.id] || {}).gbUnit || ''}));
       r.series = chart.data.datasets.map((d, i) => {
         const meta = chart.getDatasetMeta(i);
         const inside = meta.data.filter(el => {
@@ -168,6 +169,11 @@ def check_inventory(inventory, expected, failures):
         for a in c["axes"]:
             if not a["title"]:
                 failures.append(f"{c['id']}: axis {a['id']} has no title")
+            symbol = {"seconds": "s", "x": "\u00d7"}.get(a["unit"], a["unit"])
+            if symbol and not re.search(r"(^|[ (])" + re.escape(symbol) + r"($|[ ),])",
+                                        a["title"]):
+                failures.append(f"{c['id']}: axis {a['id']} title {a['title']!r} does not name "
+                                f"its unit ({symbol})")
 
 
 def problems_in(events, page_url):
