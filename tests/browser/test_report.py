@@ -41,7 +41,8 @@ INVENTORY = r"""
       r.title = chart.options.plugins.title.text || '';
       r.axes = Object.values(chart.scales).filter(s => s.options.display !== false)
           .map(s => ({id: s.id, title: s.options.title && s.options.title.display ? s.options.title.text : '',
-                      unit: (chart.config.options.scales[s.id] || {}).gbUnit || ''}));
+                      unit: (chart.config.options.scales[s.id] || {}).gbUnit || '', type: s.type,
+                      ticks: s.ticks.map(t => String(t.label))}));
       r.series = chart.data.datasets.map((d, i) => {
         const meta = chart.getDatasetMeta(i);
         const inside = meta.data.filter(el => {
@@ -169,6 +170,10 @@ def check_inventory(inventory, expected, failures):
         for a in c["axes"]:
             if not a["title"]:
                 failures.append(f"{c['id']}: axis {a['id']} has no title")
+            if a["unit"] == "bytes" and a["type"] == "linear":
+                odd = [t for t in a["ticks"] if not re.fullmatch(r"-?\d+ (B|KiB|MiB|GiB|TiB)", t)]
+                if odd:
+                    failures.append(f"{c['id']}: axis {a['id']} ticks at odd values {odd[:4]}")
             symbol = {"seconds": "s", "x": "\u00d7"}.get(a["unit"], a["unit"])
             if symbol and not re.search(r"(^|[ (])" + re.escape(symbol) + r"($|[ ),])",
                                         a["title"]):
