@@ -50,7 +50,12 @@ INVENTORY = r"""
           return Number.isFinite(p.x) && Number.isFinite(p.y) &&
                  p.x >= area.left - 1 && p.x <= area.right + 1 && p.y >= area.top - 1 && p.y <= area.bottom + 1;
         }).length;
-        return {label: d.label, elements: meta.data.length, inside};
+        const xs = chart.scales.x;
+        const overTime = xs && xs.type === 'linear' &&
+            (chart.config.options.scales.x || {}).gbUnit === 'seconds';
+        const joined = meta.type === 'line' && d.showLine !== false && !d.stepped;
+        return {label: d.label, elements: meta.data.length, inside,
+                sparseLine: overTime && joined && meta.data.length > 1 && meta.data.length < 12};
       });
       // Read the pixels through a copy: reading the chart's own canvas back would make the page
       // log a performance warning of the test's making.
@@ -161,6 +166,9 @@ def check_inventory(inventory, expected, failures):
         if want is not None and len(c["series"]) != want:
             failures.append(f"{c['id']}: {len(c['series'])} series, expected {want}")
         for s in c["series"]:
+            if s.get("sparseLine"):
+                failures.append(f"{c['id']}: series '{s['label']}' joins {s['elements']} samples "
+                                "with straight lines (draw points or steps)")
             if s["inside"] == 0:
                 failures.append(f"{c['id']}: series '{s['label']}' drew nothing inside the chart")
         if c["inked"] < 0.01:
