@@ -83,11 +83,29 @@ chart usage_chart(const advice& a) {
                     {"pointRadius", 7},
                     {"borderWidth", 2}});
   }
-  for (std::size_t k = 0; k < a.fit_limits.size(); ++k)
-    detail::annotate(
-        c.config, fmt::format("fit{}", k),
-        detail::reference_line(static_cast<double>(a.fit_limits[k]),
-                               fmt::format("--fit {}", a.fit_label(k)), detail::color(4)));
+  // Each limit's label sits above its line at the right end; a limit close below the previous
+  // one (within a label's height, about 8% of the axis) moves its label a quarter of the width
+  // to the left, so that labels of close limits stand side by side instead of over each other.
+  double top = 0;
+  for (const auto* d : shown)
+    for (const auto r : d->curve.reserved) top = std::max(top, static_cast<double>(r));
+  for (const auto l : a.fit_limits) top = std::max(top, static_cast<double>(l));
+  std::vector<std::size_t> order(a.fit_limits.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t l, std::size_t r) { return a.fit_limits[l] > a.fit_limits[r]; });
+  std::size_t slot = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const std::size_t k = order[i];
+    const auto limit = static_cast<double>(a.fit_limits[k]);
+    const bool close =
+        i > 0 && static_cast<double>(a.fit_limits[order[i - 1]]) - limit < 0.08 * top * 1.1;
+    slot = close ? slot + 1 : 0;
+    json line =
+        detail::reference_line(limit, fmt::format("--fit {}", a.fit_label(k)), detail::color(4));
+    line["label"]["position"] = fmt::format("{}%", 100 - 25 * (slot % 4));
+    detail::annotate(c.config, fmt::format("fit{}", k), std::move(line));
+  }
   return c;
 }
 

@@ -26,10 +26,36 @@ std::string series_name(const std::string& label, const std::string& name) {
   return label.empty() ? name : label + ": " + name;
 }
 
+std::string unit_symbol(const std::string& unit) {
+  if (unit == "seconds") return "s";
+  if (unit == "x") return "\u00d7";
+  return unit;
+}
+
+std::string titled_with_unit(const std::string& title, const std::string& unit) {
+  // A title that names its unit already ("bandwidth (GB/s)") is kept; one with a parenthesis of
+  // its own ("time (log scale)") takes the unit first inside it; any other, the unit after it.
+  const std::string symbol = unit_symbol(unit);
+  if (symbol.empty()) return title;
+  for (auto at = title.find(symbol); at != std::string::npos; at = title.find(symbol, at + 1)) {
+    const std::size_t end = at + symbol.size();
+    const bool starts = at == 0 || title[at - 1] == ' ' || title[at - 1] == '(';
+    const bool ends =
+        end == title.size() || title[end] == ' ' || title[end] == ')' || title[end] == ',';
+    if (starts && ends) return title;  // a word of the title already
+  }
+  const auto open = title.rfind('(');
+  if (open != std::string::npos && title.ends_with(")"))
+    return title.substr(0, open + 1) + symbol + ", " + title.substr(open + 1);
+  return title + " (" + symbol + ")";
+}
+
 json axis(const std::string& title, const std::string& unit, bool log) {
   // No unit: the axis names categories (bars' labels, heatmap rows, Gantt lanes).
   const char* type = unit.empty() ? "category" : (log ? "logarithmic" : "linear");
-  json a = {{"type", type}, {"title", {{"display", true}, {"text", title}}}, {"gbUnit", unit}};
+  json a = {{"type", type},
+            {"title", {{"display", true}, {"text", titled_with_unit(title, unit)}}},
+            {"gbUnit", unit}};
   return a;
 }
 

@@ -80,6 +80,8 @@ std::vector<run_result<Result>> results_of(const std::vector<run_input>& runs,
 /// The name of a series in run `label`'s colours: "label: name", or `name` alone.
 [[nodiscard]] std::string series_name(const std::string& label, const std::string& name);
 
+/// `title` naming `unit` ("s" for "seconds", "\u00d7" for "x"), unless it does already.
+[[nodiscard]] std::string titled_with_unit(const std::string& title, const std::string& unit);
 /// An axis: title (with its unit), the unit the page formats ticks and tooltips with ("bytes",
 /// "seconds", or a suffix such as "GB/s"), linear or logarithmic; without a unit, categories.
 [[nodiscard]] json axis(const std::string& title, const std::string& unit, bool log = false);

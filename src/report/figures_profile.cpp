@@ -67,7 +67,11 @@ chart nvml_chart(const runs_t& runs, const std::string& metric, const std::strin
       for (std::size_t i = 0; i < s.time_s.size() && i < s.values.size(); ++i)
         xy.emplace_back(s.time_s[i], s.values[i]);
       auto ds = line_dataset(series_name(rr.label, title), color(rr.index), rr.index, xy);
-      ds["pointRadius"] = 0;
+      // Steps, not slopes that invent values between samples: each value is drawn over the
+      // interval up to its sample (NVML's power and utilization are averages over its last
+      // sample period); few samples are marked as points as well.
+      ds["stepped"] = "after";
+      ds["pointRadius"] = xy.size() < 40 ? 3 : 0;
       c.config["data"]["datasets"].push_back(std::move(ds));
     }
     if (rr.index != runs.front().index) continue;  // phases of the first run only: boxes overlap
@@ -84,6 +88,9 @@ chart nvml_chart(const runs_t& runs, const std::string& metric, const std::strin
                  {{"display", true},
                   {"content", m.precision},
                   {"position", {{"x", "center"}, {"y", "start"}}},
+                  // Short phases stand close: their labels take three rows in turn, so that
+                  // neighbours' labels are not drawn over each other.
+                  {"yAdjust", 26 * static_cast<int>(k % 3)},
                   {"font", {{"size", 10}}},
                   {"color", color(k + 2)}}}});
       ++k;

@@ -62,6 +62,24 @@ std::string note_html(std::string_view note) {
   return out;
 }
 
+namespace {
+/// Escaped text with a line-break opportunity after each comma and semicolon, where a long value
+/// with no space (a list of settings) wraps before the browser has to break inside a word.
+std::string break_after_separators(const std::string& escaped) {
+  std::string out;
+  out.reserve(escaped.size() + escaped.size() / 8);
+  for (std::size_t i = 0; i < escaped.size(); ++i) {
+    out += escaped[i];
+    // ';' ends an entity (&amp;) as well: no break inside one.
+    const bool entity_end = escaped[i] == ';' && escaped.rfind('&', i) != std::string::npos &&
+                            i - escaped.rfind('&', i) <= 6;
+    if ((escaped[i] == ',' || (escaped[i] == ';' && !entity_end)) && i + 1 < escaped.size())
+      out += "<wbr>";
+  }
+  return out;
+}
+}  // namespace
+
 std::string table_html(const presentation::table& t, const std::string& run_label) {
   std::string h = "<div class=\"table-wrap\"><table>\n<caption>";
   if (!run_label.empty()) h += "<span class=\"run\">" + escape(run_label) + "</span> ";
@@ -77,7 +95,9 @@ std::string table_html(const presentation::table& t, const std::string& run_labe
       const bool prose =
           std::holds_alternative<std::string>(row[i]) && std::get<std::string>(row[i]).size() > 60;
       h += number ? "<td class=\"num\">" : (prose ? "<td class=\"prose\">" : "<td>");
-      h += escape(presentation::render_cell(row[i], t.columns[i])) + "</td>";
+      const std::string text = escape(presentation::render_cell(row[i], t.columns[i]));
+      h += prose ? break_after_separators(text) : text;
+      h += "</td>";
     }
     h += "</tr>\n";
   }

@@ -9,6 +9,8 @@ Makes a report from committed results with `gpu-basics report`, opens it and fai
   - a chart whose series drew no element, whose canvas stayed blank, or whose title or axis
     titles are missing;
   - a chart whose tooltip shows no value when the mouse is over a point;
+  - a layout fault: a table cell whose text runs over the next column, a table cut off at the
+    page's edge instead of scrolling in its own box, or two chart labels drawn over each other;
   - a failure after switching to the dark colour scheme, or a PDF print without the charts.
 It writes screenshots (light and dark, the whole page and each figure) to --out.
 
@@ -38,7 +40,9 @@ INVENTORY = r"""
       const area = chart.chartArea;
       r.title = chart.options.plugins.title.text || '';
       r.axes = Object.values(chart.scales).filter(s => s.options.display !== false)
-          .map(s => ({id: s.id, title: s.options.title && s.options.title.display ? s.options.title.text : ''}));
+          .map(s => ({id: s.id, title: s.options.title && s.options.title.display ? s.options.title.text : '',
+                      unit: (chart.config.options.scales[s.id] || {}).gbUnit || '', type: s.type,
+                      ticks: s.ticks.map(t => String(t.label))}));
       r.series = chart.data.datasets.map((d, i) => {
         const meta = chart.getDatasetMeta(i);
         const inside = meta.data.filter(el => {
@@ -46,7 +50,12 @@ INVENTORY = r"""
           return Number.isFinite(p.x) && Number.isFinite(p.y) &&
                  p.x >= area.left - 1 && p.x <= area.right + 1 && p.y >= area.top - 1 && p.y <= area.bottom + 1;
         }).length;
-        return {label: d.label, elements: meta.data.length, inside};
+        const xs = chart.scales.x;
+        const overTime = xs && xs.type === 'linear' &&
+            (chart.config.options.scales.x || {}).gbUnit === 'seconds';
+        const joined = meta.type === 'line' && d.showLine !== false && !d.stepped;
+        return {label: d.label, elements: meta.data.length, inside,
+                sparseLine: overTime && joined && meta.data.length > 1 && meta.data.length < 12};
       });
       // Read the pixels through a copy: reading the chart's own canvas back would make the page
       // log a performance warning of the test's making.
@@ -94,6 +103,49 @@ TOOLTIP = r"""
 })
 """
 
+LAYOUT = r"""
+(() => {
+  const out = [];
+  const name = (el) => (el.closest('table') && el.closest('table').querySelector('caption')
+      ? el.closest('table').querySelector('caption').textContent.trim().slice(0, 60) : 'table');
+  for (const cell of document.querySelectorAll('td, th')) {
+    if (cell.scrollWidth > cell.clientWidth + 1) {
+      out.push(name(cell) + ': cell text runs over the next column (' + cell.scrollWidth +
+               ' px in ' + cell.clientWidth + ' px): ' + cell.textContent.slice(0, 60));
+      if (out.length > 5) return out;
+    }
+  }
+  const edge = document.documentElement.clientWidth;
+  for (const table of document.querySelectorAll('table')) {
+    const r = table.getBoundingClientRect();
+    if (r.width === 0) continue;
+    let box = table.parentElement;
+    while (box && box !== document.body && !['auto', 'scroll'].includes(getComputedStyle(box).overflowX))
+      box = box.parentElement;
+    const scrolls = box && box !== document.body;
+    if (!scrolls && r.right > edge + 1)
+      out.push(name(table) + ': cut off at the page edge (' + Math.round(r.right) + ' px of ' + edge + ')');
+    if (scrolls && box.getBoundingClientRect().right > edge + 1)
+      out.push(name(table) + ': its scrolling box runs past the page edge');
+  }
+  const plugin = Chart.registry.getPlugin('annotation');
+  for (const canvas of document.querySelectorAll('canvas[data-chart]')) {
+    const chart = Chart.getChart(canvas);
+    if (!chart || !plugin) continue;
+    const boxes = plugin.getAnnotations(chart).flatMap(a => a.elements || [])
+        .filter(l => l.options && l.options.display !== false && l.width > 0);
+    for (let i = 0; i < boxes.length; i++)
+      for (let j = i + 1; j < boxes.length; j++) {
+        const a = boxes[i], b = boxes[j];
+        if (a.x < b.x2 && b.x < a.x2 && a.y < b.y2 && b.y < a.y2)
+          out.push(canvas.dataset.chart + ': labels drawn over each other (' +
+                   [a, b].map(l => [l.x, l.y, l.x2, l.y2].map(Math.round).join(',')).join(' and ') + ')');
+      }
+  }
+  return out;
+})()
+"""
+
 
 def find_chromium():
     for name in (os.environ.get("CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
@@ -114,6 +166,9 @@ def check_inventory(inventory, expected, failures):
         if want is not None and len(c["series"]) != want:
             failures.append(f"{c['id']}: {len(c['series'])} series, expected {want}")
         for s in c["series"]:
+            if s.get("sparseLine"):
+                failures.append(f"{c['id']}: series '{s['label']}' joins {s['elements']} samples "
+                                "with straight lines (draw points or steps)")
             if s["inside"] == 0:
                 failures.append(f"{c['id']}: series '{s['label']}' drew nothing inside the chart")
         if c["inked"] < 0.01:
@@ -123,6 +178,15 @@ def check_inventory(inventory, expected, failures):
         for a in c["axes"]:
             if not a["title"]:
                 failures.append(f"{c['id']}: axis {a['id']} has no title")
+            if a["unit"] == "bytes" and a["type"] == "linear":
+                odd = [t for t in a["ticks"] if not re.fullmatch(r"-?\d+ (B|KiB|MiB|GiB|TiB)", t)]
+                if odd:
+                    failures.append(f"{c['id']}: axis {a['id']} ticks at odd values {odd[:4]}")
+            symbol = {"seconds": "s", "x": "\u00d7"}.get(a["unit"], a["unit"])
+            if symbol and not re.search(r"(^|[ (])" + re.escape(symbol) + r"($|[ ),])",
+                                        a["title"]):
+                failures.append(f"{c['id']}: axis {a['id']} title {a['title']!r} does not name "
+                                f"its unit ({symbol})")
 
 
 def problems_in(events, page_url):
@@ -285,6 +349,7 @@ def main():
 
         inventory = browser.evaluate(INVENTORY)
         check_inventory(inventory, expected, failures)
+        failures += ["layout: " + f for f in browser.evaluate(LAYOUT)]
         hovered = 0
         for c in inventory:
             if not c["drawn"]:

@@ -60,6 +60,41 @@
               : '',
         });
       }
+    } else if (unit === 'bytes') {
+      // Round ticks: whole multiples of 1, 2 or 5 times a power of ten of one binary unit (0,
+      // 50, 100 MiB), every label in that unit, the axis' ends moved out to ticks.
+      const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+      const plan = (min, max) => {
+        const span = Math.max(max - min, 1);
+        let k = Math.min(UNITS.length - 1, Math.floor(Math.log(Math.max(Math.abs(min), Math.abs(max), 1)) / Math.log(1024)));
+        let step = 0;
+        for (; k >= 0; k -= 1) {
+          const rough = span / 1024 ** k / 6;
+          const p10 = 10 ** Math.floor(Math.log10(rough));
+          step = [1, 2, 5, 10].map((m) => m * p10).find((s) => s >= rough);
+          if (step >= 1 || k === 0) break;
+        }
+        step = Math.max(step, 1);
+        return { k, size: step * 1024 ** k };
+      };
+      scale.afterDataLimits = (axis) => {
+        const { size } = plan(axis.min, axis.max);
+        axis.min = Math.floor(axis.min / size) * size;
+        axis.max = Math.ceil(axis.max / size) * size;
+      };
+      scale.afterBuildTicks = (axis) => {
+        const { k, size } = plan(axis.min, axis.max);
+        const ticks = [];
+        for (let v = Math.ceil(axis.min / size) * size; v <= axis.max + size * 1e-9; v += size) ticks.push({ value: v });
+        axis.ticks = ticks;
+        axis.gbTickUnit = k;
+      };
+      scale.ticks = Object.assign({}, scale.ticks, {
+        callback(v) {
+          const k = this.gbTickUnit;
+          return k === undefined ? format(v) : Math.round(v / 1024 ** k).toString() + ' ' + UNITS[k];
+        },
+      });
     } else {
       scale.ticks = Object.assign({}, scale.ticks, { callback: (v) => format(v) });
     }
