@@ -17,30 +17,10 @@ namespace {
 
 using gpu_basics::replay_event;
 
-/// A snapshot of `trace`'s events (frees as free_requested).
-gpu_basics::torch_snapshot snapshot_of(const std::vector<replay_event>& trace) {
-  gpu_basics::torch_snapshot out;
-  out.device_traces.emplace_back();
-  std::map<std::uint64_t, std::size_t> live;
-  for (const replay_event& e : trace) {
-    gpu_basics::torch_trace_event t;
-    t.addr = e.id;
-    t.stream = static_cast<std::int64_t>(e.stream);
-    if (e.kind == replay_event::op::alloc) {
-      t.action = gpu_basics::torch_action::alloc;
-      t.size = live[e.id] = e.bytes;
-    } else {
-      t.action = gpu_basics::torch_action::free_requested;
-      t.size = live[e.id];
-    }
-    out.device_traces.back().push_back(t);
-  }
-  return out;
-}
-
 /// The synthetic transformer trace of replay.hpp, as a snapshot's device trace.
 const gpu_basics::torch_snapshot& snapshot() {
-  static const gpu_basics::torch_snapshot s = snapshot_of(gpu_basics::transformer_trace(220));
+  static const gpu_basics::torch_snapshot s =
+      gpu_basics::torch_snapshot_of(gpu_basics::transformer_trace(220));
   return s;
 }
 
@@ -74,7 +54,8 @@ void BM_ReplaySweep(benchmark::State& state) {
 }
 
 const gpu_basics::torch_snapshot& random_1m() {
-  static const gpu_basics::torch_snapshot s = snapshot_of(gpu_basics::mixed_trace(1000000, 5));
+  static const gpu_basics::torch_snapshot s =
+      gpu_basics::torch_snapshot_of(gpu_basics::mixed_trace(1000000, 5));
   return s;
 }
 
@@ -99,7 +80,7 @@ gpu_basics::torch_snapshot streams(std::size_t n) {
   std::vector<replay_event> t;
   for (std::size_t i = 0; i < n; ++i) t.push_back({replay_event::op::alloc, i + 1, 1 << 20, i + 1});
   for (std::size_t i = 0; i < n; ++i) t.push_back({replay_event::op::free, i + 1, 0, i + 1});
-  return snapshot_of(t);
+  return gpu_basics::torch_snapshot_of(t);
 }
 
 void BM_ReplayManyStreams(benchmark::State& state) {

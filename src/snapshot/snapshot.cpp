@@ -577,6 +577,30 @@ torch_snapshot read_torch_snapshot(const std::string& path) {
   return s;
 }
 
+torch_snapshot torch_snapshot_of(const std::vector<replay_event>& trace) {
+  torch_snapshot s;
+  auto& out = s.device_traces.emplace_back();
+  out.reserve(trace.size());
+  std::unordered_map<std::uint64_t, replay_event> live;
+  for (const replay_event& e : trace) {
+    torch_trace_event t;
+    t.addr = e.id;
+    t.stream = static_cast<std::int64_t>(e.stream);
+    if (e.kind == replay_event::op::alloc) {
+      t.action = torch_action::alloc;
+      t.size = e.bytes;
+      live[e.id] = e;
+    } else {
+      const replay_event& a = live[e.id];
+      t.action = torch_action::free_requested;
+      t.size = a.bytes;
+      t.stream = static_cast<std::int64_t>(a.stream);
+    }
+    out.push_back(t);
+  }
+  return s;
+}
+
 std::vector<replay_event> to_replay_trace(const torch_snapshot& s, int device,
                                           std::size_t* rebuilt) {
   std::vector<replay_event> head, body;

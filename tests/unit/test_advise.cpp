@@ -51,29 +51,6 @@ held_trace held(std::vector<ev> events) {
   return held_trace(std::move(events));
 }
 
-/// A snapshot of one device whose trace is `events` (ids as addresses).
-gb::torch_snapshot snapshot_of(const std::vector<ev>& events) {
-  gb::torch_snapshot s;
-  s.device_traces.emplace_back();
-  std::map<std::uint64_t, ev> live;
-  for (const ev& e : events) {
-    gb::torch_trace_event t;
-    t.addr = e.id;
-    t.stream = static_cast<std::int64_t>(e.stream);
-    if (e.kind == ev::op::alloc) {
-      t.action = gb::torch_action::alloc;
-      t.size = e.bytes;
-      live[e.id] = e;
-    } else {
-      t.action = gb::torch_action::free_requested;
-      t.size = live[e.id].bytes;
-      t.stream = static_cast<std::int64_t>(live[e.id].stream);
-    }
-    s.device_traces.back().push_back(t);
-  }
-  return s;
-}
-
 /// One buffer that grows: 21, 23, ... 61 MiB, each allocated then freed. No cached block ever
 /// serves the next (larger) request, so the defaults reserve every size: 22 + 24 + ... + 62 MiB.
 /// An expandable segment grows its one range instead, mapping 20 MiB at a time as PyTorch maps
@@ -100,8 +77,8 @@ std::size_t sum_of_parts(const gb::stranded_split& s) {
 
 TEST(Advise, GrowingBufferRecommendsExpandableSegments) {
   const auto trace = growing_buffer();
-  const auto a =
-      gb::advise_snapshot(snapshot_of(trace), "growing", 0, gb::advise_policies({}), {}, 2);
+  const auto a = gb::advise_snapshot(gb::torch_snapshot_of(trace), "growing", 0,
+                                     gb::advise_policies({}), {}, 2);
   std::size_t defaults_peak = 0;
   for (std::size_t mib = 22; mib <= 62; mib += 2) defaults_peak += mib * MiB;
   ASSERT_TRUE(a.policies[0].result);
@@ -124,8 +101,8 @@ TEST(Advise, GrowingBufferRecommendsExpandableSegments) {
 TEST(Advise, FitPicksTheSimplestPolicyThatFits) {
   const auto trace = growing_buffer();
   // 100 MiB: the defaults fit (the cache is freed at the limit); 40 MiB: nothing (live 61 MiB).
-  const auto a = gb::advise_snapshot(snapshot_of(trace), "growing", 0, gb::advise_policies({}),
-                                     {100 * MiB, 40 * MiB}, 2);
+  const auto a = gb::advise_snapshot(gb::torch_snapshot_of(trace), "growing", 0,
+                                     gb::advise_policies({}), {100 * MiB, 40 * MiB}, 2);
   ASSERT_EQ(a.fit_choice.size(), 2u);
   ASSERT_TRUE(a.fit_choice[0]);
   EXPECT_EQ(*a.fit_choice[0], 0u);  // the defaults: no key set
@@ -155,12 +132,12 @@ TEST(Advise, FitPicksTheSimplestPolicyThatFits) {
   EXPECT_EQ(lines.gbt, "");
   // With the device's memory, a number; the same advice with a limit the bare peak is under
   // needs none.
-  const auto b = gb::advise_snapshot(snapshot_of(trace), "growing", 0,
+  const auto b = gb::advise_snapshot(gb::torch_snapshot_of(trace), "growing", 0,
                                      gb::advise_policies({}, true, GiB), {100 * MiB}, 2, GiB);
   EXPECT_EQ(gb::lines_of(b).torch,
             "export PYTORCH_CUDA_ALLOC_CONF=per_process_memory_fraction:0.097658");
   EXPECT_EQ(gb::lines_of(b).gbt, "gbt.use(conf=\"per_process_memory_fraction:0.097658\")");
-  const auto c = gb::advise_snapshot(snapshot_of(trace), "growing", 0,
+  const auto c = gb::advise_snapshot(gb::torch_snapshot_of(trace), "growing", 0,
                                      gb::advise_policies({}, true), {2 * GiB}, 2);
   EXPECT_FALSE(c.line_limit);
   EXPECT_EQ(gb::lines_of(c).torch, gb::torch_env_line(""));  // the defaults fit, as they run
@@ -260,7 +237,8 @@ TEST(Advise, SmallestLimitCoversEveryPlacementOfSegments) {
       gb::replay_under_limit(held(trace), defaults, 36 * MiB, {gb::address_order::descending, 0})
           .fits());
 
-  const auto a = gb::advise_snapshot(snapshot_of(trace), "tie", 0, gb::advise_policies({}), {}, 2);
+  const auto a =
+      gb::advise_snapshot(gb::torch_snapshot_of(trace), "tie", 0, gb::advise_policies({}), {}, 2);
   const auto placements = gb::advise_placements();
   ASSERT_EQ(placements.size(), gb::kAdvicePlacements);
   ASSERT_EQ(a.defaults.smallest_by_placement.size(), placements.size());
@@ -283,8 +261,8 @@ TEST(Advise, SmallestLimitCoversEveryPlacementOfSegments) {
   EXPECT_EQ(std::get<std::string>(t.rows[0][static_cast<std::size_t>(col - t.columns.begin())]),
             "36-48");
   // Under 40 MiB the ascending placement runs out of memory; descending fits, as may others.
-  const auto f = gb::advise_snapshot(snapshot_of(trace), "tie", 0, gb::advise_policies({}),
-                                     {40 * MiB, 48 * MiB}, 2);
+  const auto f = gb::advise_snapshot(gb::torch_snapshot_of(trace), "tie", 0,
+                                     gb::advise_policies({}), {40 * MiB, 48 * MiB}, 2);
   ASSERT_EQ(f.defaults.fits_in.size(), 2u);
   EXPECT_GE(f.defaults.fits_in[0], 1u);
   EXPECT_LT(f.defaults.fits_in[0], gb::kAdvicePlacements);
@@ -396,7 +374,7 @@ TEST(Advise, StrandedCausesByConstruction) {
 
 TEST(Advise, JsonReadsBackToTheSameTables) {
   const auto a =
-      gb::advise_snapshot(snapshot_of(growing_buffer()), "growing", 0,
+      gb::advise_snapshot(gb::torch_snapshot_of(growing_buffer()), "growing", 0,
                           gb::advise_policies({"max_split_size_mb:300"}), {100 * MiB, 40 * MiB}, 2);
   const nlohmann::json j = gb::to_json(a);
   const auto b = gb::advice_from_json(nlohmann::json::parse(j.dump()), "advice.json");
@@ -419,7 +397,7 @@ TEST(Advise, JsonReadsBackToTheSameTables) {
 }
 
 TEST(Advise, BadAdviceFilesAreOneLineNamingTheFile) {
-  const auto a = gb::advise_snapshot(snapshot_of(growing_buffer()), "growing", 0,
+  const auto a = gb::advise_snapshot(gb::torch_snapshot_of(growing_buffer()), "growing", 0,
                                      gb::advise_policies({}), {}, 1);
   nlohmann::json j = gb::to_json(a);
   const auto message = [](const nlohmann::json& x) {

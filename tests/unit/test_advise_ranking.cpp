@@ -18,27 +18,6 @@ namespace {
 
 using ev = gb::replay_event;
 
-/// A snapshot whose device trace is `events` (ids as addresses, frees as free_requested).
-gb::torch_snapshot snapshot_of(const std::vector<ev>& events) {
-  gb::torch_snapshot s;
-  s.device_traces.emplace_back();
-  std::map<std::uint64_t, std::size_t> live;
-  for (const ev& e : events) {
-    gb::torch_trace_event t;
-    t.addr = e.id;
-    t.stream = static_cast<std::int64_t>(e.stream);
-    if (e.kind == ev::op::alloc) {
-      t.action = gb::torch_action::alloc;
-      t.size = live[e.id] = e.bytes;
-    } else {
-      t.action = gb::torch_action::free_requested;
-      t.size = live[e.id];
-    }
-    s.device_traces.back().push_back(t);
-  }
-  return s;
-}
-
 std::size_t page_up(std::size_t n) {
   return (n + gb::kAdvicePage - 1) / gb::kAdvicePage * gb::kAdvicePage;
 }
@@ -68,7 +47,7 @@ TEST(AdviseRanking, EveryPolicysOutcomeIsItsOwnReplay) {
                                               {ev::op::alloc, 950 + k, 40 << 20, 0},
                                               {ev::op::free, 950 + k, 0, 0}});
   }
-  const auto s = snapshot_of(events);
+  const auto s = gb::torch_snapshot_of(events);
   const gb::snapshot_trace st(s, "mixed", 0);
   const auto policies = gb::advise_policies({}, true);
   const std::size_t live = st.prepared.peak_requested;
@@ -109,7 +88,7 @@ TEST(AdviseRanking, TheRecommendationHasTheLowestPeakUnderTheWorstPlacement) {
   // recommendation. Some of these traces' lowest ascending peak is not the lowest worst one.
   std::size_t differ = 0;
   for (std::uint64_t seed = 1; seed <= 12; ++seed) {
-    const auto s = snapshot_of(gb::mixed_trace(3000, seed));
+    const auto s = gb::torch_snapshot_of(gb::mixed_trace(3000, seed));
     const gb::snapshot_trace st(s, "mixed", 0);
     const auto policies = gb::advise_policies({});
     const gb::advice a = gb::advise_snapshot(s, "mixed", 0, policies, {}, 2);
@@ -146,7 +125,7 @@ TEST(AdviseRanking, APolicyThatRunsOutOfMemoryUnderAPlacementIsNotRecommended) {
                                   {ev::op::alloc, 3, 12 << 20, 0}, {ev::op::free, 3, 0, 0},
                                   {ev::op::free, 4, 0, 0},         {ev::op::alloc, 5, 12 << 20, 0},
                                   {ev::op::free, 2, 0, 0},         {ev::op::alloc, 6, 24 << 20, 0}};
-  const auto s = snapshot_of(events);
+  const auto s = gb::torch_snapshot_of(events);
   const gb::snapshot_trace st(s, "tie", 0);
   const std::string fraction = "per_process_memory_fraction:0.5";
   // The defaults and that policy alone: without the placements it would win (36 against 60 MiB).

@@ -109,6 +109,10 @@ struct torch_snapshot {
 [[nodiscard]] std::vector<replay_event> to_replay_trace(const torch_snapshot& s, int device,
                                                         std::size_t* rebuilt = nullptr);
 
+/// A one-device snapshot whose trace is `trace` (ids as addresses, a free as free_requested on
+/// its alloc's stream and with its size): to_replay_trace()'s inverse, for tests and benchmarks.
+[[nodiscard]] torch_snapshot torch_snapshot_of(const std::vector<replay_event>& trace);
+
 /// What PyTorch itself recorded on one device, from the segment events of its trace.
 struct recorded_figures {
   std::uint64_t reserved_at_start = 0;  // final reserved - the trace's net segment change
