@@ -313,20 +313,9 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
     for (std::size_t i : ranked) {
       peaks[i].resize(placements.size());
       ran_out[i].resize(placements.size());
+      // The sweep's replay is the first placement's (ascending addresses, no limit).
+      peaks[i][0] = a.policies[i].result->peak_reserved;
     }
-    pool.parallel_for(ranked.size() * placements.size(), [&](std::size_t j) {
-      throw_if_interrupted();
-      const std::size_t i = ranked[j / placements.size()], q = j % placements.size();
-      if (placed(i, q) != q) return;
-      const fit_outcome f = replay_under_limit(trace, opts[i], SIZE_MAX, placements[q]);
-      peaks[i][q] = f.peak_reserved;
-      ran_out[i][q] = f.oom.has_value();
-    });
-    for (std::size_t i : ranked)
-      for (std::size_t q = 0; q < placements.size(); ++q) {
-        peaks[i][q] = peaks[i][placed(i, q)];
-        ran_out[i][q] = ran_out[i][placed(i, q)];
-      }
     // A policy that runs out of memory under some placement ranks last.
     const auto robust = [&](std::size_t i) {
       const bool fails =
@@ -336,10 +325,27 @@ advice advise_snapshot(const torch_snapshot& s, const std::string& file, int dev
                 : round_up(*std::max_element(peaks[i].begin(), peaks[i].end()), kAdvicePage),
           a.policies[i].knobs, key(i));
     };
-    if (!ranked.empty())
-      a.recommended =
-          *std::min_element(ranked.begin(), ranked.end(),
-                            [&](std::size_t x, std::size_t y) { return robust(x) < robust(y); });
+    // Each candidate's other placements, the defaults first, then by ascending peak: a candidate
+    // whose ascending peak (a lower bound of its worst) rounds above the best worst so far
+    // cannot win, and is not replayed further.
+    std::optional<std::size_t> best;
+    for (std::size_t i : ranked) {
+      if (best && round_up(peaks[i][0], kAdvicePage) > std::get<0>(robust(*best))) continue;
+      pool.parallel_for(placements.size() - 1, [&](std::size_t j) {
+        throw_if_interrupted();
+        const std::size_t q = j + 1;
+        if (placed(i, q) != q) return;
+        const fit_outcome f = replay_under_limit(trace, opts[i], SIZE_MAX, placements[q]);
+        peaks[i][q] = f.peak_reserved;
+        ran_out[i][q] = f.oom.has_value();
+      });
+      for (std::size_t q = 1; q < placements.size(); ++q) {
+        peaks[i][q] = peaks[i][placed(i, q)];
+        ran_out[i][q] = ran_out[i][placed(i, q)];
+      }
+      if (!best || robust(i) < robust(*best)) best = i;
+    }
+    if (best) a.recommended = *best;
   }
   // Per limit, the simplest policy that fits it under every placement of segments (the
   // candidates in order, each checked under the other placements until one holds); where none
