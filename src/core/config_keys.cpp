@@ -362,6 +362,12 @@ config_schema make_builtin() {
       [](const config& c) -> nlohmann::json { return to_string(c.logging.level); }));
   s.add(int_key("device", GB_FIELD(int, device), 0, 1023, "", "CUDA device index",
                 "a device index (an integer >= 0)"));
+  s.add(fraction_key("shared_gpu.free_share", GB_FIELD(double, shared_gpu.free_share), false, 1,
+                     "a fraction in (0, 1], e.g. 0.25",
+                     "with other processes on the GPU, the share of its free memory a large step "
+                     "may take (one that can shrink does; one that cannot is skipped)"));
+  s.add(bool_key("shared_gpu.force", GB_FIELD(bool, shared_gpu.force),
+                 "run large steps as configured even while other processes use the GPU"));
   s.add(custom_key(
       "output.directory", "a directory path", "",
       "where lessons write their own files (traces, samples)",

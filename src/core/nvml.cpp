@@ -23,6 +23,14 @@ struct nvml_memory_raw {
 struct nvml_utilization_raw {
   unsigned gpu, memory;
 };
+// nvmlProcessInfo_t of the _v2 and _v3 entry points (the same layout); usedGpuMemory is
+// NVML_VALUE_NOT_AVAILABLE (all ones) where the driver cannot say.
+struct nvml_process_raw {
+  unsigned pid;
+  unsigned long long used;
+  unsigned gpu_instance, compute_instance;
+};
+constexpr unsigned long long kValueNotAvailable = ~0ull;
 constexpr unsigned kTemperatureGpu = 0;
 constexpr unsigned kPcieTx = 0;
 constexpr unsigned kPcieRx = 1;
@@ -64,6 +72,7 @@ struct nvml::api {
   nvml_return (*retired_pages)(nvml_handle, unsigned, unsigned*, unsigned long long*) = nullptr;
   nvml_return (*retired_pending)(nvml_handle, unsigned*) = nullptr;
   nvml_return (*remapped_rows)(nvml_handle, unsigned*, unsigned*, unsigned*, unsigned*) = nullptr;
+  nvml_return (*processes)(nvml_handle, unsigned*, nvml_process_raw*) = nullptr;
 };
 
 namespace {
@@ -189,6 +198,8 @@ std::shared_ptr<nvml> nvml::open(std::string* reason) {
   lib.bind(a->retired_pages, {"nvmlDeviceGetRetiredPages"});
   lib.bind(a->retired_pending, {"nvmlDeviceGetRetiredPagesPendingStatus"});
   lib.bind(a->remapped_rows, {"nvmlDeviceGetRemappedRows"});
+  lib.bind(a->processes,
+           {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"});
   const nvml_return r = a->init();
   if (r != kSuccess) {
     if (reason)
@@ -297,6 +308,32 @@ reading<nvml_remapped_rows> nvml::remapped_rows(nvml_device d) const {
       [&](auto f, std::array<unsigned, 4>& v) { return f(d.handle, &v[0], &v[1], &v[2], &v[3]); },
       [](const std::array<unsigned, 4>& v) {
         return nvml_remapped_rows{v[0], v[1], v[2] != 0, v[3] != 0};
+      });
+}
+
+reading<std::vector<nvml_process>> nvml::compute_processes(nvml_device d) const {
+  return read_with<std::vector<nvml_process>, std::vector<nvml_process_raw>>(
+      api_->processes,
+      [&](auto f, std::vector<nvml_process_raw>& v) {
+        // A count of 0 asks for the number; processes may start between the two calls, so the
+        // buffer has room for more and the call is repeated while it is too small.
+        unsigned count = 0;
+        nvml_return rc = f(d.handle, &count, nullptr);
+        for (int tries = 0; rc == kInsufficientSize && tries < 4; ++tries) {
+          v.resize(count + 8);
+          count = static_cast<unsigned>(v.size());
+          rc = f(d.handle, &count, v.data());
+        }
+        v.resize(rc == kSuccess ? count : 0);
+        return rc;
+      },
+      [](const std::vector<nvml_process_raw>& v) {
+        std::vector<nvml_process> out;
+        for (const nvml_process_raw& p : v)
+          out.push_back({p.pid, p.used == kValueNotAvailable
+                                    ? std::nullopt
+                                    : std::optional<std::uint64_t>(p.used)});
+        return out;
       });
 }
 

@@ -201,7 +201,8 @@ nvml_phase sample_nvml(const nvml& nv, nvml_device d, int samples, F&& between) 
 }
 
 std::optional<nvml_util_belief> measure_nvml_util(const context& ctx, cuda_stream& s,
-                                                  device_counter& wrong) {
+                                                  device_counter& wrong,
+                                                  std::vector<memory_step>& steps) {
   if (!ctx.nv) return std::nullopt;
   const auto dev = ctx.nv->device_by_pci_bus_id(ctx.device().pci_bus_id);
   if (!dev.ok() || !ctx.nv->utilization(dev.value).ok()) return std::nullopt;
@@ -213,7 +214,7 @@ std::optional<nvml_util_belief> measure_nvml_util(const context& ctx, cuda_strea
   GPU_BASICS_CUDA_TRY(cudaMemGetInfo(&free, &total));
   // The point (an idle allocation shows no memory utilisation) holds at any size: on a device
   // with less free memory than the key asks for, the allocation takes 80% of what is free, and
-  // the result records the size used.
+  // the result records the size used; beside other processes, what they leave it.
   const auto fits = static_cast<std::uint64_t>(0.8 * static_cast<double>(free)) / kMiB * kMiB;
   if (b.idle_allocation_bytes > fits) {
     spdlog::info(
@@ -222,6 +223,11 @@ std::optional<nvml_util_belief> measure_nvml_util(const context& ctx, cuda_strea
         format_bytes(b.idle_allocation_bytes), format_bytes(free), format_bytes(fits));
     b.idle_allocation_bytes = fits;
   }
+  const memory_step step =
+      plan_step(ctx, "the idle allocation", b.idle_allocation_bytes, free, true, 64 * kMiB);
+  if (step.action != "ran") steps.push_back(step);
+  if (step.action == "skipped") return std::nullopt;
+  b.idle_allocation_bytes = step.used_bytes;
   {
     device_buffer idle(b.idle_allocation_bytes);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -277,12 +283,13 @@ d2d_belief measure_d2d(const context& ctx, cuda_stream& s, device_counter& wrong
 
 }  // namespace
 
-beliefs_result measure_beliefs(context& ctx, cuda_stream& s, device_counter& wrong) {
+beliefs_result measure_beliefs(context& ctx, cuda_stream& s, device_counter& wrong,
+                               std::vector<memory_step>& steps) {
   beliefs_result b;
   b.pin = measure_pin(ctx.cfg, s, wrong);
   b.stale_read = measure_stale_read(ctx.cfg, s);
   b.pool = measure_pool(ctx.cfg, s, wrong);
-  b.nvml_util = measure_nvml_util(ctx, s, wrong);
+  b.nvml_util = measure_nvml_util(ctx, s, wrong, steps);
   b.d2d = measure_d2d(ctx, s, wrong);
   return b;
 }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -60,6 +62,28 @@ cudaMemLocation host_location() {
   loc.type = cudaMemLocationTypeHost;
   loc.id = 0;
   return loc;
+}
+
+memory_step plan_step(const context& ctx, std::string step, std::uint64_t wanted,
+                      std::uint64_t free, bool shrinkable, std::uint64_t min_bytes) {
+  gpu_neighbours others;
+  others.why = ctx.nvml_status;
+  if (ctx.nv) {
+    const auto dev = ctx.nv->device_by_pci_bus_id(ctx.device().pci_bus_id);
+    const auto listed = dev.ok() ? ctx.nv->compute_processes(dev.value)
+                                 : reading<std::vector<nvml_process>>{dev.status, {}};
+    if (listed.ok())
+      others = neighbours_of(listed.value, static_cast<unsigned>(getpid()));
+    else
+      others.why = fmt::format("NVML's process list: {}", to_string(listed.status));
+  }
+  if (!others.known)
+    spdlog::info("{}: other processes on the GPU unknown ({}); it runs as configured", step,
+                 others.why);
+  memory_step m = plan_memory_step(std::move(step), wanted, free, others, ctx.cfg.shared_gpu,
+                                   shrinkable, min_bytes);
+  if (!m.line.empty()) spdlog::warn("{}", m.line);
+  return m;
 }
 
 }  // namespace unified_detail
@@ -162,8 +186,9 @@ oversubscription_point oversubscription_at(double ratio, std::uint64_t free_byte
   return p;
 }
 
-oversubscription_result measure_oversubscription(context& ctx, cuda_stream& s,
-                                                 device_counter& wrong) {
+std::optional<oversubscription_result> measure_oversubscription(context& ctx, cuda_stream& s,
+                                                                device_counter& wrong,
+                                                                std::vector<memory_step>& steps) {
   const auto& o = ctx.cfg.unified.oversubscription;
   oversubscription_result r;
   r.mode = o.whole_device ? "whole_device" : "ballast";
@@ -180,6 +205,14 @@ oversubscription_result measure_oversubscription(context& ctx, cuda_stream& s,
   const double largest = *std::max_element(o.ratios.begin(), o.ratios.end());
   const auto largest_bytes =
       static_cast<std::uint64_t>(largest * static_cast<double>(r.free_bytes));
+  // The ballast holds all but free_bytes; without it, the working sets span the free memory.
+  const memory_step step =
+      plan_step(ctx, o.whole_device ? "oversubscription" : "the oversubscription ballast",
+                o.whole_device ? largest_bytes : free - o.free_bytes, free, false);
+  if (step.action == "skipped") {
+    steps.push_back(step);
+    return std::nullopt;
+  }
   r.host_available_bytes = host_available_bytes();
   if (*r.host_available_bytes > 0 && largest_bytes > *r.host_available_bytes / 10 * 8)
     fail_key(ctx.cfg, "unified.oversubscription.ratios",
@@ -203,7 +236,8 @@ oversubscription_result measure_oversubscription(context& ctx, cuda_stream& s,
   return r;
 }
 
-managed_result measure_managed(context& ctx, cuda_stream& s, device_counter& wrong) {
+managed_result measure_managed(context& ctx, cuda_stream& s, device_counter& wrong,
+                               std::vector<memory_step>& steps) {
   const auto& m = ctx.cfg.unified.managed;
   managed_result r;
   r.bytes = m.bytes;
@@ -222,7 +256,7 @@ managed_result measure_managed(context& ctx, cuda_stream& s, device_counter& wro
   for (const char* placement : {"faults", "prefetch"})
     r.touches.push_back(touch_on_cpu(m.bytes, placement, s));
   if (ctx.cfg.unified.oversubscription.enabled)
-    r.oversubscription = measure_oversubscription(ctx, s, wrong);
+    r.oversubscription = measure_oversubscription(ctx, s, wrong, steps);
   return r;
 }
 
@@ -323,13 +357,13 @@ unified_result measure_unified(context& ctx) {
   device_counter wrong;
   const int parts = 4;
   ctx.report_progress("managed memory", 0, parts);
-  if (u.managed.enabled) r.managed = measure_managed(ctx, s, wrong);
+  if (u.managed.enabled) r.managed = measure_managed(ctx, s, wrong, r.memory_steps);
   ctx.report_progress("zero-copy", 1, parts);
   if (u.zero_copy.enabled) r.zero_copy = measure_zero_copy(ctx, s, wrong);
   ctx.report_progress("the memory ledger", 2, parts);
   if (u.ledger.enabled) r.ledger = measure_ledger(ctx);
   ctx.report_progress("five beliefs", 3, parts);
-  if (u.beliefs.enabled) r.beliefs = measure_beliefs(ctx, s, wrong);
+  if (u.beliefs.enabled) r.beliefs = measure_beliefs(ctx, s, wrong, r.memory_steps);
   ctx.report_progress("done", parts, parts);
   return r;
 }

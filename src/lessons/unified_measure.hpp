@@ -8,6 +8,7 @@
 
 #include "gpu_basics/core/config.hpp"
 #include "gpu_basics/core/cuda.hpp"
+#include "gpu_basics/core/shared_gpu.hpp"
 #include "gpu_basics/lessons/lesson.hpp"
 #include "gpu_basics/lessons/unified.hpp"
 
@@ -44,6 +45,13 @@ class managed_buffer {
 [[nodiscard]] cudaMemLocation device_location(int device);
 [[nodiscard]] cudaMemLocation host_location();
 
+/// The plan for a step of the lesson that wants `wanted` bytes of the `free` device memory,
+/// with the other processes NVML lists on the device now (plan_memory_step()); the line, when
+/// there is one, goes to the log as a warning.
+[[nodiscard]] memory_step plan_step(const context& ctx, std::string step, std::uint64_t wanted,
+                                    std::uint64_t free, bool shrinkable,
+                                    std::uint64_t min_bytes = 0);
+
 }  // namespace unified_detail
 
 /// The ledger: `gpu-basics ledger-probe` (ctx.self_exe) run as a child once with lazy and once
@@ -51,6 +59,8 @@ class managed_buffer {
 [[nodiscard]] ledger_result measure_ledger(const context& ctx);
 
 /// The five beliefs (unified_beliefs_measure.cpp). `wrong` is a counter for the checks.
-[[nodiscard]] beliefs_result measure_beliefs(context& ctx, cuda_stream& s, device_counter& wrong);
+/// Steps shrunk or skipped beside other processes are added to `steps`.
+[[nodiscard]] beliefs_result measure_beliefs(context& ctx, cuda_stream& s, device_counter& wrong,
+                                             std::vector<memory_step>& steps);
 
 }  // namespace gpu_basics::lessons

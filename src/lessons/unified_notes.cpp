@@ -451,6 +451,9 @@ std::vector<note> explain_unified(const unified_result& r, const device_facts& f
   }
   if (r.ledger) add(ledger_notes(*r.ledger));
   if (r.beliefs) add(beliefs_notes(*r.beliefs, facts));
+  // Steps shrunk or skipped beside other processes: under the table of their part.
+  for (const memory_step& m : r.memory_steps)
+    out.push_back({m.step == "the idle allocation" ? "beliefs" : "managed", "- " + m.line});
   return out;
 }
 

@@ -1,6 +1,7 @@
 // GPU tests (ctest label `gpu`): skip with the reason where no GPU is visible.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,11 +11,14 @@
 #include <sstream>
 #include <vector>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "gpu_basics/core/cuda.hpp"
 #include "gpu_basics/core/device_info.hpp"
 #include "gpu_basics/core/nvml.hpp"
+#include "gpu_basics/core/shared_gpu.hpp"
 #include "gpu_test_util.hpp"
 
 using namespace gpu_basics;
@@ -46,6 +50,28 @@ TEST(GpuDevice, QueryIsPlausibleAndAgreesWithNvml) {
   EXPECT_TRUE(d.pcie_generation_max.has_value());
   EXPECT_TRUE(d.driver_version.has_value());
   EXPECT_THROW((void)query_device(d.index + 1000, nv.get()), no_device_error);
+}
+
+TEST(GpuDevice, NvmlListsThisProcessWithItsContext) {
+  SKIP_WITHOUT_GPU();
+  std::string why;
+  const auto nv = nvml::open(&why);
+  ASSERT_TRUE(nv) << why;
+  const device_info d = query_device(0, nv.get());
+  device_buffer held(256ull << 20);  // a context and memory of this process on the device
+  const auto h = nv->device_by_pci_bus_id(d.pci_bus_id);
+  ASSERT_TRUE(h.ok());
+  const auto listed = nv->compute_processes(h.value);
+  ASSERT_TRUE(listed.ok()) << to_string(listed.status);
+  ASSERT_FALSE(listed.value.empty());  // this process, at least
+  const auto self = static_cast<unsigned>(getpid());
+  const auto it = std::find_if(listed.value.begin(), listed.value.end(),
+                               [&](const nvml_process& p) { return p.pid == self; });
+  if (it != listed.value.end() && it->used_bytes) {  // in the driver's PID namespace
+    EXPECT_GE(*it->used_bytes, 256ull << 20);
+  }
+  // The others are the list without this process, whichever namespace the PIDs are of.
+  EXPECT_EQ(neighbours_of(listed.value, self).pids.size(), listed.value.size() - 1);
 }
 
 TEST(GpuRaii, RandomDataRoundTripsThroughDeviceAndPinnedBuffers) {

@@ -109,6 +109,15 @@ struct config {
 
   int device = 0;
 
+  /// Steps that hold much of the device's memory (the unified lesson's ballast, oversubscribed
+  /// managed memory, the idle allocation) while other processes use the same GPU.
+  struct shared_gpu_section {
+    /// With other processes on the GPU, the share of its free memory one such step may take; a
+    /// step that can shrink does, one that cannot is skipped.
+    double free_share = 0.25;
+    bool force = false;  // run such steps as asked even beside other processes
+  } shared_gpu;
+
   struct output_section {
     std::string directory = "results";
   } output;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace gpu_basics {
 
@@ -54,6 +55,12 @@ struct nvml_remapped_rows {
   unsigned uncorrectable = 0;  // rows remapped after uncorrectable errors
   bool pending = false;        // a remap waits for the next GPU reset
   bool failure = false;        // a remap failed: no spare row was left
+};
+
+/// A process with a compute context on a device (nvmlDeviceGetComputeRunningProcesses).
+struct nvml_process {
+  unsigned pid = 0;  // in the driver's PID namespace, which need not be this process's
+  std::optional<std::uint64_t> used_bytes;  // nullopt where the driver cannot say
 };
 
 /// A loaded and initialised NVML. Thread-safe as NVML itself is.
@@ -117,6 +124,8 @@ class nvml {
   [[nodiscard]] reading<bool> retired_pages_pending(nvml_device d) const;
   /// Row-remapping counters and flags.
   [[nodiscard]] reading<nvml_remapped_rows> remapped_rows(nvml_device d) const;
+  /// The processes with a compute context on the device, this one included.
+  [[nodiscard]] reading<std::vector<nvml_process>> compute_processes(nvml_device d) const;
 
   struct api;  // function table, defined in the implementation
 

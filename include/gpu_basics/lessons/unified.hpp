@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpu_basics/core/json.hpp"
+#include "gpu_basics/core/shared_gpu.hpp"
 #include "gpu_basics/lessons/lesson.hpp"
 
 namespace gpu_basics::lessons {
@@ -243,10 +244,12 @@ struct unified_result {
   std::optional<zero_copy_result> zero_copy;
   std::optional<ledger_result> ledger;
   std::optional<beliefs_result> beliefs;
+  /// Steps shrunk or skipped because other processes used the GPU (shared_gpu.*).
+  std::vector<memory_step> memory_steps;
 
   bool operator==(const unified_result&) const = default;
 };
-GPU_BASICS_JSON(unified_result, managed, zero_copy, ledger, beliefs)
+GPU_BASICS_JSON(unified_result, managed, zero_copy, ledger, beliefs, memory_steps)
 
 // ---- figures the notes and the report share --------------------------------------------------
 
