@@ -53,22 +53,27 @@ check_item item(const check_result& c, const std::string& id) {
   return item(c.items, id);
 }
 
-/// Scales the median of every pinned host copy's bandwidth in direction `dir` (and the
-/// bidirectional one when dir is empty).
+/// Scales a rate figure as a run `f` times as fast would have measured it: its summary and, the
+/// other way, the per-sample times kept beside it (the gate rule reads the samples).
+void scale_rate(json& parent, const char* key, double f) {
+  for (const char* k : {"median", "mean", "min", "max", "p25", "p75", "iqr", "stdev"})
+    if (parent[key].contains(k)) parent[key][k] = parent[key][k].get<double>() * f;
+  if (parent.contains("seconds"))
+    for (auto& s : parent["seconds"]) s = s.get<double>() / f;
+}
+
+/// Scales every pinned host copy's bandwidth in direction `dir`.
 void scale_pinned(json& j, const std::string& dir, double f) {
   for (auto& s : j["results"]["transfer"]["shapes"])
     for (auto& c : s["copies"])
       if (c["memory"] == "pinned" && c["direction"] == dir)
-        c["bandwidth_bytes_per_s"]["median"] =
-            c["bandwidth_bytes_per_s"]["median"].get<double>() * f;
+        scale_rate(c, "bandwidth_bytes_per_s", f);
 }
 void scale_d2d(json& j, double f) {
-  for (auto& c : j["results"]["transfer"]["d2d"])
-    c["bandwidth_bytes_per_s"]["median"] = c["bandwidth_bytes_per_s"]["median"].get<double>() * f;
+  for (auto& c : j["results"]["transfer"]["d2d"]) scale_rate(c, "bandwidth_bytes_per_s", f);
 }
 void scale_gemm(json& j, double f) {
-  for (auto& r : j["results"]["profile"]["matmul"]["runs"])
-    r["flops_per_s"]["median"] = r["flops_per_s"]["median"].get<double>() * f;
+  for (auto& r : j["results"]["profile"]["matmul"]["runs"]) scale_rate(r, "flops_per_s", f);
 }
 void set_link(json& j, unsigned gen, unsigned width) {
   for (auto* gpus : {&j["environment"]["gpus"], &j["results"]["info"]["gpus"]})
