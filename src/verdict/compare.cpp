@@ -445,20 +445,35 @@ std::string p_text(const std::optional<double>& p) {
   return p ? fmt::format("{:.2g}", *p) : std::string("-");
 }
 
+/// A table of figures: figure, baseline, new, change %, then `tail`.
+presentation::table figure_table(std::string id, std::string title,
+                                 std::vector<presentation::column> tail) {
+  presentation::table t;
+  t.id = std::move(id);
+  t.title = std::move(title);
+  t.columns = {
+      {"figure", "figure"}, {"baseline", "baseline"}, {"new", "new"}, {"change", "change %", 1, 1}};
+  t.columns.insert(t.columns.end(), tail.begin(), tail.end());
+  return t;
+}
+
+std::vector<presentation::value> figure_row(const figure_verdict& r,
+                                            std::vector<presentation::value> tail) {
+  std::vector<presentation::value> row{r.base.name, format_value(r.base.value, r.base.unit),
+                                       format_value(r.next.value, r.next.unit), r.j.delta * 100};
+  row.insert(row.end(), tail.begin(), tail.end());
+  return row;
+}
+
 }  // namespace
 
 presentation::table comparison_table(const comparison& c, const std::string& title) {
-  presentation::table t;
-  t.id = "compare";
-  t.title = title;
-  t.columns = {
-      {"figure", "figure"},         {"baseline", "baseline"},           {"new", "new"},
-      {"change", "change %", 1, 1}, {"tolerance", "threshold %", 1, 1}, {"p_worse", "p (worse)"},
-      {"verdict", "verdict"}};
+  auto t = figure_table(
+      "compare", title,
+      {{"tolerance", "threshold %", 1, 1}, {"p_worse", "p (worse)"}, {"verdict", "verdict"}});
   for (const auto& r : c.rows)
-    t.add_row({r.base.name, format_value(r.base.value, r.base.unit),
-               format_value(r.next.value, r.next.unit), r.j.delta * 100, r.j.tolerance * 100,
-               p_text(r.j.p_worse), std::string(to_string(r.j.verdict))});
+    t.add_row(figure_row(
+        r, {r.j.tolerance * 100, p_text(r.j.p_worse), std::string(to_string(r.j.verdict))}));
   t.notes.push_back(fmt::format(
       "Gates: {} worse, {} same, {} better. A gate is worse when its samples show a loss beyond "
       "the threshold ({:.1f}%, {:.0f}% for copies through pageable host memory): a one-sided "
@@ -481,21 +496,13 @@ presentation::table comparison_table(const comparison& c, const std::string& tit
 }
 
 presentation::table informational_table(const comparison& c) {
-  presentation::table t;
-  t.id = "compare_informational";
-  t.title = "Informational changes (not gated)";
-  t.columns = {{"figure", "figure"},
-               {"baseline", "baseline"},
-               {"new", "new"},
-               {"change", "change %", 1, 1},
-               {"tolerance", "same within %", 1, 1},
-               {"change_kind", "change"},
-               {"why", "why not a gate"}};
+  auto t = figure_table(
+      "compare_informational", "Informational changes (not gated)",
+      {{"tolerance", "same within %", 1, 1}, {"change_kind", "change"}, {"why", "why not a gate"}});
   for (const auto& r : c.informational)
     if (r.j.verdict != change::same)
-      t.add_row({r.base.name, format_value(r.base.value, r.base.unit),
-                 format_value(r.next.value, r.next.unit), r.j.delta * 100, r.j.tolerance * 100,
-                 std::string(to_string(r.j.verdict)), r.base.why});
+      t.add_row(
+          figure_row(r, {r.j.tolerance * 100, std::string(to_string(r.j.verdict)), r.base.why}));
   t.notes.push_back(fmt::format(
       "{} of {} informational figure(s) changed beyond max({:.1f}%, the IQR/median noise of "
       "either run): single observations, counts and summaries kept without samples cannot tell "

@@ -20,9 +20,9 @@
 #include "run.hpp"
 
 using namespace gpu_basics;
+using nlohmann::json;
 using verdict::change;
 using verdict::figure_class;
-using nlohmann::json;
 
 namespace {
 
@@ -63,14 +63,14 @@ lessons::run_record synthetic_run(std::mt19937_64& rng, std::size_t gates, doubl
   json copies = json::array();
   for (std::size_t i = 0; i < gates; ++i) {
     const std::uint64_t bytes = std::uint64_t{1} << (20 + i);
-    copies.push_back(copy_of(bytes, times(rng, 20, slower * 1e-5 * static_cast<double>(1 << i),
-                                          spread)));
+    copies.push_back(
+        copy_of(bytes, times(rng, 20, slower * 1e-5 * static_cast<double>(1 << i), spread)));
   }
   const auto t = times(rng, 20, slower * 2e-3, spread);
   lessons::run_record r;
   r.command = "transfer";
-  r.results.emplace_back("transfer",
-                         json{{"d2d", copies}, {"pass", {{"total_s", summarize(t)}, {"seconds", t}}}});
+  r.results.emplace_back(
+      "transfer", json{{"d2d", copies}, {"pass", {{"total_s", summarize(t)}, {"seconds", t}}}});
   return r;
 }
 
@@ -87,11 +87,13 @@ TEST(CompareStats, MannWhitney) {
 }
 
 TEST(CompareStats, Holm) {
-  // alpha 0.05 over 4: 0.01 <= 0.0125, 0.02 <= 0.0167, 0.03 > 0.025 stops.
-  EXPECT_EQ(verdict::holm_reject(std::vector<double>{0.03, 0.01, 0.5, 0.02}, 0.05),
+  // alpha 0.05 over 4: 0.01 <= 0.0125, 0.015 <= 0.0167, 0.03 > 0.025 stops.
+  EXPECT_EQ(verdict::holm_reject(std::vector<double>{0.03, 0.01, 0.5, 0.015}, 0.05),
             (std::vector<bool>{false, true, false, true}));
   EXPECT_EQ(verdict::holm_reject(std::vector<double>{0.02, 0.02}, 0.05),
             (std::vector<bool>{true, true}));
+  EXPECT_EQ(verdict::holm_reject(std::vector<double>{0.03, 0.04}, 0.05),
+            (std::vector<bool>{false, false}));
 }
 
 TEST(CompareStats, RateSamplesFromTimes) {
@@ -107,31 +109,36 @@ TEST(CompareStats, RateSamplesFromTimes) {
   EXPECT_FALSE(verdict::samples_in_unit(sum, json(), "bytes/s"));
 }
 
-// A/A: 1000 pairs of runs drawn from one noisy distribution (5% spread, long tail), 21 gates
-// each. The stated rate is kCompareAlpha per comparison (any gate worse); 1000 pairs allow it
-// three binomial standard deviations.
-TEST(CompareStats, AAFalseAlarmsWithinTheStatedRate) {
+/// A/A: `pairs` pairs of runs drawn from one noisy distribution (5% spread, long tail), 21 gates
+/// each; how many comparisons gave any gate worse, and how many gates in all.
+std::pair<int, int> aa_alarms(int pairs, double threshold) {
   std::mt19937_64 rng(46);
-  const int pairs = 1000;
-  int alarms = 0, gate_alarms = 0, old_rule_alarms = 0;
+  int alarms = 0, gates = 0;
   for (int i = 0; i < pairs; ++i) {
     const auto a = synthetic_run(rng, 20, 0.05, 1.0), b = synthetic_run(rng, 20, 0.05, 1.0);
-    const auto c = verdict::compare(a, b, 0.02);
-    ASSERT_EQ(c.rows.size(), 21u);
-    gate_alarms += static_cast<int>(c.count(change::worse));
+    const auto c = verdict::compare(a, b, threshold);
+    EXPECT_EQ(c.rows.size(), 21u);
+    gates += static_cast<int>(c.count(change::worse));
     alarms += c.count(change::worse) > 0;
-    old_rule_alarms += std::any_of(c.rows.begin(), c.rows.end(), [](const auto& r) {
-      return verdict::judge(r.base.value, r.base.noise, r.next.value, r.next.noise,
-                            r.base.higher_better, 0.02)
-                 .verdict == change::worse;
-    });
   }
-  const double rate = static_cast<double>(alarms) / pairs;
-  const double allowed = verdict::kCompareAlpha + 3 * std::sqrt(verdict::kCompareAlpha / pairs);
-  std::cout << "A/A: " << alarms << " of " << pairs << " comparisons with a gate worse ("
-            << gate_alarms << " of " << pairs * 21 << " gates); the noise-only rule: "
-            << old_rule_alarms << " of " << pairs << "\n";
-  EXPECT_LE(rate, allowed);
+  return {alarms, gates};
+}
+
+// The stated rate is kCompareAlpha per comparison (any gate worse); 1000 pairs allow it three
+// binomial standard deviations. With no threshold the rank test and Holm's correction alone hold
+// it (about 1% expected); with the 2% threshold the rule is stricter still.
+TEST(CompareStats, AAFalseAlarmsWithinTheStatedRate) {
+  const int pairs = 1000;
+  const double allowed =
+      pairs * (verdict::kCompareAlpha + 3 * std::sqrt(verdict::kCompareAlpha / pairs));
+  const auto [bare, bare_gates] = aa_alarms(pairs, 0.0);
+  const auto [alarms, gates] = aa_alarms(pairs, 0.02);
+  std::cout << "A/A, no threshold: " << bare << " of " << pairs
+            << " comparisons with a gate worse (" << bare_gates << " of " << pairs * 21
+            << " gates); 2% threshold: " << alarms << " (" << gates << " gates)\n";
+  EXPECT_LE(bare, allowed);
+  EXPECT_LE(alarms, allowed);
+  EXPECT_LE(alarms, bare);
 }
 
 TEST(CompareStats, AFivePercentLossWithLowNoiseIsFound) {
@@ -143,8 +150,11 @@ TEST(CompareStats, AFivePercentLossWithLowNoiseIsFound) {
     const auto c = verdict::compare(a, b, 0.02);
     found += static_cast<int>(c.count(change::worse));
     // The time figure too: its direction is the other way round.
-    for (const auto& r : c.rows)
-      if (r.base.unit == "s") EXPECT_EQ(r.j.verdict, change::worse) << r.base.name;
+    for (const auto& r : c.rows) {
+      if (r.base.unit == "s") {
+        EXPECT_EQ(r.j.verdict, change::worse) << r.base.name;
+      }
+    }
     // And 5% faster is better, never worse.
     EXPECT_EQ(verdict::compare(b, a, 0.02).count(change::worse), 0u);
   }
@@ -224,9 +234,11 @@ TEST(CompareClasses, NamesAreReadableAndSayNoWordTwice) {
     std::istringstream in(x.name);
     std::multiset<std::string> words;
     for (std::string w; in >> w;) words.insert(w);
-    for (const auto& w : words)
-      if (!std::isdigit(static_cast<unsigned char>(w[0])) && w.size() > 1)
+    for (const auto& w : words) {
+      if (!std::isdigit(static_cast<unsigned char>(w[0])) && w.size() > 1) {
         EXPECT_EQ(words.count(w), 1u) << w << " twice in " << x.name;
+      }
+    }
   }
   for (const char* n : {"transfer.sweep 2 MiB, staged H2D", "memory.caching free all four, step",
                         "profile.matmul bf16 8192x8192x8192",
