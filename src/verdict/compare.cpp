@@ -223,11 +223,13 @@ void walk(const json& j, const place& at, std::vector<figure>& out) {
   if (j.is_array()) {
     std::map<std::string, int> seen;
     for (std::size_t i = 0; i < j.size(); ++i) {
-      std::string id = identity(j[i], i);
-      if (const int n = seen[id]++; n > 0) id += "#" + std::to_string(n + 1);
+      std::string id = identity(j[i], i), name = readable_identity(j[i], i);
+      if (const int n = seen[id]++; n > 0) {
+        id += "#" + std::to_string(n + 1);
+        name += " #" + std::to_string(n + 1);
+      }
       place next{at.path + "[" + id + "]", at.name};
-      next.name.push_back(readable_identity(j[i], i) +
-                          (id.find('#') != std::string::npos ? " " + id.substr(id.find('#')) : ""));
+      next.name.push_back(std::move(name));
       walk(j[i], next, out);
     }
     return;
