@@ -468,3 +468,31 @@ TEST(Fleet, FlagsExactlyTheDegradedNodes) {
   const auto ok = run_cli({"compare", "--fleet", files[0], files[1], files[2]});
   EXPECT_EQ(ok.code, cli::exit_ok) << ok.err;
 }
+
+TEST(Fleet, OnlyGatesAreJudged) {
+  const json base = base_json();
+  json noise1 = base, noise2 = base, slow = base;
+  scale_pinned(noise1, "H2D", 0.997);
+  scale_d2d(noise2, 1.004);
+  scale_pinned(slow, "H2D", 0.95);
+  scale_pinned(slow, "D2H", 0.95);
+  const auto fleet = [&](const json& last) {
+    std::vector<verdict::fleet_node> nodes;
+    int i = 0;
+    for (const json* j : std::initializer_list<const json*>{&base, &noise1, &noise2, &last})
+      nodes.push_back(
+          {"node0" + std::to_string(++i), verdict::check_of(record_of(*j), defaults())});
+    return verdict::analyze_fleet(nodes);
+  };
+  EXPECT_EQ(fleet(slow).rows[3].verdict, "degraded");
+  // The same figures saved without their samples are informational: shown, not judged.
+  for (auto& s : slow["results"]["transfer"]["shapes"])
+    for (auto& c : s["copies"]) c["seconds"] = json::array();
+  const auto f = fleet(slow);
+  EXPECT_EQ(f.rows[3].verdict, "ok") << f.rows[3].why;
+  EXPECT_FALSE(f.rows[3].cells[0].gate);
+  EXPECT_FALSE(f.rows[3].cells[0].outlier);
+  EXPECT_TRUE(f.rows[0].cells[0].gate);
+  EXPECT_NE(presentation::render_text(verdict::fleet_table(f)).find("(i)"), std::string::npos);
+  EXPECT_EQ(verdict::to_json(f)["nodes"][3]["gates"][0], false);
+}
