@@ -57,6 +57,7 @@ void compare_two(const std::string& base_path, const std::string& new_path) {
     const auto t = verdict::comparison_table(c, base_path + " against " + new_path);
     (void)gpu_basics::terminal_text(gpu_basics::presentation::render_text(t));
     (void)gpu_basics::presentation::render_csv(t);
+    (void)gpu_basics::presentation::render_text(verdict::informational_table(c));
     (void)verdict::to_json(c).dump(2);
   }
 }

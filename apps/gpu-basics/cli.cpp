@@ -126,8 +126,8 @@ void add_compare_options(CLI::App* sub, options& o) {
   sub->add_flag("--fleet", o.fleet, "One result per node: a node x figure table with outliers");
   sub->add_flag("--force", o.force, "Compare across GPU models or driver major versions");
   sub->add_option("--threshold", o.threshold,
-                  "Relative change below which a figure is the same, unless its noise is larger; "
-                  "from 0 to 0.99 (default 0.02)")
+                  "Loss a gate must exceed, clearly in both runs' samples, to be worse (copies "
+                  "through pageable memory: at least 0.20); from 0 to 0.99 (default 0.02)")
       ->type_name("FRACTION")
       ->check(fraction());
 }

@@ -52,22 +52,23 @@ int compare_two(const options& o, std::ostream& out, std::ostream& err) {
   const auto next = load_input(new_path);
   verdict::ensure_comparable(base, base_path, next, new_path, o.force);
   const auto c = verdict::compare(base, next, o.threshold);
-  if (c.rows.empty())
+  if (c.rows.empty() && c.informational.empty())
     throw format_error(base_path + " and " + new_path + ": no figure is present in both");
+  const auto gates = verdict::comparison_table(
+      c, fmt::format("{} (new) against {} (baseline): gates, worst first", new_path, base_path));
+  const auto info = verdict::informational_table(c);
   if (!(o.json_path && *o.json_path == "-"))
-    out << terminal_text(presentation::render_text(verdict::comparison_table(
-               c, fmt::format("{} (new) against {} (baseline), worst first", new_path, base_path))))
-        << "\n";
+    out << terminal_text(presentation::render_text(gates)) << "\n"
+        << terminal_text(presentation::render_text(info)) << "\n";
   throw_if_interrupted();  // an interrupted comparison writes nothing
   nlohmann::json j = verdict::to_json(c);
   j["baseline"] = base_path;
   j["new"] = new_path;
   write_json(o, j, out);
-  if (o.csv_path)
-    (void)presentation::write_csv({verdict::comparison_table(c, "compare")}, *o.csv_path);
+  if (o.csv_path) (void)presentation::write_csv({gates, info}, *o.csv_path);
   if (const auto worse = c.count(verdict::change::worse); worse > 0) {
-    say(err, fmt::format("{} figure(s) worse than the baseline, first: {}", worse,
-                         c.rows.front().base.id));
+    say(err, fmt::format("{} gate(s) worse than the baseline, first: {}", worse,
+                         c.rows.front().base.name));
     return exit_worse;
   }
   return exit_ok;
@@ -142,26 +143,29 @@ void add_baseline(nlohmann::json& check_result, const lessons::run_record& live,
   verdict::ensure_comparable(baseline, *o.baseline_path, now, "this run", o.force);
   const auto c = verdict::compare(baseline, now, o.threshold);
   auto r = lessons::result_from_json<lessons::check_result>(check_result, "check");
-  for (const auto& row : c.rows) {
+  const auto add = [&](const verdict::figure_verdict& row, bool gate) {
     lessons::check_item it;
     it.id = "baseline";
-    it.name = "vs baseline: " + row.base.id;
-    const bool worse = row.j.verdict == verdict::change::worse;
+    it.name = "vs baseline: " + row.base.name;
+    const bool worse = gate && row.j.verdict == verdict::change::worse;
     it.status = worse ? "WARN" : "PASS";
     it.value =
         fmt::format("{} ({:+.1f}%, {})", verdict::format_value(row.next.value, row.next.unit),
-                    row.j.delta * 100, verdict::to_string(row.j.verdict));
+                    row.j.delta * 100,
+                    gate ? verdict::to_string(row.j.verdict) : "informational, " + row.base.why);
     it.threshold =
         fmt::format("{} within {:.1f}%", verdict::format_value(row.base.value, row.base.unit),
                     row.j.tolerance * 100);
     if (worse)
       it.hint =
-          "worse than the baseline beyond both runs' noise: compare the environments "
-          "(driver, clocks, BIOS, other load)";
+          "worse than the baseline beyond the threshold, clear in both runs' samples: compare "
+          "the environments (driver, clocks, BIOS, other load)";
     it.measured = row.j.delta;
     it.limit = row.j.tolerance;
     r.items.push_back(std::move(it));
-  }
+  };
+  for (const auto& row : c.rows) add(row, true);
+  for (const auto& row : c.informational) add(row, false);
   check_result = r;
 }
 

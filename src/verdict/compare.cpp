@@ -1,8 +1,11 @@
 #include "gpu_basics/verdict/compare.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
+#include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -88,13 +91,146 @@ std::string identity(const json& e, std::size_t index) {
   return out.empty() ? std::to_string(index) : out;
 }
 
-void walk(const json& j, const std::string& path, std::vector<figure>& out) {
+/// An element as its readable name calls it: its label where it has one (a label already says
+/// what its kind would), else its identity.
+std::string readable_identity(const json& e, std::size_t index) {
+  if (e.is_object() && e.contains("label") && e["label"].is_string())
+    return e["label"].get<std::string>();
+  return identity(e, index);
+}
+
+/// A key as people read it: unit suffixes dropped, underscores as spaces, a copy direction last
+/// ("h2d_staged" -> "staged H2D"); empty for the headline rates ("bandwidth", "flops"), whose
+/// unit says them.
+std::string readable_key(std::string key) {
+  for (const char* suffix : {"bytes_per_s", "flops_per_s", "_s"})
+    if (ends_with(key, suffix)) {
+      key.resize(key.size() - std::string_view(suffix).size());
+      break;
+    }
+  while (!key.empty() && key.back() == '_') key.pop_back();
+  std::vector<std::string> words, directions;
+  for (std::size_t i = 0; i <= key.size();) {
+    const std::size_t j = std::min(key.find('_', i), key.size());
+    std::string w = key.substr(i, j - i);
+    if (w == "h2d" || w == "d2h" || w == "d2d") {
+      std::transform(w.begin(), w.end(), w.begin(),
+                     [](unsigned char c) { return std::toupper(c); });
+      directions.push_back(w);
+    } else if (!w.empty()) {
+      words.push_back(w);
+    }
+    i = j + 1;
+  }
+  words.insert(words.end(), directions.begin(), directions.end());
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : " ") + w;
+  return out == "bandwidth" || out == "flops" ? "" : out;
+}
+
+/// Words of a name part; a number and the byte unit after it are one word ("256 MiB").
+std::vector<std::string> words_of(const std::string& part) {
+  std::vector<std::string> out;
+  std::istringstream in(part);
+  for (std::string w; in >> w;) {
+    const bool unit = w == "B" || w == "KiB" || w == "MiB" || w == "GiB" || w == "TiB";
+    if (unit && !out.empty() && !out.back().empty() &&
+        std::isdigit(static_cast<unsigned char>(out.back().back())))
+      out.back() += " " + w;
+    else
+      out.push_back(w);
+  }
+  return out;
+}
+
+/// "lesson.key first part, second part, ...", each word said once.
+std::string readable_name(const std::vector<std::string>& parts) {
+  std::string out = parts.empty() ? "" : parts.front();
+  std::set<std::string> said;
+  for (const auto& w : words_of(out)) said.insert(w);
+  bool first = true;
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    std::string kept;
+    for (const auto& w : words_of(parts[i]))
+      if (said.insert(w).second) kept += (kept.empty() ? "" : " ") + w;
+    if (kept.empty()) continue;
+    out += (first ? " " : ", ") + kept;
+    first = false;
+  }
+  return out;
+}
+
+/// Where the walk is: the id's path and the readable name's parts.
+struct place {
+  std::string path;
+  std::vector<std::string> name;
+};
+
+figure make_figure(std::string id, const kind& k, double value, double noise) {
+  figure f;
+  f.id = std::move(id);
+  f.unit = k.unit;
+  f.value = value;
+  f.noise = noise;
+  f.higher_better = k.higher_better;
+  return f;
+}
+
+/// A figure's class from its summary and the samples kept beside it.
+figure summary_figure(const place& at, const std::string& key, const kind& k, const json& v,
+                      const json& parent) {
+  auto f =
+      make_figure(at.path + "." + key, k, v["median"].get<double>(), v["rel_spread"].get<double>());
+  f.cls = class_of(v, parent.contains("seconds") ? parent["seconds"] : json(), k.unit, &f.samples,
+                   &f.why);
+  f.host_bound = parent.contains("memory") && parent["memory"] == "pageable";
+  return f;
+}
+
+void walk(const json& j, const place& at, std::vector<figure>& out);
+
+void walk_key(const json& j, const std::string& key, const json& v, const place& at,
+              bool has_bandwidth, std::vector<figure>& out) {
+  place next{at.path + "." + key, at.name};
+  if (next.name.size() == 1 && next.name.front().find('.') == std::string::npos)
+    next.name.front() += "." + key;  // "transfer" -> "transfer.sweep"
+  else if (!v.is_array())
+    next.name.push_back(readable_key(key));  // a list is named by its elements
+  const auto k = kind_of(key);
+  std::optional<figure> f;
+  if (is_summary(v)) {
+    if (!k || (std::string(k->unit) == "s" && has_bandwidth)) return;
+    f = summary_figure(at, key, *k, v, j);
+  } else if (v.is_number() && k) {
+    f = make_figure(next.path, *k, v.get<double>(), 0.0);
+    f->why = "a single observation";
+  } else if (v.is_object() || v.is_array()) {
+    const std::size_t first = out.size();
+    walk(v, next, out);
+    if (key == "timeline")  // points in time, not how fast: README, "Comparing runs"
+      for (std::size_t i = first; i < out.size(); ++i) {
+        out[i].cls = figure_class::not_compared;
+        out[i].why = "a timeline";
+      }
+    return;
+  }
+  if (!f) return;
+  f->name = readable_name(next.name);
+  out.push_back(std::move(*f));
+}
+
+void walk(const json& j, const place& at, std::vector<figure>& out) {
   if (j.is_array()) {
     std::map<std::string, int> seen;
     for (std::size_t i = 0; i < j.size(); ++i) {
-      std::string id = identity(j[i], i);
-      if (const int n = seen[id]++; n > 0) id += "#" + std::to_string(n + 1);
-      walk(j[i], path + "[" + id + "]", out);
+      std::string id = identity(j[i], i), name = readable_identity(j[i], i);
+      if (const int n = seen[id]++; n > 0) {
+        id += "#" + std::to_string(n + 1);
+        name += " #" + std::to_string(n + 1);
+      }
+      place next{at.path + "[" + id + "]", at.name};
+      next.name.push_back(std::move(name));
+      walk(j[i], next, out);
     }
     return;
   }
@@ -102,20 +238,8 @@ void walk(const json& j, const std::string& path, std::vector<figure>& out) {
   bool has_bandwidth = false;
   for (const auto& [k, v] : j.items())
     if (ends_with(k, "bytes_per_s") && !skipped(k)) has_bandwidth = true;
-  for (const auto& [key, v] : j.items()) {
-    if (skipped(key)) continue;
-    const std::string id = path + "." + key;
-    const auto k = kind_of(key);
-    if (is_summary(v)) {
-      if (!k || (std::string(k->unit) == "s" && has_bandwidth)) continue;
-      out.push_back({id, k->unit, v["median"].get<double>(), v["rel_spread"].get<double>(),
-                     k->higher_better});
-    } else if (v.is_number() && k) {
-      out.push_back({id, k->unit, v.get<double>(), 0.0, k->higher_better});
-    } else if (v.is_object() || v.is_array()) {
-      walk(v, id, out);
-    }
-  }
+  for (const auto& [key, v] : j.items())
+    if (!skipped(key)) walk_key(j, key, v, at, has_bandwidth, out);
 }
 
 std::optional<std::string> gpu_of(const lessons::run_record& r, std::string* driver) {
@@ -130,10 +254,40 @@ std::optional<std::string> gpu_of(const lessons::run_record& r, std::string* dri
 
 }  // namespace
 
+figure_class class_of(const json& summary, const json& seconds, const std::string& unit,
+                      std::vector<double>* samples, std::string* why) {
+  const auto say = [&](std::string w) {
+    if (why) *why = std::move(w);
+    return figure_class::informational;
+  };
+  if (!seconds.is_array() || seconds.empty()) return say("no samples kept");
+  const auto s = samples_in_unit(summary, seconds, unit);
+  if (!s) return say("samples do not match the summary");
+  if (s->size() < kMinGateSamples) return say(fmt::format("{} samples", s->size()));
+  if (samples) *samples = *s;
+  if (why) why->clear();
+  return figure_class::gate;
+}
+
 std::vector<figure> figures_of(const lessons::run_record& r) {
   std::vector<figure> out;
-  for (const auto& [lesson, result] : r.results) walk(result, lesson, out);
+  for (const auto& [lesson, result] : r.results) walk(result, place{lesson, {lesson}}, out);
+  std::map<std::string, int> seen;  // names stay unique, as ids are
+  for (auto& f : out)
+    if (const int n = seen[f.name]++; n > 0) f.name += fmt::format(" #{}", n + 1);
   return out;
+}
+
+const char* to_string(figure_class c) noexcept {
+  switch (c) {
+    case figure_class::gate:
+      return "gate";
+    case figure_class::informational:
+      return "informational";
+    case figure_class::not_compared:
+      return "not compared";
+  }
+  return "?";
 }
 
 const char* to_string(change c) noexcept {
@@ -162,9 +316,21 @@ judgement judge(double base, double base_noise, double value, double value_noise
   return j;
 }
 
-std::size_t comparison::count(change c) const {
+namespace {
+
+std::size_t count_in(const std::vector<figure_verdict>& rows, change c) {
   return static_cast<std::size_t>(std::count_if(
       rows.begin(), rows.end(), [&](const figure_verdict& v) { return v.j.verdict == c; }));
+}
+
+}  // namespace
+
+std::size_t comparison::count(change c) const {
+  return count_in(rows, c);
+}
+
+std::size_t comparison::count_informational(change c) const {
+  return count_in(informational, c);
 }
 
 void ensure_comparable(const lessons::run_record& base, const std::string& base_name,
@@ -195,6 +361,35 @@ void ensure_comparable(const lessons::run_record& base, const std::string& base_
                     both, d1, d2));
 }
 
+namespace {
+
+/// The gate rule over every gate at once: Holm's correction needs all the p-values.
+void judge_gates(std::vector<figure_verdict>& gates, double threshold) {
+  std::vector<double> pw, pb;
+  for (auto& g : gates) {
+    g.j.tolerance = g.base.host_bound ? std::max(threshold, kHostBoundThreshold) : threshold;
+    g.j.p_worse = p_worse(g.base.samples, g.next.samples, g.base.higher_better, g.j.tolerance);
+    g.j.p_better = p_better(g.base.samples, g.next.samples, g.base.higher_better, g.j.tolerance);
+    pw.push_back(*g.j.p_worse);
+    pb.push_back(*g.j.p_better);
+  }
+  const auto worse = holm_reject(pw, kCompareAlpha), better = holm_reject(pb, kCompareAlpha);
+  for (std::size_t i = 0; i < gates.size(); ++i)
+    gates[i].j.verdict = worse[i] ? change::worse : better[i] ? change::better : change::same;
+}
+
+void sort_worst_first(std::vector<figure_verdict>& rows) {
+  const auto gain = [](const figure_verdict& v) {
+    return v.base.higher_better ? v.j.delta : -v.j.delta;
+  };
+  std::stable_sort(rows.begin(), rows.end(), [&](const auto& x, const auto& y) {
+    if (x.j.verdict != y.j.verdict) return x.j.verdict < y.j.verdict;
+    return gain(x) < gain(y);
+  });
+}
+
+}  // namespace
+
 comparison compare(const lessons::run_record& base, const lessons::run_record& next,
                    double threshold) {
   GPU_BASICS_EXPECTS(threshold >= 0 && threshold < 1, "compare: threshold outside [0, 1)");
@@ -211,19 +406,25 @@ comparison compare(const lessons::run_record& base, const lessons::run_record& n
       continue;
     }
     ++matched;
-    if (!(f.value > 0) || !std::isfinite(it->second->value)) continue;  // nothing to scale by
-    c.rows.push_back({f, *it->second,
-                      judge(f.value, f.noise, it->second->value, it->second->noise, f.higher_better,
-                            threshold)});
+    const figure& n = *it->second;
+    if (f.cls == figure_class::not_compared || n.cls == figure_class::not_compared) {
+      ++c.not_compared;
+      continue;
+    }
+    if (!(f.value > 0) || !std::isfinite(n.value)) continue;  // nothing to scale by
+    figure_verdict v{f, n, judge(f.value, f.noise, n.value, n.noise, f.higher_better, threshold)};
+    if (f.cls == figure_class::gate && n.cls == figure_class::gate) {
+      c.rows.push_back(std::move(v));
+      continue;
+    }
+    v.base.cls = figure_class::informational;  // a gate needs samples on both sides
+    if (v.base.why.empty()) v.base.why = "the new run " + n.why;
+    c.informational.push_back(std::move(v));
   }
   c.only_in_new = b.size() - matched;
-  const auto gain = [](const figure_verdict& v) {
-    return v.base.higher_better ? v.j.delta : -v.j.delta;
-  };
-  std::stable_sort(c.rows.begin(), c.rows.end(), [&](const auto& x, const auto& y) {
-    if (x.j.verdict != y.j.verdict) return x.j.verdict < y.j.verdict;
-    return gain(x) < gain(y);
-  });
+  judge_gates(c.rows, threshold);
+  sort_worst_first(c.rows);
+  sort_worst_first(c.informational);
   return c;
 }
 
@@ -240,25 +441,54 @@ std::string format_value(double v, const std::string& unit) {
   return fmt::format("{:.4g} {}", v, unit);
 }
 
-presentation::table comparison_table(const comparison& c, const std::string& title) {
+namespace {
+
+std::string p_text(const std::optional<double>& p) {
+  return p ? fmt::format("{:.2g}", *p) : std::string("-");
+}
+
+/// A table of figures: figure, baseline, new, change %, then `tail`.
+presentation::table figure_table(std::string id, std::string title,
+                                 std::vector<presentation::column> tail) {
   presentation::table t;
-  t.id = "compare";
-  t.title = title;
-  t.columns = {{"figure", "figure"},
-               {"baseline", "baseline"},
-               {"new", "new"},
-               {"change", "change %", 1, 1},
-               {"tolerance", "same within %", 1, 1},
-               {"verdict", "verdict"}};
+  t.id = std::move(id);
+  t.title = std::move(title);
+  t.columns = {
+      {"figure", "figure"}, {"baseline", "baseline"}, {"new", "new"}, {"change", "change %", 1, 1}};
+  t.columns.insert(t.columns.end(), tail.begin(), tail.end());
+  return t;
+}
+
+std::vector<presentation::value> figure_row(const figure_verdict& r,
+                                            std::vector<presentation::value> tail) {
+  std::vector<presentation::value> row{r.base.name, format_value(r.base.value, r.base.unit),
+                                       format_value(r.next.value, r.next.unit), r.j.delta * 100};
+  row.insert(row.end(), tail.begin(), tail.end());
+  return row;
+}
+
+}  // namespace
+
+presentation::table comparison_table(const comparison& c, const std::string& title) {
+  auto t = figure_table(
+      "compare", title,
+      {{"tolerance", "threshold %", 1, 1}, {"p_worse", "p (worse)"}, {"verdict", "verdict"}});
   for (const auto& r : c.rows)
-    t.add_row({r.base.id, format_value(r.base.value, r.base.unit),
-               format_value(r.next.value, r.next.unit), r.j.delta * 100, r.j.tolerance * 100,
-               std::string(to_string(r.j.verdict))});
+    t.add_row(figure_row(
+        r, {r.j.tolerance * 100, p_text(r.j.p_worse), std::string(to_string(r.j.verdict))}));
   t.notes.push_back(fmt::format(
-      "{} worse, {} same, {} better. Same when |change| <= max({:.1f}%, the IQR/median noise of "
-      "either run); otherwise better or worse by the figure's direction (higher bandwidth and "
-      "FLOP/s, lower times).",
-      c.count(change::worse), c.count(change::same), c.count(change::better), c.threshold * 100));
+      "Gates: {} worse, {} same, {} better. A gate is worse when its samples show a loss beyond "
+      "the threshold ({:.1f}%, {:.0f}% for copies through pageable host memory): a one-sided "
+      "Mann-Whitney test against the baseline moved by the threshold, Holm-corrected over the {} "
+      "gates at a {:.0f}% family-wise false-alarm rate. Only gates decide the exit code.",
+      c.count(change::worse), c.count(change::same), c.count(change::better), c.threshold * 100,
+      kHostBoundThreshold * 100, c.rows.size(), c.alpha * 100));
+  t.notes.push_back(fmt::format(
+      "Informational: {} figure(s) without samples on both sides ({} changed beyond max({:.1f}%, "
+      "their noise), listed apart); {} timeline point(s) not compared.",
+      c.informational.size(),
+      c.count_informational(change::worse) + c.count_informational(change::better),
+      c.threshold * 100, c.not_compared));
   if (c.only_in_baseline || c.only_in_new)
     t.notes.push_back(
         fmt::format("{} figure(s) only in the baseline and {} only in the new run "
@@ -267,26 +497,66 @@ presentation::table comparison_table(const comparison& c, const std::string& tit
   return t;
 }
 
+presentation::table informational_table(const comparison& c) {
+  auto t = figure_table(
+      "compare_informational", "Informational changes (not gated)",
+      {{"tolerance", "same within %", 1, 1}, {"change_kind", "change"}, {"why", "why not a gate"}});
+  for (const auto& r : c.informational)
+    if (r.j.verdict != change::same)
+      t.add_row(
+          figure_row(r, {r.j.tolerance * 100, std::string(to_string(r.j.verdict)), r.base.why}));
+  t.notes.push_back(fmt::format(
+      "{} of {} informational figure(s) changed beyond max({:.1f}%, the IQR/median noise of "
+      "either run): single observations, counts and summaries kept without samples cannot tell "
+      "a change from noise, so they never decide the exit code.",
+      t.rows.size(), c.informational.size(), c.threshold * 100));
+  return t;
+}
+
+namespace {
+
+json row_json(const figure_verdict& r) {
+  json j = {{"id", r.base.id},
+            {"name", r.base.name},
+            {"class", to_string(r.base.cls)},
+            {"unit", r.base.unit},
+            {"higher_better", r.base.higher_better},
+            {"baseline", r.base.value},
+            {"baseline_noise", r.base.noise},
+            {"baseline_samples", r.base.samples.size()},
+            {"new", r.next.value},
+            {"new_noise", r.next.noise},
+            {"new_samples", r.next.samples.size()},
+            {"delta", r.j.delta},
+            {"tolerance", r.j.tolerance},
+            {"verdict", to_string(r.j.verdict)}};
+  if (r.j.p_worse) j["p_worse"] = *r.j.p_worse;
+  if (r.j.p_better) j["p_better"] = *r.j.p_better;
+  if (r.base.cls != figure_class::gate) j["why"] = r.base.why;
+  return j;
+}
+
+}  // namespace
+
 json to_json(const comparison& c) {
-  json rows = json::array();
-  for (const auto& r : c.rows)
-    rows.push_back({{"id", r.base.id},
-                    {"unit", r.base.unit},
-                    {"higher_better", r.base.higher_better},
-                    {"baseline", r.base.value},
-                    {"baseline_noise", r.base.noise},
-                    {"new", r.next.value},
-                    {"new_noise", r.next.noise},
-                    {"delta", r.j.delta},
-                    {"tolerance", r.j.tolerance},
-                    {"verdict", to_string(r.j.verdict)}});
+  json rows = json::array(), info = json::array();
+  for (const auto& r : c.rows) rows.push_back(row_json(r));
+  for (const auto& r : c.informational) info.push_back(row_json(r));
   return {{"threshold", c.threshold},
+          {"host_bound_threshold", kHostBoundThreshold},
+          {"alpha", c.alpha},
           {"worse", c.count(change::worse)},
           {"same", c.count(change::same)},
           {"better", c.count(change::better)},
           {"only_in_baseline", c.only_in_baseline},
           {"only_in_new", c.only_in_new},
-          {"figures", rows}};
+          {"not_compared", c.not_compared},
+          {"figures", rows},
+          {"informational",
+           {{"worse", c.count_informational(change::worse)},
+            {"same", c.count_informational(change::same)},
+            {"better", c.count_informational(change::better)},
+            {"figures", info}}}};
 }
 
 }  // namespace gpu_basics::verdict

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/verdict/compare.hpp"
 
 namespace gpu_basics::verdict {
 
@@ -13,15 +14,26 @@ using nlohmann::json;
 
 namespace {
 
+/// A node's key figure and whether it is a gate (compare.hpp's class_of: backed by samples).
+struct key_value {
+  double value;
+  bool gate;
+};
+
 struct key_figure {
   const char* name;
   double scale;
-  std::optional<double> (*get)(const lessons::check_result&);
+  std::optional<key_value> (*get)(const lessons::check_result&);
 };
 
-std::optional<double> bandwidth(const std::optional<lessons::copy_figure>& c) {
+bool is_gate(const summary& s, const std::vector<double>& seconds, const char* unit) {
+  return class_of(json(s), json(seconds), unit, nullptr, nullptr) == figure_class::gate;
+}
+
+std::optional<key_value> bandwidth(const std::optional<lessons::copy_figure>& c) {
   if (!c || !(c->bandwidth_bytes_per_s.median > 0)) return std::nullopt;
-  return c->bandwidth_bytes_per_s.median;
+  return key_value{c->bandwidth_bytes_per_s.median,
+                   is_gate(c->bandwidth_bytes_per_s, c->seconds, "bytes/s")};
 }
 
 const key_figure kFigures[] = {
@@ -31,9 +43,10 @@ const key_figure kFigures[] = {
      [](const lessons::check_result& c) { return bandwidth(c.bidirectional); }},
     {"D2D GB/s", 1e-9, [](const lessons::check_result& c) { return bandwidth(c.d2d); }},
     {"bf16 TFLOP/s", 1e-12,
-     [](const lessons::check_result& c) -> std::optional<double> {
+     [](const lessons::check_result& c) -> std::optional<key_value> {
        if (!c.gemm || !(c.gemm->flops_per_s.median > 0)) return std::nullopt;
-       return c.gemm->flops_per_s.median;
+       return key_value{c.gemm->flops_per_s.median,
+                        is_gate(c.gemm->flops_per_s, c.gemm->seconds, "flop/s")};
      }},
 };
 
@@ -65,7 +78,7 @@ fleet_result analyze_fleet(const std::vector<fleet_node>& nodes) {
     f.figures.emplace_back(k.name);
     std::vector<double> values;
     for (const auto& n : nodes)
-      if (const auto v = k.get(n.check)) values.push_back(*v * k.scale);
+      if (const auto v = k.get(n.check); v && v->gate) values.push_back(v->value * k.scale);
     const auto mm = median_mad(values);
     f.medians.push_back(mm ? std::optional<double>(mm->first) : std::nullopt);
     f.mads.push_back(mm ? std::optional<double>(mm->second) : std::nullopt);
@@ -82,16 +95,17 @@ fleet_result analyze_fleet(const std::vector<fleet_node>& nodes) {
     for (std::size_t i = 0; i < std::size(kFigures); ++i) {
       fleet_cell cell;
       if (const auto v = kFigures[i].get(n.check)) {
-        cell.value = *v * kFigures[i].scale;
-        const double m = *f.medians[i];
-        const double s = std::max(kMadToSigma * *f.mads[i], kFleetNoiseFloor * m);
-        if (s > 0) {
-          cell.score = (m - *cell.value) / s;
+        cell.value = v->value * kFigures[i].scale;
+        cell.gate = v->gate;
+        const auto m = f.medians[i];
+        const double s = m ? std::max(kMadToSigma * *f.mads[i], kFleetNoiseFloor * *m) : 0;
+        if (cell.gate && s > 0) {  // only gates are judged
+          cell.score = (*m - *cell.value) / s;
           cell.outlier = *cell.score > kFleetOutlierScore;
         }
         if (cell.outlier)
           why.push_back(fmt::format("{} {:.4g} vs fleet median {:.4g} (score {:.1f})",
-                                    kFigures[i].name, *cell.value, m, *cell.score));
+                                    kFigures[i].name, *cell.value, *m, *cell.score));
       }
       row.cells.push_back(cell);
     }
@@ -121,8 +135,9 @@ presentation::table fleet_table(const fleet_result& f) {
   for (const auto& r : f.rows) {
     std::vector<presentation::value> row{r.node, r.gpu, r.link};
     for (const auto& c : r.cells)
-      row.emplace_back(c.value ? fmt::format("{:.1f}{}", *c.value, c.outlier ? " !" : "")
-                               : std::string("n/a"));
+      row.emplace_back(
+          c.value ? fmt::format("{:.1f}{}", *c.value, c.outlier ? " !" : (c.gate ? "" : " (i)"))
+                  : std::string("n/a"));
     row.emplace_back(r.check_status);
     row.emplace_back(r.verdict);
     row.emplace_back(r.why);
@@ -136,7 +151,9 @@ presentation::table fleet_table(const fleet_result& f) {
   t.notes.push_back("Fleet medians: " + med + ".");
   t.notes.push_back(fmt::format(
       "'!' marks an outlier: (median - value) / max({} MAD, {:.0f}% of the median) > {} (slow side "
-      "only). A node is degraded when a figure is an outlier or a check FAILs.",
+      "only). A node is degraded when a figure is an outlier or a check FAILs. Only gates are "
+      "judged: a figure saved without its samples is informational, marked '(i)', and left out "
+      "of the medians.",
       kMadToSigma, kFleetNoiseFloor * 100, kFleetOutlierScore));
   return t;
 }
@@ -144,8 +161,10 @@ presentation::table fleet_table(const fleet_result& f) {
 json to_json(const fleet_result& f) {
   json nodes = json::array();
   for (const auto& r : f.rows) {
-    json values = json::array(), scores = json::array(), outliers = json::array();
+    json values = json::array(), scores = json::array(), outliers = json::array(),
+         gates = json::array();
     for (const auto& c : r.cells) {
+      gates.push_back(c.gate);
       values.push_back(c.value ? json(*c.value) : json(nullptr));
       scores.push_back(c.score ? json(*c.score) : json(nullptr));
       outliers.push_back(c.outlier);
@@ -157,6 +176,7 @@ json to_json(const fleet_result& f) {
                      {"values", values},
                      {"scores", scores},
                      {"outliers", outliers},
+                     {"gates", gates},
                      {"verdict", r.verdict},
                      {"why", r.why}});
   }

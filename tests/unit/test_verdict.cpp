@@ -53,22 +53,27 @@ check_item item(const check_result& c, const std::string& id) {
   return item(c.items, id);
 }
 
-/// Scales the median of every pinned host copy's bandwidth in direction `dir` (and the
-/// bidirectional one when dir is empty).
+/// Scales a rate figure as a run `f` times as fast would have measured it: its summary and, the
+/// other way, the per-sample times kept beside it (the gate rule reads the samples).
+void scale_rate(json& parent, const char* key, double f) {
+  for (const char* k : {"median", "mean", "min", "max", "p25", "p75", "iqr", "stdev"})
+    if (parent[key].contains(k)) parent[key][k] = parent[key][k].get<double>() * f;
+  if (parent.contains("seconds"))
+    for (auto& s : parent["seconds"]) s = s.get<double>() / f;
+}
+
+/// Scales every pinned host copy's bandwidth in direction `dir`.
 void scale_pinned(json& j, const std::string& dir, double f) {
   for (auto& s : j["results"]["transfer"]["shapes"])
     for (auto& c : s["copies"])
       if (c["memory"] == "pinned" && c["direction"] == dir)
-        c["bandwidth_bytes_per_s"]["median"] =
-            c["bandwidth_bytes_per_s"]["median"].get<double>() * f;
+        scale_rate(c, "bandwidth_bytes_per_s", f);
 }
 void scale_d2d(json& j, double f) {
-  for (auto& c : j["results"]["transfer"]["d2d"])
-    c["bandwidth_bytes_per_s"]["median"] = c["bandwidth_bytes_per_s"]["median"].get<double>() * f;
+  for (auto& c : j["results"]["transfer"]["d2d"]) scale_rate(c, "bandwidth_bytes_per_s", f);
 }
 void scale_gemm(json& j, double f) {
-  for (auto& r : j["results"]["profile"]["matmul"]["runs"])
-    r["flops_per_s"]["median"] = r["flops_per_s"]["median"].get<double>() * f;
+  for (auto& r : j["results"]["profile"]["matmul"]["runs"]) scale_rate(r, "flops_per_s", f);
 }
 void set_link(json& j, unsigned gen, unsigned width) {
   for (auto* gpus : {&j["environment"]["gpus"], &j["results"]["info"]["gpus"]})
@@ -462,4 +467,32 @@ TEST(Fleet, FlagsExactlyTheDegradedNodes) {
   // Without the degraded nodes the fleet is healthy.
   const auto ok = run_cli({"compare", "--fleet", files[0], files[1], files[2]});
   EXPECT_EQ(ok.code, cli::exit_ok) << ok.err;
+}
+
+TEST(Fleet, OnlyGatesAreJudged) {
+  const json base = base_json();
+  json noise1 = base, noise2 = base, slow = base;
+  scale_pinned(noise1, "H2D", 0.997);
+  scale_d2d(noise2, 1.004);
+  scale_pinned(slow, "H2D", 0.95);
+  scale_pinned(slow, "D2H", 0.95);
+  const auto fleet = [&](const json& last) {
+    std::vector<verdict::fleet_node> nodes;
+    int i = 0;
+    for (const json* j : std::initializer_list<const json*>{&base, &noise1, &noise2, &last})
+      nodes.push_back(
+          {"node0" + std::to_string(++i), verdict::check_of(record_of(*j), defaults())});
+    return verdict::analyze_fleet(nodes);
+  };
+  EXPECT_EQ(fleet(slow).rows[3].verdict, "degraded");
+  // The same figures saved without their samples are informational: shown, not judged.
+  for (auto& s : slow["results"]["transfer"]["shapes"])
+    for (auto& c : s["copies"]) c["seconds"] = json::array();
+  const auto f = fleet(slow);
+  EXPECT_EQ(f.rows[3].verdict, "ok") << f.rows[3].why;
+  EXPECT_FALSE(f.rows[3].cells[0].gate);
+  EXPECT_FALSE(f.rows[3].cells[0].outlier);
+  EXPECT_TRUE(f.rows[0].cells[0].gate);
+  EXPECT_NE(presentation::render_text(verdict::fleet_table(f)).find("(i)"), std::string::npos);
+  EXPECT_EQ(verdict::to_json(f)["nodes"][3]["gates"][0], false);
 }

@@ -6,7 +6,8 @@
 // s = max(1.4826 MAD, kFleetNoiseFloor m). A node is an outlier when its score exceeds
 // kFleetOutlierScore: only the slow side is flagged (every key figure is higher-is-better). 1.4826
 // MAD estimates the standard deviation of normal data; the floor keeps a fleet of near-identical
-// nodes (MAD ~ 0) from flagging run-to-run noise.
+// nodes (MAD ~ 0) from flagging run-to-run noise. As in `compare`, only gates are judged: a
+// figure saved without its samples is shown, informational, and left out of the medians.
 #pragma once
 
 #include <optional>
@@ -32,8 +33,9 @@ struct fleet_node {
 
 struct fleet_cell {
   std::optional<double> value;  // in the figure's unit (GB/s, TFLOP/s)
-  std::optional<double> score;  // robust score, higher = slower than the fleet
+  std::optional<double> score;  // robust score, higher = slower than the fleet; gates only
   bool outlier = false;
+  bool gate = false;  // backed by samples (compare.hpp's class_of); informational otherwise
 };
 
 struct fleet_row {
@@ -67,7 +69,7 @@ struct fleet_result {
 [[nodiscard]] presentation::table fleet_table(const fleet_result& f);
 
 /// {"figures", "medians", "mads", "nodes": [{"node", "gpu", "link", "check", "values", "scores",
-/// "outliers", "verdict", "why"}]}.
+/// "outliers", "gates", "verdict", "why"}]}.
 [[nodiscard]] nlohmann::json to_json(const fleet_result& f);
 
 }  // namespace gpu_basics::verdict
