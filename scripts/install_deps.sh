@@ -40,9 +40,9 @@ if ! command -v clang-format >/dev/null; then
   if [[ "${CI:-}" == "true" ]]; then missing+=(clang-format); else optional+=(clang-format); fi
 fi
 
-# The browser test of the HTML report (ctest -L browser) drives headless Chromium from Python.
-# Wanted when tests are built (scripts/build.sh says so with --tests); required in CI, optional
-# elsewhere (the test skips without it).
+# The browser test of the HTML report (ctest -L browser) drives headless Chromium from Python;
+# the Slurm test runs Slurm's daemons. Wanted when tests are built (scripts/build.sh says so with
+# --tests); required in CI, optional elsewhere (the tests skip without them).
 if [[ "${1:-}" == "--tests" ]]; then
   browser=()
   command -v python3 >/dev/null || browser+=(python3)
@@ -54,6 +54,13 @@ if [[ "${1:-}" == "--tests" ]]; then
              venv:python3-venv ensurepip:python3-venv pip:python3-pip; do
     if ! /usr/bin/python3 -c "import ${mod%%:*}" >/dev/null 2>&1; then
       [[ " ${browser[*]} " == *" ${mod##*:} "* ]] || browser+=("${mod##*:}")
+    fi
+  done
+  # The fleet recipe on a real Slurm (ctest -L slurm): a one-node cluster the test starts on
+  # localhost, with its own munge key. The daemons live in /usr/sbin.
+  for tool in srun:slurm-wlm slurmctld:slurm-wlm slurmd:slurm-wlm munged:munge; do
+    if ! PATH="$PATH:/usr/sbin:/sbin" command -v "${tool%%:*}" >/dev/null; then
+      [[ " ${browser[*]} " == *" ${tool##*:} "* ]] || browser+=("${tool##*:}")
     fi
   done
   if (( ${#browser[@]} )); then
