@@ -190,39 +190,48 @@ class Cluster:
         self.procs = []
 
 
-def run(argv, env, keep=None, timeout_s=60):
-    """Runs `argv`, printing it, its stderr, and of its stdout the lines `keep` accepts."""
+class Failed(Exception):
+    """The recipe ran and did not give one file, and one fleet node, per task."""
+
+
+def run(argv, env, keep=None, timeout_s=30):
+    """Runs `argv`, printing it, its stderr, and of its stdout the lines `keep` accepts.
+    @raises Failed when it exits non-zero or outlasts `timeout_s` (within ctest's 60 s, so that
+    a hung step still prints the daemons' logs)."""
     print("$ " + " ".join(argv), flush=True)
-    r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
+    name = os.path.basename(argv[0])
+    try:
+        r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s,
+                           preexec_fn=die_with_parent)
+    except subprocess.TimeoutExpired:
+        raise Failed(f"{name} still running after {timeout_s} s") from None
     sys.stdout.write("".join(line for line in r.stdout.splitlines(keepends=True)
                              if keep is None or keep(line)))
     sys.stdout.write(r.stderr)
+    if r.returncode != 0:
+        raise Failed(f"{name} exited {r.returncode}")
     return r
 
 
 def check_fleet(cluster, gpu_basics, fixture, out):
-    """The recipe with several tasks on the node: one file per task, all in the fleet view."""
+    """The recipe with several tasks on the node: one file per task, all in the fleet view.
+    @raises Failed saying what differs."""
     pattern = os.path.join(out, "{host}-{task}.json")
-    r = run([which("srun"), f"--ntasks={TASKS}", "--time=2", gpu_basics, "check", "--from",
-             fixture, "--json", pattern], cluster.env, keep=lambda l: l.startswith("Verdict:"))
-    if r.returncode != 0:
-        return f"srun exited {r.returncode}"
+    run([which("srun"), f"--ntasks={TASKS}", "--time=2", gpu_basics, "check", "--from", fixture,
+         "--json", pattern], cluster.env, keep=lambda line: line.startswith("Verdict:"))
     files = sorted(glob.glob(os.path.join(out, "*.json")))
     expected = [os.path.join(out, f"{cluster.host}-{t}.json") for t in range(TASKS)]
     print(f"files written: {[os.path.basename(f) for f in files]}")
     if files != expected:
-        return f"expected one file per task, {[os.path.basename(f) for f in expected]}"
+        raise Failed(f"expected one file per task, {[os.path.basename(f) for f in expected]}")
     fleet_json = os.path.join(cluster.work, "fleet.json")
-    r = run([gpu_basics, "compare", "--fleet", *files, "--json", fleet_json], cluster.env)
-    if r.returncode != 0:
-        return f"compare --fleet exited {r.returncode}"
+    run([gpu_basics, "compare", "--fleet", *files, "--json", fleet_json], cluster.env)
     with open(fleet_json) as f:
         nodes = [n["node"] for n in json.load(f)["nodes"]]
     want = [f"{cluster.host}-{t}" for t in range(TASKS)]
     if sorted(nodes) != want:
-        return f"the fleet view lists {nodes}, expected {want}"
+        raise Failed(f"the fleet view lists {nodes}, expected {want}")
     print(f"the fleet view lists {len(nodes)} node(s): {', '.join(nodes)}")
-    return None
 
 
 def main():
@@ -251,17 +260,25 @@ def main():
               flush=True)
         out = os.path.join(work, "results")
         os.makedirs(out)
-        failure = check_fleet(cluster, os.path.abspath(args.gpu_basics),
-                              os.path.abspath(args.fixture), out)
+        check_fleet(cluster, os.path.abspath(args.gpu_basics), os.path.abspath(args.fixture),
+                    out)
+        failure = None
+    except Failed as e:
+        failure = str(e)
     except CannotStart as e:
-        print(("FAILED (CI=true, Slurm must run here): " if in_ci else "skipped: ") + str(e))
-        return 1 if in_ci else SKIP
+        failure = str(e)
+        if not in_ci:
+            shutil.rmtree(work, ignore_errors=True)
+            print("skipped: " + failure)
+            return SKIP
+        failure = "(CI=true: Slurm must run here) " + failure
     finally:
         cluster.stop()
     if failure:
         print("FAILED: " + failure)
         for log in ("slurmctld.log", "slurmd.log"):
             print(cluster.tail(log), end="")
+        print(f"(the cluster's files are kept in {work})")
         return 1
     shutil.rmtree(work, ignore_errors=True)
     print(f"passed in {time.monotonic() - started:.1f} s")
