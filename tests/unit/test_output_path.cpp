@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <functional>
 #include <map>
 #include <sstream>
 
@@ -25,19 +24,15 @@ env_reader fake_env(std::map<std::string, std::string> vars) {
   };
 }
 
+/// `path` expanded with this host name and environment, or "error: " and the format_error's
+/// message.
 std::string expand(std::string_view path, std::string_view host,
                    std::map<std::string, std::string> vars) {
-  return expand_output_path(path, path_placeholders(host, fake_env(std::move(vars))));
-}
-
-/// The message of the format_error that `expand` throws ("" when it throws none).
-std::string error_of(const std::function<void()>& expand) {
   try {
-    expand();
+    return expand_output_path(path, path_placeholders(host, fake_env(std::move(vars))));
   } catch (const format_error& e) {
-    return e.what();
+    return std::string("error: ") + e.what();
   }
-  return "";
 }
 
 }  // namespace
@@ -51,8 +46,8 @@ TEST(OutputPath, SlurmTasksGetOneFileEach) {
 
 TEST(OutputPath, TheHostIsItsShortName) {
   EXPECT_EQ(expand("{host}.json", "gpu017.cluster.example.org", {}), "gpu017.json");
-  EXPECT_NE(error_of([] { (void)expand("{host}.json", "", {}); }).find("{host} has no value"),
-            std::string::npos);
+  EXPECT_EQ(expand("{host}.json", "", {}),
+            "error: {host} has no value here: the host name \"\" is no file name: it is empty");
 }
 
 TEST(OutputPath, TheTaskIsTheFirstLaunchersRankOrZero) {
@@ -67,28 +62,27 @@ TEST(OutputPath, TheTaskIsTheFirstLaunchersRankOrZero) {
 
 TEST(OutputPath, ARankThatIsNotANumberIsRefusedWhereItIsUsed) {
   const std::map<std::string, std::string> env = {{"SLURM_PROCID", "../x"}};
-  EXPECT_EQ(error_of([&] { (void)expand("{task}.json", "h", env); }),
-            "{task} has no value here: SLURM_PROCID=\"../x\" is not a task number");
+  EXPECT_EQ(expand("{task}.json", "h", env),
+            "error: {task} has no value here: SLURM_PROCID=\"../x\" is not a task number");
   EXPECT_EQ(expand("{host}.json", "h", env), "h.json");  // not used: no error
 }
 
 TEST(OutputPath, AJobOutsideSlurmIsRefusedWithWhy) {
-  EXPECT_EQ(error_of([] { (void)expand("{job}.json", "h", {}); }),
-            "{job} has no value here: SLURM_JOB_ID is not set (not in a Slurm job)");
-  EXPECT_NE(error_of([] {
-              (void)expand("{job}", "h", {{"SLURM_JOB_ID", "a/b"}});
-            }).find("holds a '/'"),
-            std::string::npos);
+  EXPECT_EQ(expand("{job}.json", "h", {}),
+            "error: {job} has no value here: SLURM_JOB_ID is not set (not in a Slurm job)");
+  EXPECT_EQ(expand("{job}", "h", {{"SLURM_JOB_ID", "a/b"}}),
+            "error: {job} has no value here: SLURM_JOB_ID=\"a/b\" is no file name: it holds a '/'");
 }
 
 TEST(OutputPath, AnUnknownPlaceholderIsNamedWithTheNearest) {
-  EXPECT_EQ(error_of([] { (void)expand("r/{hots}.json", "h", {}); }),
-            "unknown placeholder {hots}; did you mean {host}? (known: {host}, {task}, {job}; {{ "
-            "is a literal {)");
-  EXPECT_EQ(error_of([] { (void)expand("r/{}.json", "h", {}); }),
-            "unknown placeholder {} (known: {host}, {task}, {job}; {{ is a literal {)");
-  EXPECT_EQ(error_of([] { (void)expand("r/{host.json", "h", {}); }),
-            "a '{' that is never closed (write {{ for a literal {)");
+  EXPECT_EQ(
+      expand("r/{hots}.json", "h", {}),
+      "error: unknown placeholder {hots}; did you mean {host}? (known: {host}, {task}, {job}; {{ "
+      "is a literal {)");
+  EXPECT_EQ(expand("r/{}.json", "h", {}),
+            "error: unknown placeholder {} (known: {host}, {task}, {job}; {{ is a literal {)");
+  EXPECT_EQ(expand("r/{host.json", "h", {}),
+            "error: a '{' that is never closed (write {{ for a literal {)");
 }
 
 TEST(OutputPath, OtherCharactersStayAsTheyAre) {
@@ -98,15 +92,12 @@ TEST(OutputPath, OtherCharactersStayAsTheyAre) {
 }
 
 TEST(OutputPath, SlurmsPatternsAreRefusedWithThePlaceholderToWrite) {
-  EXPECT_EQ(error_of([] {
-              (void)expand("results/%N.json", "h", {{"SLURM_PROCID", "0"}});
-            }),
-            "%N is srun's pattern for its own --output and --error, not expanded in a program's "
-            "arguments; write {host}");
-  EXPECT_NE(error_of([] { (void)expand("r/%t.json", "h", {}); }).find("write {task}"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { (void)expand("r/%j.json", "h", {}); }).find("write {job}"),
-            std::string::npos);
+  EXPECT_EQ(
+      expand("results/%N.json", "h", {{"SLURM_PROCID", "0"}}),
+      "error: %N is srun's pattern for its own --output and --error, not expanded in a program's "
+      "arguments; write {host}");
+  EXPECT_NE(expand("r/%t.json", "h", {}).find("write {task}"), std::string::npos);
+  EXPECT_NE(expand("r/%j.json", "h", {}).find("write {job}"), std::string::npos);
 }
 
 TEST(OutputPath, ThisProcessHasAHostAndATask) {
