@@ -224,7 +224,9 @@ const CLI::Validator& non_empty() {
 namespace {
 
 void add_output_options(CLI::App* sub, raw_options& raw) {
-  sub->add_option("--json", raw.json, "Write results as JSON to PATH ('-' for stdout)")
+  sub->add_option("--json", raw.json,
+                  "Write results as JSON to PATH ('-' for stdout); {host}, {task} and {job} in "
+                  "an output path are expanded, e.g. results/{host}.json")
       ->type_name("PATH")
       ->check(non_empty());
   sub->add_option("--csv", raw.csv,
