@@ -42,7 +42,9 @@ def die_with_parent():
     libc = ctypes.CDLL(None, use_errno=True)
     PR_SET_PDEATHSIG = 1
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    os.setsid()  # a Ctrl-C in the terminal reaches this process, which stops them in order
+    # Out of the terminal's process group: a Ctrl-C reaches only the test, which stops them in
+    # order.
+    os.setsid()
 
 
 def free_ports(n):
