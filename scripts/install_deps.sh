@@ -40,24 +40,31 @@ if ! command -v clang-format >/dev/null; then
   if [[ "${CI:-}" == "true" ]]; then missing+=(clang-format); else optional+=(clang-format); fi
 fi
 
-# The browser test of the HTML report (ctest -L browser) drives headless Chromium from Python.
-# Wanted when tests are built (scripts/build.sh says so with --tests); required in CI, optional
-# elsewhere (the test skips without it).
+# The browser test of the HTML report (ctest -L browser) drives headless Chromium from Python;
+# the Slurm test runs Slurm's daemons. Wanted when tests are built (scripts/build.sh says so with
+# --tests); required in CI, optional elsewhere (the tests skip without them).
 if [[ "${1:-}" == "--tests" ]]; then
-  browser=()
-  command -v python3 >/dev/null || browser+=(python3)
-  command -v chromium >/dev/null || command -v chromium-browser >/dev/null || browser+=(chromium)
-  [[ -d /usr/share/fonts/truetype/dejavu ]] || browser+=(fonts-dejavu-core)  # text in screenshots
+  for_tests=()
+  command -v python3 >/dev/null || for_tests+=(python3)
+  command -v chromium >/dev/null || command -v chromium-browser >/dev/null || for_tests+=(chromium)
+  [[ -d /usr/share/fonts/truetype/dejavu ]] || for_tests+=(fonts-dejavu-core)  # text in screenshots
   # The Python package's tests (pytest) and its pip install in a fresh venv (ctest -R python):
   # Debian's Python tooling, since no package index is reachable.
   for mod in pytest:python3-pytest setuptools:python3-setuptools wheel:python3-wheel \
              venv:python3-venv ensurepip:python3-venv pip:python3-pip; do
     if ! /usr/bin/python3 -c "import ${mod%%:*}" >/dev/null 2>&1; then
-      [[ " ${browser[*]} " == *" ${mod##*:} "* ]] || browser+=("${mod##*:}")
+      [[ " ${for_tests[*]} " == *" ${mod##*:} "* ]] || for_tests+=("${mod##*:}")
     fi
   done
-  if (( ${#browser[@]} )); then
-    if [[ "${CI:-}" == "true" ]]; then missing+=("${browser[@]}"); else optional+=("${browser[@]}"); fi
+  # The fleet recipe on a real Slurm (ctest -L slurm): a one-node cluster the test starts on
+  # localhost, with its own munge key. The daemons live in /usr/sbin.
+  for tool in srun:slurm-wlm slurmctld:slurm-wlm slurmd:slurm-wlm munged:munge; do
+    if ! PATH="$PATH:/usr/sbin:/sbin" command -v "${tool%%:*}" >/dev/null; then
+      [[ " ${for_tests[*]} " == *" ${tool##*:} "* ]] || for_tests+=("${tool##*:}")
+    fi
+  done
+  if (( ${#for_tests[@]} )); then
+    if [[ "${CI:-}" == "true" ]]; then missing+=("${for_tests[@]}"); else optional+=("${for_tests[@]}"); fi
   fi
 fi
 

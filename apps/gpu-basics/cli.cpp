@@ -12,6 +12,7 @@
 #include "gpu_basics/core/config.hpp"
 #include "gpu_basics/core/environment.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/output_path.hpp"
 #include "gpu_basics/lessons/registry.hpp"
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/profiler/trace_writer.hpp"
@@ -30,6 +31,31 @@ const std::vector<std::string>& commands() {
 }
 
 namespace {
+/// Expands the placeholders ({host}, {task}, {job}) of every output path, in place, so that each
+/// task of a fleet job writes its own file. Writes one line naming the option to `err` and
+/// returns false on the first path that cannot be expanded.
+bool expand_output_paths(options& o, raw_options& raw, std::ostream& err) {
+  std::optional<std::vector<path_placeholder>> values;  // read once, and only when needed
+  const auto expand = [&](std::string& path, std::string_view flag) {
+    if (path.find_first_of("{%") == std::string::npos) return true;
+    if (!values) values = current_path_placeholders();
+    try {
+      path = expand_output_path(path, *values);
+      return true;
+    } catch (const format_error& e) {
+      err << "gpu-basics: " << flag << " " << quote_for_message(path, 200) << ": " << e.what()
+          << "\n";
+      return false;
+    }
+  };
+  std::string snapshot = o.snapshot_path.value_or("");
+  const bool ok = expand(raw.json, "--json") && expand(raw.csv, "--csv") &&
+                  expand(raw.trace, "--trace") && expand(raw.html, raw.html_flag) &&
+                  expand(snapshot, "--snapshot");
+  if (ok && o.snapshot_path) o.snapshot_path = snapshot;
+  return ok;
+}
+
 /// Checks the values CLI11 cannot (log level, output paths) and moves them into `o`. Writes one
 /// line to `err` and returns false on the first bad one.
 bool finish_options(options& o, const raw_options& raw, std::ostream& err) {
@@ -198,7 +224,9 @@ const CLI::Validator& non_empty() {
 namespace {
 
 void add_output_options(CLI::App* sub, raw_options& raw) {
-  sub->add_option("--json", raw.json, "Write results as JSON to PATH ('-' for stdout)")
+  sub->add_option("--json", raw.json,
+                  "Write results as JSON to PATH ('-' for stdout); {host}, {task} and {job} in "
+                  "an output path are expanded, e.g. results/{host}.json")
       ->type_name("PATH")
       ->check(non_empty());
   sub->add_option("--csv", raw.csv,
@@ -437,7 +465,8 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
   }
   for (const auto* sub : app.get_subcommands()) o.command = sub->get_name();
   const command* cmd = find_command(o.command);
-  if (!finish_options(o, raw, err) || (cmd->validate && !cmd->validate(o, err)))
+  if (!expand_output_paths(o, raw, err) || !finish_options(o, raw, err) ||
+      (cmd->validate && !cmd->validate(o, err)))
     return {std::nullopt, exit_usage};
   return {o, exit_ok};
 }
