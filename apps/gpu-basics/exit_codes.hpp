@@ -14,7 +14,7 @@ enum exit_code : int {
   exit_io = 7,             // results could not be written
   exit_nccl = 8,           // an NCCL call failed (collectives between GPUs)
   exit_check_failed = 9,   // check: a check FAILed (or WARNed, with --strict)
-  exit_worse = 10,         // compare: a figure is worse; compare --fleet: a node is degraded
+  exit_worse = 10,         // compare: a gate is worse; compare --fleet: a node is degraded
   exit_interrupted = 130,  // stopped by SIGINT (Ctrl-C): 128 + the signal's number, as shells do
   exit_terminated = 143,   // stopped by SIGTERM
 };
