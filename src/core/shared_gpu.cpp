@@ -52,14 +52,12 @@ memory_step plan_memory_step(std::string step, std::uint64_t wanted, std::uint64
   if (wanted <= share) return m;
   const std::string why =
       fmt::format("{}, and shared_gpu.free_share lets a step take {:.0f}% of the {} free ({})",
-                  others_text(others), 100 * c.free_share, format_bytes(free),
-                  format_bytes(share));
+                  others_text(others), 100 * c.free_share, format_bytes(free), format_bytes(share));
   if (shrinkable && share >= std::max<std::uint64_t>(min_bytes, 1)) {
     m.action = "shrank";
     m.used_bytes = share;
-    m.line = fmt::format("{}: {} instead of {}: {}; set shared_gpu.force: true to take {}.",
-                         m.step, format_bytes(share), format_bytes(wanted), why,
-                         format_bytes(wanted));
+    m.line = fmt::format("{}: {} instead of {}: {}; set shared_gpu.force: true to take {}.", m.step,
+                         format_bytes(share), format_bytes(wanted), why, format_bytes(wanted));
   } else {
     m.action = "skipped";
     m.used_bytes = 0;

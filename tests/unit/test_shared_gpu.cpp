@@ -70,8 +70,8 @@ TEST(SharedGpu, BesideOthersALargeStepShrinksOrIsSkipped) {
   EXPECT_NE(idle.line.find("shared_gpu.force: true"), std::string::npos) << idle.line;
   EXPECT_NE(idle.line.find("20 GiB held"), std::string::npos) << idle.line;
   // Not shrinkable: skipped, nothing taken.
-  const auto ballast = gb::plan_memory_step("the oversubscription ballast", 56 * GiB, 58 * GiB, n,
-                                            c, false);
+  const auto ballast =
+      gb::plan_memory_step("the oversubscription ballast", 56 * GiB, 58 * GiB, n, c, false);
   EXPECT_EQ(ballast.action, "skipped");
   EXPECT_EQ(ballast.used_bytes, 0u);
   EXPECT_EQ(ballast.line.rfind("the oversubscription ballast skipped", 0), 0u) << ballast.line;
@@ -90,8 +90,7 @@ TEST(SharedGpu, TheKeysDecide) {
   c.free_share = 0.5;
   const auto m = gb::plan_memory_step("x", 56 * GiB, 58 * GiB, n, c, true);
   EXPECT_EQ(m.used_bytes, 29 * GiB);
-  EXPECT_NE(m.line.find("5 other processes use this GPU (PID 1, 2, 3, 4, ...)"),
-            std::string::npos)
+  EXPECT_NE(m.line.find("5 other processes use this GPU (PID 1, 2, 3, 4, ...)"), std::string::npos)
       << m.line;
   // The keys themselves: a share must be in (0, 1].
   EXPECT_THROW(gb::validate(gb::parse_config("shared_gpu:\n  free_share: 0\n", "t.yaml")),

@@ -17,8 +17,8 @@ namespace gpu_basics {
 struct gpu_neighbours {
   bool known = false;  // false: NVML could not list them (`why` says why); taken as none
   std::string why;
-  std::vector<unsigned> pids;           // NVML's PIDs, this process's left out
-  std::uint64_t used_bytes = 0;         // their memory, where the driver says
+  std::vector<unsigned> pids;    // NVML's PIDs, this process's left out
+  std::uint64_t used_bytes = 0;  // their memory, where the driver says
   [[nodiscard]] bool any() const noexcept { return !pids.empty(); }
 };
 
@@ -30,11 +30,11 @@ struct gpu_neighbours {
 
 /// What a large step does.
 struct memory_step {
-  std::string step;                 // "the oversubscription ballast"
-  std::string action = "ran";       // "ran", "shrank" or "skipped"
-  std::uint64_t wanted_bytes = 0;   // what the configuration asks for
-  std::uint64_t used_bytes = 0;     // what it took (0 when skipped)
-  std::string line;                 // the sentence for the log and the notes ("" when it ran)
+  std::string step;                // "the oversubscription ballast"
+  std::string action = "ran";      // "ran", "shrank" or "skipped"
+  std::uint64_t wanted_bytes = 0;  // what the configuration asks for
+  std::uint64_t used_bytes = 0;    // what it took (0 when skipped)
+  std::string line;                // the sentence for the log and the notes ("" when it ran)
   bool operator==(const memory_step&) const = default;
 };
 GPU_BASICS_JSON(memory_step, step, action, wanted_bytes, used_bytes, line)
@@ -46,7 +46,7 @@ GPU_BASICS_JSON(memory_step, step, action, wanted_bytes, used_bytes, line)
 /// other processes and the key that forces the step.
 [[nodiscard]] memory_step plan_memory_step(std::string step, std::uint64_t wanted,
                                            std::uint64_t free, const gpu_neighbours& others,
-                                           const config::shared_gpu_section& c,
-                                           bool shrinkable, std::uint64_t min_bytes = 0);
+                                           const config::shared_gpu_section& c, bool shrinkable,
+                                           std::uint64_t min_bytes = 0);
 
 }  // namespace gpu_basics
