@@ -129,7 +129,6 @@ json reference_line(double value, const std::string& label, const std::string& c
              {{"display", true},
               {"content", label},
               {"position", "end"},
-              {"backgroundColor", "rgba(0,0,0,0)"},
               {"color", colour},
               {"font", {{"size", 11}}},
               {"yAdjust", -9}}}};

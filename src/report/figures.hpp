@@ -125,6 +125,20 @@ void annotate(json& config, const std::string& key, json annotation);
                                     const std::string& nav, const std::string& body,
                                     const json& specs);
 
+// ---- the summary (summary.cpp) -----------------------------------------------------------
+
+/// A section of the page and its figures (id, title), for the summary's links.
+struct section_links {
+  std::string id;
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> figures;
+};
+/// The summary at the top of the page: each run's check verdict where its results carry one, the
+/// headline figures (pinned H2D and D2H, both at once, D2D, bf16 GEMM) as `check` reads them with
+/// their share of the ceiling, the change between two runs, and links to `contents`.
+[[nodiscard]] std::string summary_html(const std::vector<run_input>& runs,
+                                       const std::vector<section_links>& contents);
+
 // ---- figures per lesson ------------------------------------------------------------------
 
 [[nodiscard]] std::vector<figure> transfer_figures(const std::vector<run_input>& runs);

@@ -1,6 +1,6 @@
-// The page: header, one section per lesson (figures with notes and tables, then the lesson's other
-// tables), the environment last; styles, the charting library and the charts' configurations
-// inlined, so the file opens offline.
+// The page: header, the summary (verdicts, headline figures, links), one section per lesson
+// (figures with notes and tables, then the lesson's other tables), the environment last; styles,
+// the charting library and the charts' configurations inlined, so the file opens offline.
 #include "gpu_basics/report/report.hpp"
 
 #include <algorithm>
@@ -201,13 +201,15 @@ std::string render_html(const std::vector<run_input>& runs) {
   figures["unified"] = detail::unified_figures(runs);
 
   json specs = json::array();
-  std::string body, nav;
+  std::string body, nav = "<a href=\"#summary\">summary</a>";
+  std::vector<detail::section_links> contents;
   for (const auto& l : lessons::registry()) {
     const std::string name(l.name);
     const bool present = std::any_of(rendered.begin(), rendered.end(),
                                      [&](const auto& r) { return r.lessons.count(name) > 0; });
     if (!present) continue;
     nav += "<a href=\"#" + name + "\">" + name + "</a>";
+    contents.push_back({name, name, {}});
     body += "<section id=\"" + name + "\">\n<h2>" + name + "</h2>\n<p class=\"lead\">" +
             escape(l.description) + "</p>\n";
     if (name == "info") body += info_cards(rendered);
@@ -215,6 +217,7 @@ std::string render_html(const std::vector<run_input>& runs) {
     for (const auto& f : figures[name]) {
       throw_if_interrupted();  // Ctrl-C between figures
       body += figure_html(f, rendered, specs);
+      contents.back().figures.emplace_back(f.id, f.title);
       shown.insert(f.tables.begin(), f.tables.end());
     }
     std::vector<std::string> rest;  // every table without a chart, in the lesson's order
@@ -232,12 +235,14 @@ std::string render_html(const std::vector<run_input>& runs) {
     body += "</section>\n";
   }
   nav += "<a href=\"#environment\">environment</a>";
+  contents.push_back({"environment", "environment", {}});
   body += "<section id=\"environment\">\n<h2>environment</h2>\n" + environment_html(rendered) +
           "</section>\n";
 
   std::string title = "gpu-basics report";
   for (const auto& r : runs) title += " · " + r.label;
-  return detail::page_html(title, header_html(runs), nav, body, specs);
+  return detail::page_html(title, header_html(runs), nav,
+                           detail::summary_html(runs, contents) + body, specs);
 }
 
 }  // namespace gpu_basics::report

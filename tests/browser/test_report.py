@@ -10,7 +10,11 @@ Makes a report from committed results with `gpu-basics report`, opens it and fai
     titles are missing;
   - a chart whose tooltip shows no value when the mouse is over a point;
   - a layout fault: a table cell whose text runs over the next column, a table cut off at the
-    page's edge instead of scrolling in its own box, or two chart labels drawn over each other;
+    page's edge instead of scrolling in its own box, or two chart labels drawn over each other
+    (at --width: the two-run report is also tested at 900 px);
+  - a chart label without an opaque ground of the chart's background (light and dark);
+  - a report of runs without its summary first, or a summary link that lands nowhere or leaves a
+    section or figure unlinked;
   - a failure after switching to the dark colour scheme, or a PDF print without the charts.
 It writes screenshots (light and dark, the whole page and each figure) to --out.
 
@@ -103,8 +107,12 @@ TOOLTIP = r"""
 })
 """
 
+# The labels an annotation draws: a label annotation itself, or a line's or box's label.
+LABELS_OF = "const labelsOf = (a) => a.constructor.id === 'labelAnnotation' ? [a] : (a.elements || []);"
+
 LAYOUT = r"""
 (() => {
+  """ + LABELS_OF + r"""
   const out = [];
   const name = (el) => (el.closest('table') && el.closest('table').querySelector('caption')
       ? el.closest('table').querySelector('caption').textContent.trim().slice(0, 60) : 'table');
@@ -132,7 +140,7 @@ LAYOUT = r"""
   for (const canvas of document.querySelectorAll('canvas[data-chart]')) {
     const chart = Chart.getChart(canvas);
     if (!chart || !plugin) continue;
-    const boxes = plugin.getAnnotations(chart).flatMap(a => a.elements || [])
+    const boxes = plugin.getAnnotations(chart).flatMap(labelsOf)
         .filter(l => l.options && l.options.display !== false && l.width > 0);
     for (let i = 0; i < boxes.length; i++)
       for (let j = i + 1; j < boxes.length; j++) {
@@ -142,6 +150,55 @@ LAYOUT = r"""
                    [a, b].map(l => [l.x, l.y, l.x2, l.y2].map(Math.round).join(',')).join(' and ') + ')');
       }
   }
+  return out;
+})()
+"""
+
+
+# Every label drawn on a chart (reference lines, phase boxes) stands on an opaque ground of the
+# chart's own background, in the scheme shown: a series under it does not run through its text.
+LABEL_GROUNDS = r"""
+(() => {
+  """ + LABELS_OF + r"""
+  const out = [];
+  const probe = document.createElement('canvas').getContext('2d');
+  const norm = (c) => { probe.fillStyle = '#010203'; probe.fillStyle = c || 'transparent'; return probe.fillStyle; };
+  const ground = norm(getComputedStyle(document.documentElement).getPropertyValue('--bg').trim());
+  const plugin = Chart.registry.getPlugin('annotation');
+  if (!plugin) return out;
+  for (const canvas of document.querySelectorAll('canvas[data-chart]')) {
+    const chart = Chart.getChart(canvas);
+    if (!chart) continue;
+    for (const l of plugin.getAnnotations(chart).flatMap(labelsOf)) {
+      if (!l.options || l.options.display === false || !(l.width > 0)) continue;
+      const c = norm(l.options.backgroundColor);
+      if (c !== ground)
+        out.push(canvas.dataset.chart + ': label "' + String(l.options.content).slice(0, 40) +
+                 '" on ' + c + ', not on the chart\'s ground ' + ground);
+    }
+  }
+  return out;
+})()
+"""
+
+# The summary at the top of a report of runs: first in the page, within the first screen, its
+# links each landing on an element, and a link to every section and figure.
+SUMMARY = r"""
+(() => {
+  const out = [];
+  const s = document.getElementById('summary');
+  if (!s) return ['no summary'];
+  if (document.querySelector('main > section') !== s) out.push('the summary is not the first section');
+  const top = s.getBoundingClientRect().top + scrollY;
+  if (top > 600) out.push('the summary starts ' + Math.round(top) + ' px down the page');
+  const linked = new Set();
+  for (const a of s.querySelectorAll('a[href^="#"]')) {
+    const id = decodeURIComponent(a.getAttribute('href').slice(1));
+    linked.add(id);
+    if (!document.getElementById(id)) out.push('summary: link to #' + id + ' lands nowhere');
+  }
+  for (const e of document.querySelectorAll('main > section, figure.figure'))
+    if (e.id && e !== s && !linked.has(e.id)) out.push('summary: no link to #' + e.id);
   return out;
 })()
 """
@@ -350,6 +407,12 @@ def main():
         inventory = browser.evaluate(INVENTORY)
         check_inventory(inventory, expected, failures)
         failures += ["layout: " + f for f in browser.evaluate(LAYOUT)]
+        failures += ["light: " + f for f in browser.evaluate(LABEL_GROUNDS)]
+        if args.fixture or args.html:
+            failures += browser.evaluate(SUMMARY)
+            print("summary: " + " | ".join(browser.evaluate(
+                "[...document.querySelectorAll('#summary tr')].map(r => r.innerText"
+                ".replace(/\\s+/g, ' ').trim())")))
         hovered = 0
         for c in inventory:
             if not c["drawn"]:
@@ -381,6 +444,8 @@ def main():
         browser.pump(0.5)
         dark = browser.evaluate(INVENTORY)
         check_inventory(dark, expected, failures)
+        failures += ["dark: " + f for f in browser.evaluate(LABEL_GROUNDS)]
+        failures += ["layout, dark: " + f for f in browser.evaluate(LAYOUT)]
         background = browser.evaluate("getComputedStyle(document.body).backgroundColor")
         if background in ("rgb(255, 255, 255)", "rgba(0, 0, 0, 0)"):
             failures.append(f"dark scheme: the page background stayed {background}")

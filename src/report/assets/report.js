@@ -1,6 +1,7 @@
 // gpu-basics report: creates the Chart.js charts whose configurations the report embeds
 // (#gb-charts), adding what JSON cannot carry: tick and tooltip formatters for each axis unit,
-// the theme's colours (light, dark, print) and heatmap cell colours. No chart is drawn here.
+// the theme's colours (light, dark, print), heatmap cell colours and the labels' opaque grounds.
+// No chart is drawn here.
 (function () {
   'use strict';
   const specs = JSON.parse(document.getElementById('gb-charts').textContent);
@@ -175,6 +176,65 @@
       grid: css.getPropertyValue('--grid').trim(), bg: css.getPropertyValue('--bg').trim() };
   }
 
+  // Labels of reference lines and boxes on an opaque ground of the chart's own background, so
+  // that a series drawn under a label does not run through its text.
+  function labelGrounds(config, theme) {
+    const annotations = ((config.options.plugins || {}).annotation || {}).annotations || {};
+    for (const a of Object.values(annotations)) {
+      const label = a.type === 'label' ? a : a.label;
+      if (!label) continue;
+      label.backgroundColor = theme.bg;
+      label.padding = { x: 4, y: 1 };
+      label.borderRadius = 3;
+    }
+  }
+
+  // A label annotation, or the labels of a line or box.
+  const labelsOf = (a) => (a.constructor.id === 'labelAnnotation' ? [a] : a.elements || []);
+
+  // Labels apart: once the annotation plugin has placed the labels, one drawn over an earlier
+  // label moves to the nearest free place inside the chart area, along its own line first (a
+  // line's label stays by its line), then across it; where there is none, it is not drawn.
+  const labelsApart = {
+    id: 'gbLabelsApart',
+    afterUpdate(chart) {
+      const plugin = Chart.registry.getPlugin('annotation');
+      if (!plugin) return;
+      const area = chart.chartArea;
+      const gap = 3;
+      const placed = [];
+      const hits = (b) => placed.some((p) => b.x < p.x2 && p.x < b.x2 && b.y < p.y2 && p.y < b.y2);
+      const inside = (b) => b.x >= area.left - 1 && b.x2 <= area.right + 1 &&
+        b.y >= area.top - 1 && b.y2 <= area.bottom + 1;
+      const moved = (b, m) => ({ x: b.x + m.dx, x2: b.x2 + m.dx, y: b.y + m.dy, y2: b.y2 + m.dy });
+      for (const a of plugin.getAnnotations(chart)) {
+        // Along a horizontal line is sideways, along a vertical one (or a box) up and down.
+        const across = Math.abs(a.y2 - a.y) < 1 ? { x: 1, y: 4 } : { x: 4, y: 1 };
+        for (const label of labelsOf(a)) {
+          if (!label.options || label.options.display === false || !(label.width > 0)) continue;
+          const box = { x: label.x, x2: label.x2, y: label.y, y2: label.y2 };
+          if (!hits(box)) {
+            placed.push(box);
+            continue;
+          }
+          const moves = placed.flatMap((p) => [
+            { dx: p.x2 + gap - box.x, dy: 0 }, { dx: p.x - gap - box.x2, dy: 0 },
+            { dx: 0, dy: p.y2 + gap - box.y }, { dx: 0, dy: p.y - gap - box.y2 }]);
+          const cost = (m) => Math.abs(m.dx) * across.x + Math.abs(m.dy) * across.y;
+          moves.sort((a, b) => cost(a) - cost(b));
+          const move = moves.find((m) => inside(moved(box, m)) && !hits(moved(box, m)));
+          if (!move) {
+            label.options.display = false;
+            continue;
+          }
+          for (const k of ['x', 'x2', 'centerX']) label[k] += move.dx;
+          for (const k of ['y', 'y2', 'centerY']) label[k] += move.dy;
+          placed.push(moved(box, move));
+        }
+      }
+    },
+  };
+
   const charts = [];
   function draw() {
     while (charts.length) charts.pop().destroy();
@@ -190,6 +250,8 @@
       for (const id of Object.keys(config.options.scales)) configureScale(config.options.scales[id]);
       configureTooltip(spec, config);
       cellColours(config, t);
+      labelGrounds(config, t);
+      config.plugins = (config.plugins || []).concat([labelsApart]);
       const many = config.data.datasets.length > 1;
       config.options.plugins.legend.display = config.options.plugins.legend.display && many;
       charts.push(new Chart(canvas, config));
