@@ -563,24 +563,29 @@ bool says_convention(const std::string& s) {
 void expect_d2d_conventions(const std::string& out, const std::string& what) {
   SCOPED_TRACE(what);
   std::vector<std::string> text;
-  int d2d_headers = 0;
+  int d2d_rates = 0;
   for (const auto& t : tables_in(out, text)) {
     const bool d2d_table = mentions_d2d(t.title) || t.title.rfind("Peer copy bandwidth", 0) == 0;
     for (const auto& h : t.headers)
       if (has_rate(h) && (d2d_table || mentions_d2d(h))) {
-        ++d2d_headers;
+        ++d2d_rates;
         EXPECT_TRUE(says_convention(h)) << "header '" << h << "' of '" << t.title << "'";
       }
     for (const auto& r : t.rows) {
       std::string joined;
       for (const auto& c : r) joined += c + " | ";
-      if (mentions_d2d(joined) && has_rate(joined))
+      if (mentions_d2d(joined) && has_rate(joined)) {
+        ++d2d_rates;
         EXPECT_TRUE(says_convention(joined)) << "row of '" << t.title << "': " << joined;
+      }
     }
   }
-  for (const auto& line : text)
-    if (mentions_d2d(line) && has_rate(line)) EXPECT_TRUE(says_convention(line)) << line;
-  EXPECT_GT(d2d_headers + std::count_if(text.begin(), text.end(), mentions_d2d), 0)
+  for (const auto& line : text) {
+    if (mentions_d2d(line) && has_rate(line)) {
+      EXPECT_TRUE(says_convention(line)) << line;
+    }
+  }
+  EXPECT_GT(d2d_rates + std::count_if(text.begin(), text.end(), mentions_d2d), 0)
       << "no D2D figure printed:\n"
       << out;
 }
@@ -662,11 +667,13 @@ void expect_footer_matches_rows(const check_result& c) {
     }
   EXPECT_EQ(skipped, !footer.empty()) << footer;
   // The footer's reasons are the rows' reasons and no other.
-  for (const char* reason : {"cannot say", "did not read", "no measurement", "permission"})
-    if (footer.find(reason) != std::string::npos)
+  for (const char* reason : {"cannot say", "did not read", "no measurement", "permission"}) {
+    if (footer.find(reason) != std::string::npos) {
       EXPECT_TRUE(std::any_of(c.items.begin(), c.items.end(), [&](const check_item& it) {
         return it.status == "SKIP" && it.hint.find(reason) != std::string::npos;
       })) << reason;
+    }
+  }
 }
 
 }  // namespace
