@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "gpu_basics/core/units.hpp"
 #include "gpu_basics/lessons/check.hpp"
 #include "gpu_basics/profiler/gemm.hpp"
 
@@ -169,6 +170,7 @@ check_item verification_item(const check_result& r) {
   if (copies == 0 && !r.gemm) {
     it.status = kSkip;
     it.value = "nothing measured";
+    it.hint = "no copy or GEMM in this run";
     return it;
   }
   if (unverified > 0) {
@@ -187,11 +189,20 @@ bool measured(const std::string& status) {
   return status == "ok";
 }
 
+/// A health check not judged (yet), its hint the reason: every SKIP row says why, and the
+/// footer sums up those reasons (skip_summary).
 check_item skip_item(std::string id, std::string name, const std::string& status,
                      std::string threshold) {
   check_item it{std::move(id), std::move(name), kSkip, status, std::move(threshold), "",
                 std::nullopt,  std::nullopt};
-  if (status == "not measured") it.hint = "this run did not read it";
+  if (status == "not measured")
+    it.hint = "this run did not read it";
+  else if (status == "not supported")
+    it.hint = "the GPU or driver cannot say";
+  else if (status == "ok")
+    it.hint = "NVML answered without a value";
+  else
+    it.hint = "NVML gave no reading (" + status + ")";
   return it;
 }
 
@@ -313,10 +324,11 @@ std::vector<check_item> evaluate_check(const check_result& r) {
       r.link_bytes_per_s ? std::optional<double>(2 * *r.link_bytes_per_s) : std::nullopt,
       t.bidirectional_fraction, t.warn_margin, "GB/s", 1e-9, "twice the link",
       "one direction stalls the other: check the root port's and the IOMMU's BIOS settings"));
-  const auto d2d = median_of(r.d2d);
+  const auto d2d = median_of(r.d2d);  // units.hpp, Note [D2D convention]
   items.push_back(fraction_item(
-      "d2d", "D2D (read + write)", d2d ? std::optional<double>(2 * *d2d) : std::nullopt,
-      r.hbm_bytes_per_s, t.d2d_fraction, t.warn_margin, "GB/s", 1e-9, "the HBM datasheet",
+      "d2d", fmt::format("D2D ({})", kD2dReadWrite),
+      d2d ? std::optional<double>(d2d_read_write(*d2d)) : std::nullopt, r.hbm_bytes_per_s,
+      t.d2d_fraction, t.warn_margin, "GB/s", 1e-9, "the HBM datasheet",
       "device memory is slow: check the memory clock, throttle reasons and other processes on "
       "the GPU (nvidia-smi -q -d CLOCK,PERFORMANCE)"));
   items.push_back(fraction_item(
@@ -345,6 +357,26 @@ std::string overall_status(const std::vector<check_item>& items) {
   return kPass;
 }
 
+std::string skip_summary(const std::vector<check_item>& items) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> reasons;  // in the rows' order
+  for (const auto& i : items) {
+    if (i.status != kSkip) continue;
+    const std::string why = i.hint.empty() ? "no reason given" : i.hint;
+    auto at =
+        std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == why; });
+    if (at == reasons.end()) at = reasons.insert(reasons.end(), {why, {}});
+    at->second.push_back(i.name);
+  }
+  if (reasons.empty()) return "";
+  std::string out = "SKIP is not a failure; here: ";
+  for (std::size_t k = 0; k < reasons.size(); ++k) {
+    std::string names;
+    for (const auto& n : reasons[k].second) names += (names.empty() ? "" : ", ") + n;
+    out += fmt::format("{}{} ({})", k ? "; " : "", names, reasons[k].first);
+  }
+  return out + ".";
+}
+
 std::vector<note> explain_check(const check_result& r, const device_facts& /*facts*/) {
   std::vector<note> n;
   const auto count = [&](const char* s) {
@@ -361,12 +393,13 @@ std::vector<note> explain_check(const check_result& r, const device_facts& /*fac
   n.push_back(
       {"check",
        fmt::format("Thresholds (check.* keys): H2D and D2H {:.0f}%, both at once {:.0f}% "
-                   "of twice the link, D2D {:.0f}% of the HBM datasheet, bf16 GEMM "
-                   "{:.0f}% of the peak; WARN within {:.0f} points above. SKIP: the GPU "
-                   "or driver cannot say, which is not a failure.",
+                   "of twice the link, D2D ({}) {:.0f}% of the HBM datasheet, bf16 GEMM "
+                   "{:.0f}% of the peak; WARN within {:.0f} points above.",
                    r.thresholds.h2d_fraction * 100, r.thresholds.bidirectional_fraction * 100,
-                   r.thresholds.d2d_fraction * 100, r.thresholds.gemm_fraction * 100,
+                   kD2dReadWrite, r.thresholds.d2d_fraction * 100, r.thresholds.gemm_fraction * 100,
                    r.thresholds.warn_margin * 100)});
+  if (const std::string skips = skip_summary(r.items); !skips.empty())
+    n.push_back({"check", skips});
   return n;
 }
 

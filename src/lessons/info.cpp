@@ -105,9 +105,9 @@ std::vector<note> device_notes(const device_info& d, const std::string& nvml_sta
          "- The link runs below its maximum generation now: an idle GPU lowers it to save power "
          "and raises it again under load."});
   if (const auto sheet = find_datasheet(d.name))
-    n.push_back({id, fmt::format("- Device memory bandwidth ({:.2f} TB/s, {}) is ~{:.0f}x the PCIe "
-                                 "link: keep data on the "
-                                 "GPU and move it across PCIe once.",
+    n.push_back({id, fmt::format("- Device memory bandwidth ({:.2f} TB/s, {}; reads and writes "
+                                 "together, as D2D rates are shown read + write) is ~{:.0f}x the "
+                                 "PCIe link: keep data on the GPU and move it across PCIe once.",
                                  sheet->hbm_bytes_per_s / 1e12, sheet->source,
                                  link ? sheet->hbm_bytes_per_s / *link : 0.0)});
   if (nvml_status != "ok")

@@ -74,6 +74,8 @@ bool one_gpu(const peer_result& p) {
 }
 
 std::vector<table> peer_tables(const peer_result& p) {
+  // The diagonal is a D2D copy: its rate is the copy's own (units.hpp, Note [D2D convention]).
+  const std::string copied = fmt::format("GB/s {}", kD2dCopied);
   // With one GPU the peer-access-off matrices repeat the copy within it (it never goes through
   // the host): a note says so instead (peer_notes).
   const bool off_tables = !one_gpu(p);
@@ -83,20 +85,20 @@ std::vector<table> peer_tables(const peer_result& p) {
       p, "p2p_bandwidth",
       fmt::format("Peer copy bandwidth, one direction, peer access on ({} per copy, median)",
                   format_bytes(p.bytes)),
-      &peer_pair::uni_peer_on_bytes_per_s, "GB/s", 1e-9, 1));
+      &peer_pair::uni_peer_on_bytes_per_s, copied, 1e-9, 1));
   if (off_tables)
     out.push_back(figure_matrix(
         p, "p2p_bandwidth_peer_off",
         "Peer copy bandwidth, one direction, peer access off (between GPUs, staged through the "
         "host)",
-        &peer_pair::uni_peer_off_bytes_per_s, "GB/s", 1e-9, 1));
+        &peer_pair::uni_peer_off_bytes_per_s, copied, 1e-9, 1));
   out.push_back(figure_matrix(p, "p2p_bidirectional",
                               "Peer copy bandwidth, both directions at once, peer access on",
-                              &peer_pair::bidir_peer_on_bytes_per_s, "GB/s", 1e-9, 1));
+                              &peer_pair::bidir_peer_on_bytes_per_s, copied, 1e-9, 1));
   if (off_tables)
     out.push_back(figure_matrix(p, "p2p_bidirectional_peer_off",
                                 "Peer copy bandwidth, both directions at once, peer access off",
-                                &peer_pair::bidir_peer_off_bytes_per_s, "GB/s", 1e-9, 1));
+                                &peer_pair::bidir_peer_off_bytes_per_s, copied, 1e-9, 1));
   out.push_back(figure_matrix(p, "p2p_latency",
                               fmt::format("Peer copy latency ({} copies, back to back, median)",
                                           format_bytes(p.latency_bytes)),
@@ -168,10 +170,11 @@ std::optional<double> fastest_pair(const peer_result& p) {
 
 std::string diagonal_note(const summary& d, const peer_result& p, const device_facts& facts) {
   const std::string sheet =
-      facts.datasheet ? fmt::format(", {:.0f}% of the {:.2f} TB/s datasheet",
-                                    100.0 * 2 * d.median / facts.datasheet->hbm_bytes_per_s,
-                                    facts.datasheet->hbm_bytes_per_s * 1e-12)
-                      : std::string();
+      facts.datasheet
+          ? fmt::format(", {:.0f}% of the {:.2f} TB/s datasheet",
+                        100.0 * d2d_read_write(d.median) / facts.datasheet->hbm_bytes_per_s,
+                        facts.datasheet->hbm_bytes_per_s * 1e-12)
+          : std::string();
   std::string links = "NVLink where the GPUs are linked, else PCIe";
   if (facts.link_bytes_per_s)
     links += fmt::format(" (this GPU's link: {:.1f} GB/s per direction after encoding)",
@@ -179,10 +182,9 @@ std::string diagonal_note(const summary& d, const peer_result& p, const device_f
   if (const auto best = fastest_pair(p))
     links += fmt::format("; the fastest pair here: {:.0f} GB/s", *best * 1e-9);
   return fmt::format(
-      "- The diagonal is a copy within one GPU: {:.0f} GB/s counted once ({:.0f} GB/s of HBM "
-      "traffic, "
-      "read + write{}). Between GPUs the link sets the pace: {}.",
-      d.median * 1e-9, 2 * d.median * 1e-9, sheet, links);
+      "- The diagonal is a copy within one GPU: {:.0f} GB/s copied, {:.0f} GB/s read + write "
+      "(the HBM traffic{}). Between GPUs the link sets the pace: {}.",
+      d.median * 1e-9, d2d_read_write(d.median) * 1e-9, sheet, links);
 }
 
 std::vector<note> peer_notes(const peer_result& p, const device_facts& facts) {

@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "gpu_basics/core/hardware.hpp"
+#include "gpu_basics/core/units.hpp"
 #include "gpu_basics/transfer/plan.hpp"
 #include "v1/readers.hpp"
 
@@ -90,14 +91,15 @@ table d2d_table(const transfer_result& r) {
   t.id = "d2d";
   t.title = "Device -> device copies (cudaMemcpyAsync, HBM to HBM)";
   t.columns = {{"bytes", "MiB", 1.0 / MiB, 1},
-               {"median_bytes_per_s", "GB/s (bytes once)", 1 / GB, 0},
+               {"median_bytes_per_s", "GB/s (copied)", 1 / GB, 0},
                {"median_read_write_bytes_per_s", "GB/s (read + write)", 1 / GB, 0},
                {"rel_spread", "spread %", 100.0, 2},
                {"hbm_percent", "% of HBM datasheet", 1.0, 1}};
   for (const auto& c : r.d2d) {
     const double once = bw(c);
-    t.add_row({static_cast<std::int64_t>(c.bytes), once, 2 * once,
-               c.bandwidth_bytes_per_s.rel_spread, percent_cell(2 * once, r.hbm_bytes_per_s)});
+    t.add_row({static_cast<std::int64_t>(c.bytes), once, d2d_read_write(once),
+               c.bandwidth_bytes_per_s.rel_spread,
+               percent_cell(d2d_read_write(once), r.hbm_bytes_per_s)});
   }
   return t;
 }
@@ -338,8 +340,8 @@ void explain_d2d(const transfer_result& r, const device_facts& facts, std::vecto
   n.push_back(
       {id,
        "- A device copy reads every byte and writes it again, so HBM moves twice the copy's "
-       "size: 'bytes once' is the copy's rate as a program sees it, 'read + write' is what the "
-       "memory did."});
+       "size: 'copied' is the copy's rate as a program sees it, 'read + write' is what the "
+       "memory did, the figure the datasheet and `gpu-basics check` use."});
   if (!facts.datasheet || r.d2d.empty()) return;
   const double hbm = facts.datasheet->hbm_bytes_per_s;
   const auto faster = [](const copy_figure& a, const copy_figure& b) { return bw(a) < bw(b); };
@@ -348,7 +350,7 @@ void explain_d2d(const transfer_result& r, const device_facts& facts, std::vecto
       {id, fmt::format(
                "- The datasheet's {:.2f} TB/s is the pins' peak; copies here reached {:.0f}% of it "
                "(read + write, {}). Sizes that fit in the {:.0f} MiB L2 can read faster than HBM.",
-               hbm / 1e12, percent_of(2 * bw(*best), hbm), format_bytes(best->bytes),
+               hbm / 1e12, percent_of(d2d_read_write(bw(*best)), hbm), format_bytes(best->bytes),
                static_cast<double>(facts.device.l2_cache_bytes) / MiB)});
 }
 

@@ -365,10 +365,10 @@ belief_row d2d_row(const d2d_belief& b, const device_facts& facts) {
   const auto l2 = l2_plateau(b);
   const auto hbm = hbm_plateau(b);
   std::string measured = fmt::format("L2 {} (device)", ut::size(b.l2_bytes));
-  if (l2) measured += fmt::format("; working sets within L2: {}", ut::rate(*l2));
+  if (l2) measured += fmt::format("; working sets within L2: {} copied", ut::rate(*l2));
   if (hbm)
-    measured +=
-        fmt::format("; from 4x L2 on: {} ({} read + write)", ut::rate(*hbm), ut::rate(2 * *hbm));
+    measured += fmt::format("; from 4x L2 on: {} copied ({} read + write)", ut::rate(*hbm),
+                            ut::rate(d2d_read_write(*hbm)));
   // Where the notes print depends on the output (under the tables in text, beside them in HTML):
   // the cell names the table they belong to, not a direction.
   const std::string why = "sets that fit stay in L2 between passes, larger ones stream from HBM; " +
@@ -408,10 +408,10 @@ std::vector<note> beliefs_notes(const beliefs_result& b, const device_facts& fac
       std::string text = fmt::format(
           "- Course material quotes HBM at {}; measured here, {} read "
           "+ write ({} copied)",
-          ut::rate(kCourseHbmBytesPerS), ut::rate(2 * *hbm), ut::rate(*hbm));
+          ut::rate(kCourseHbmBytesPerS), ut::rate(d2d_read_write(*hbm)), ut::rate(*hbm));
       if (facts.datasheet)
         text += fmt::format(", {} of this GPU's datasheet {}",
-                            ut::percent(2 * *hbm, facts.datasheet->hbm_bytes_per_s),
+                            ut::percent(d2d_read_write(*hbm), facts.datasheet->hbm_bytes_per_s),
                             ut::rate(facts.datasheet->hbm_bytes_per_s));
       n.push_back({d2d_id, text + "."});
     }

@@ -242,6 +242,14 @@ void walk(const json& j, const place& at, std::vector<figure>& out) {
     if (!skipped(key)) walk_key(j, key, v, at, has_bandwidth, out);
 }
 
+/// Whether a figure's id lies under a "d2d" member ("transfer.d2d[256 MiB].bandwidth_bytes_per_s").
+bool is_d2d(const std::string& id) {
+  for (std::size_t at = id.find(".d2d"); at != std::string::npos; at = id.find(".d2d", at + 1))
+    if (const std::size_t end = at + 4; end == id.size() || id[end] == '.' || id[end] == '[')
+      return true;
+  return false;
+}
+
 std::optional<std::string> gpu_of(const lessons::run_record& r, std::string* driver) {
   try {
     const auto f = lessons::facts_of(r);
@@ -272,6 +280,8 @@ figure_class class_of(const json& summary, const json& seconds, const std::strin
 std::vector<figure> figures_of(const lessons::run_record& r) {
   std::vector<figure> out;
   for (const auto& [lesson, result] : r.results) walk(result, place{lesson, {lesson}}, out);
+  for (auto& f : out)  // a saved D2D rate is the copy's own (units.hpp, Note [D2D convention])
+    if (f.unit == "bytes/s" && is_d2d(f.id)) f.name += fmt::format(" ({})", kD2dCopied);
   std::map<std::string, int> seen;  // names stay unique, as ids are
   for (auto& f : out)
     if (const int n = seen[f.name]++; n > 0) f.name += fmt::format(" #{}", n + 1);

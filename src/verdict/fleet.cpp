@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/units.hpp"
 #include "gpu_basics/verdict/compare.hpp"
 
 namespace gpu_basics::verdict {
@@ -36,12 +37,20 @@ std::optional<key_value> bandwidth(const std::optional<lessons::copy_figure>& c)
                    is_gate(c->bandwidth_bytes_per_s, c->seconds, "bytes/s")};
 }
 
+/// A D2D copy as read + write, as `check` judges it (units.hpp, Note [D2D convention]).
+std::optional<key_value> d2d_read_write(const std::optional<lessons::copy_figure>& c) {
+  auto v = bandwidth(c);
+  if (v) v->value = gpu_basics::d2d_read_write(v->value);
+  return v;
+}
+
 const key_figure kFigures[] = {
     {"H2D GB/s", 1e-9, [](const lessons::check_result& c) { return bandwidth(c.h2d); }},
     {"D2H GB/s", 1e-9, [](const lessons::check_result& c) { return bandwidth(c.d2h); }},
     {"H2D+D2H GB/s", 1e-9,
      [](const lessons::check_result& c) { return bandwidth(c.bidirectional); }},
-    {"D2D GB/s", 1e-9, [](const lessons::check_result& c) { return bandwidth(c.d2d); }},
+    {"D2D GB/s (read + write)", 1e-9,
+     [](const lessons::check_result& c) { return d2d_read_write(c.d2d); }},
     {"bf16 TFLOP/s", 1e-12,
      [](const lessons::check_result& c) -> std::optional<key_value> {
        if (!c.gemm || !(c.gemm->flops_per_s.median > 0)) return std::nullopt;

@@ -182,7 +182,7 @@ TEST(LessonMultiGpu, DiagonalNoteComputesHbmShareFromTheDatasheet) {
   const std::string text = all_text(explain_multi_gpu(r, f), "p2p_bandwidth");
   const double d = r.peer.cells[0][0].uni_peer_on_bytes_per_s->median;
   EXPECT_TRUE(
-      has(text, fmt::format("{:.0f} GB/s counted once ({:.0f} GB/s of HBM traffic, read + write, "
+      has(text, fmt::format("{:.0f} GB/s copied, {:.0f} GB/s read + write (the HBM traffic, "
                             "{:.0f}% of the 4.80 TB/s datasheet)",
                             d * 1e-9, 2 * d * 1e-9, 100.0 * 2 * d / 4.8e12)))
       << text;
@@ -290,7 +290,7 @@ TEST(LessonMultiGpu, PresentsTheMatricesAndTheCollectives) {
   const auto& bw = table_named(tables, "p2p_bandwidth");
   EXPECT_EQ(bw.title,
             "Peer copy bandwidth, one direction, peer access on (256 MiB per copy, median)");
-  EXPECT_EQ(bw.columns[2].header, "GPU 1 (GB/s)");
+  EXPECT_EQ(bw.columns[2].header, "GPU 1 (GB/s copied)");
   EXPECT_DOUBLE_EQ(std::get<double>(bw.rows[1][column_of(bw, "to_gpu_0")]),
                    r.peer.cells[1][0].uni_peer_on_bytes_per_s->median);
   const auto& off = table_named(tables, "p2p_bandwidth_peer_off");

@@ -1,16 +1,21 @@
 // Verdicts on the CPU: `check` judged from the committed H200 run and from fixtures derived from
 // it in code (each changes one thing), `compare` of runs and its rule, the fleet view, and bad
-// input. Expectations come from the file and the thresholds, not from fixed values.
+// input; the conventions the commands' texts share (a D2D rate says read + write or copied, and
+// is one figure in check, fleet and the lesson; check's footer says what its rows say).
+// Expectations come from the file and the thresholds, not from fixed values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "cli.hpp"
 #include "exit_codes.hpp"
 #include "gpu_basics/core/config.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/units.hpp"
 #include "gpu_basics/lessons/check.hpp"
 #include "gpu_basics/lessons/record.hpp"
 #include "gpu_basics/verdict/compare.hpp"
@@ -495,4 +500,216 @@ TEST(Fleet, OnlyGatesAreJudged) {
   EXPECT_TRUE(f.rows[0].cells[0].gate);
   EXPECT_NE(presentation::render_text(verdict::fleet_table(f)).find("(i)"), std::string::npos);
   EXPECT_EQ(verdict::to_json(f)["nodes"][3]["gates"][0], false);
+}
+
+// ---- one convention per figure (units.hpp, Note [D2D convention]) ------------------------------
+
+namespace {
+
+/// A table as a command printed it: the title above it, its header cells, its rows' cells.
+struct printed_table {
+  std::string title;
+  std::vector<std::string> headers;
+  std::vector<std::vector<std::string>> rows;
+};
+
+std::vector<std::string> cells_of(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream in(line.substr(1));
+  for (std::string cell; std::getline(in, cell, '|');) {
+    const auto b = cell.find_first_not_of(' '), e = cell.find_last_not_of(' ');
+    out.push_back(b == std::string::npos ? "" : cell.substr(b, e - b + 1));
+  }
+  return out;
+}
+
+/// The printed tables of `out` and the lines that are not tables (titles, notes, footers).
+std::vector<printed_table> tables_in(const std::string& out, std::vector<std::string>& text) {
+  std::vector<printed_table> tables;
+  std::stringstream in(out);
+  std::string title, line;
+  bool in_table = false;
+  while (std::getline(in, line)) {
+    const bool row = !line.empty() && line[0] == '|';
+    const bool rule = line.rfind("|--", 0) == 0 || line.rfind("|:-", 0) == 0;
+    if (row && !in_table) {
+      tables.push_back({title, cells_of(line), {}});
+    } else if (row && !rule) {
+      tables.back().rows.push_back(cells_of(line));
+    } else if (!row && !line.empty()) {
+      title = line;
+      text.push_back(line);
+    }
+    in_table = row;
+  }
+  return tables;
+}
+
+bool mentions_d2d(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s.find("d2d") != std::string::npos || s.find("device -> device") != std::string::npos ||
+         s.find("copy within one gpu") != std::string::npos;
+}
+bool has_rate(const std::string& s) {
+  return s.find("GB/s") != std::string::npos || s.find("TB/s") != std::string::npos;
+}
+bool says_convention(const std::string& s) {
+  return s.find(kD2dReadWrite) != std::string::npos || s.find(kD2dCopied) != std::string::npos;
+}
+
+/// Every D2D rate in a command's output says whether it is read + write or copied: the header of
+/// a rate column in a D2D table (a peer matrix's diagonal is one) or naming D2D, a row that names
+/// D2D beside a rate, a note or footer line that does.
+void expect_d2d_conventions(const std::string& out, const std::string& what) {
+  SCOPED_TRACE(what);
+  std::vector<std::string> text;
+  int d2d_rates = 0;
+  for (const auto& t : tables_in(out, text)) {
+    const bool d2d_table = mentions_d2d(t.title) || t.title.rfind("Peer copy bandwidth", 0) == 0;
+    for (const auto& h : t.headers)
+      if (has_rate(h) && (d2d_table || mentions_d2d(h))) {
+        ++d2d_rates;
+        EXPECT_TRUE(says_convention(h)) << "header '" << h << "' of '" << t.title << "'";
+      }
+    for (const auto& r : t.rows) {
+      std::string joined;
+      for (const auto& c : r) joined += c + " | ";
+      if (mentions_d2d(joined) && has_rate(joined)) {
+        ++d2d_rates;
+        EXPECT_TRUE(says_convention(joined)) << "row of '" << t.title << "': " << joined;
+      }
+    }
+  }
+  for (const auto& line : text) {
+    if (mentions_d2d(line) && has_rate(line)) {
+      EXPECT_TRUE(says_convention(line)) << line;
+    }
+  }
+  EXPECT_GT(d2d_rates + std::count_if(text.begin(), text.end(), mentions_d2d), 0)
+      << "no D2D figure printed:\n"
+      << out;
+}
+
+/// The first number of a printed cell ("4137.9 GB/s (86.2% of 4800.0)" -> 4137.9).
+double number_in(const std::string& cell) {
+  return std::stod(cell.substr(cell.find_first_of("0123456789")));
+}
+
+}  // namespace
+
+TEST(Conventions, EveryPrintedD2dRateSaysReadPlusWriteOrCopied) {
+  const std::string all = kData + "h200_all.json", all_b = kData + "h200_all_b.json";
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"check", "--from", all},
+                                             {"compare", "--fleet", all, all_b, "--force"},
+                                             {"show", all},
+                                             {"show", kData + "h200_unified.json"},
+                                             {"compare", all, all_b}}) {
+    const auto r = run_cli(args);
+    EXPECT_TRUE(r.code == cli::exit_ok || r.code == cli::exit_worse) << r.err;
+    std::string what;
+    for (const auto& a : args) what += a.substr(a.find_last_of('/') + 1) + " ";
+    expect_d2d_conventions(r.out, what);
+  }
+  // The fleet's JSON names the convention with the figure.
+  const auto f = verdict::analyze_fleet({{"a", verdict::check_of(load_record(all), defaults())}});
+  EXPECT_EQ(verdict::to_json(f)["figures"][3], "D2D GB/s (read + write)");
+}
+
+TEST(Conventions, FleetCheckAndTransferGiveOneD2dFigure) {
+  for (const char* file : {"h200_all.json", "h200_all_b.json"}) {
+    SCOPED_TRACE(file);
+    const std::string path = kData + file, stem = std::filesystem::path(path).stem().string();
+    std::vector<std::string> text;
+    std::optional<double> check, fleet, transfer;
+    for (const auto& t : tables_in(run_cli({"check", "--from", path}).out, text))
+      for (const auto& r : t.rows)
+        if (mentions_d2d(r[0])) check = number_in(r[2]);
+    for (const auto& t : tables_in(run_cli({"compare", "--fleet", path, "--force"}).out, text))
+      for (std::size_t c = 0; c < t.headers.size(); ++c)
+        if (mentions_d2d(t.headers[c]))
+          for (const auto& r : t.rows)
+            if (r[0] == stem) fleet = number_in(r[c]);
+    for (const auto& t : tables_in(run_cli({"show", path}).out, text))  // the largest copy
+      if (t.title.rfind("Device -> device", 0) == 0)
+        for (std::size_t c = 0; c < t.headers.size(); ++c)
+          if (t.headers[c].find(kD2dReadWrite) != std::string::npos)
+            transfer = number_in(t.rows.back()[c]);
+    ASSERT_TRUE(check && fleet && transfer);
+    EXPECT_NEAR(*fleet, *check, 0.051);    // both print one decimal
+    EXPECT_NEAR(*transfer, *check, 0.51);  // the lesson prints none
+    // And the figure is read + write: twice the copy's own rate saved in the run.
+    const auto c = verdict::check_of(load_record(path), defaults());
+    EXPECT_NEAR(*check, 2 * c.d2d->bandwidth_bytes_per_s.median * 1e-9, 0.051);
+  }
+}
+
+// ---- check's footer says what its rows say ------------------------------------------------------
+
+namespace {
+
+/// The footer's SKIP line of a rendered check, "" when there is none.
+std::string skip_line(const check_result& c) {
+  for (const auto& n : explain_check(c, device_facts{}))
+    if (n.text.find("SKIP") != std::string::npos) return n.text;
+  return "";
+}
+
+void expect_footer_matches_rows(const check_result& c) {
+  const std::string footer = skip_line(c);
+  bool skipped = false;
+  for (const auto& it : c.items)
+    if (it.status == "SKIP") {
+      skipped = true;
+      EXPECT_FALSE(it.hint.empty()) << it.name << ": a SKIP row says why";
+      EXPECT_NE(footer.find(it.name), std::string::npos) << it.name << "\n" << footer;
+      EXPECT_NE(footer.find("(" + it.hint + ")"), std::string::npos) << it.hint << "\n" << footer;
+    }
+  EXPECT_EQ(skipped, !footer.empty()) << footer;
+  // The footer's reasons are the rows' reasons and no other.
+  for (const char* reason : {"cannot say", "did not read", "no measurement", "permission"}) {
+    if (footer.find(reason) != std::string::npos) {
+      EXPECT_TRUE(std::any_of(c.items.begin(), c.items.end(), [&](const check_item& it) {
+        return it.status == "SKIP" && it.hint.find(reason) != std::string::npos;
+      })) << reason;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Check, TheFooterSumsUpTheRowsReasonsForSkipping) {
+  // A saved `all` run has no health readings: four rows say "this run did not read it".
+  check_result c = verdict::check_of(record_of(base_json()), defaults());
+  expect_footer_matches_rows(c);
+  EXPECT_EQ(skip_line(c),
+            "SKIP is not a failure; here: uncorrectable ECC errors, retired pages, row remapping, "
+            "throttling while idle (this run did not read it).");
+  // NVML's other answers, and a copy not measured: one reason each, in the rows' order.
+  c.health.ecc_status = "no permission";
+  c.health.retired_status = "not supported";
+  c.health.remap_status = "not supported";
+  c.d2d.reset();
+  c.items = evaluate_check(c);
+  expect_footer_matches_rows(c);
+  const std::string footer = skip_line(c);
+  EXPECT_NE(footer.find("D2D (read + write) (no measurement in this run); uncorrectable ECC "
+                        "errors (NVML gave no reading (no permission)); retired pages, row "
+                        "remapping (the GPU or driver cannot say); throttling while idle (this "
+                        "run did not read it)."),
+            std::string::npos)
+      << footer;
+  // Nothing skipped, no SKIP line.
+  c.d2d = verdict::check_of(record_of(base_json()), defaults()).d2d;
+  c.health = {};
+  for (auto* s : {&c.health.ecc_status, &c.health.retired_status, &c.health.remap_status,
+                  &c.health.throttle_status})
+    *s = "ok";
+  c.health.ecc_uncorrected_volatile = 0;
+  c.health.retired_pages = 0;
+  c.health.remap_failure = false;
+  c.health.idle_clock_event_reasons = 0;
+  c.items = evaluate_check(c);
+  expect_footer_matches_rows(c);
+  EXPECT_EQ(skip_line(c), "");
 }

@@ -1,7 +1,8 @@
 // `gpu-basics check`: node acceptance. A few pinned copies, one D2D copy and one bf16 GEMM,
 // every one verified, plus NVML's link, ECC, row-remapping and idle throttle readings; each check
-// then gets PASS, WARN, FAIL (or SKIP where the GPU or driver cannot say) against the check.*
-// thresholds, with the measured value, the threshold and a one-line hint. The verdict logic is
+// then gets PASS, WARN, FAIL (or SKIP, with the reason as its hint: not read by this run, the GPU
+// or driver cannot say, ...) against the check.* thresholds, with the measured value, the
+// threshold and a one-line hint. The D2D figure is read + write (units.hpp). The verdict logic is
 // pure (evaluate_check) so it is tested on the CPU from saved runs; measure_check is the GPU part.
 #pragma once
 
@@ -116,6 +117,12 @@ GPU_BASICS_JSON(check_result, gpu, driver_version, nvml_status, link_generation,
 /// "FAIL" when an item failed, else "WARN" when one warned, else "PASS".
 [[nodiscard]] std::string overall_status(const std::vector<check_item>& items);
 
+/// The footer's SKIP line, from the rows: the skipped checks grouped by the reason each row's hint
+/// gives ("SKIP is not a failure; here: retired pages, row remapping (this run did not read it)."),
+/// empty when none is skipped. Every SKIP row carries its reason, so the footer never says what
+/// the rows do not.
+[[nodiscard]] std::string skip_summary(const std::vector<check_item>& items);
+
 /// NVML clock-event reasons that mean trouble on an idle GPU, and those that only warn; the rest
 /// (GPU idle, application clocks, sync boost, display clock) are expected.
 inline constexpr std::uint64_t kThrottleFailMask = 0x8 | 0x40 | 0x80;  // HW slowdown, HW thermal,
@@ -124,7 +131,7 @@ inline constexpr std::uint64_t kThrottleWarnMask = 0x4 | 0x20;         // SW pow
 /// The names of the reasons set in `mask` ("HW slowdown, SW thermal").
 [[nodiscard]] std::string throttle_reason_names(std::uint64_t mask);
 
-/// The overall verdict, the time taken, where the thresholds come from.
+/// The overall verdict, the time taken, where the thresholds come from, why checks were skipped.
 [[nodiscard]] std::vector<note> explain_check(const check_result& r, const device_facts& facts);
 /// "check": one row per item.
 [[nodiscard]] std::vector<presentation::table> present_check(const check_result& r);
