@@ -142,7 +142,7 @@ chart pin_chart(const runs_t& runs) {
 figure d2d_figure(const runs_t& runs) {
   chart c{"unified-d2d", "D2D copy rate against the working set", {}};
   c.config = base_config("line", c.title, axis("working set (source + destination)", "bytes", true),
-                         axis("copied (counted once)", "GB/s"));
+                         axis("D2D rate, copied", "GB/s"));
   std::optional<std::uint64_t> l2;
   for (const auto& rr : runs) {
     if (!rr.result.beliefs || !rr.result.beliefs->d2d) continue;

@@ -213,7 +213,7 @@ GPU_BASICS_JSON(nvml_util_belief, idle_allocation_bytes, idle_used_bytes, idle_m
 /// 5. D2D bandwidth against the working set (source + destination).
 struct d2d_point {
   std::uint64_t working_set_bytes = 0;
-  double bytes_per_s = 0;  // bytes copied / time (counted once)
+  double bytes_per_s = 0;  // bytes copied / time (shown copied and read + write)
 
   bool operator==(const d2d_point&) const = default;
 };
