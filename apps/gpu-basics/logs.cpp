@@ -6,6 +6,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/logging.hpp"
@@ -64,6 +65,58 @@ std::string csv_written_line(const std::vector<std::string>& files) {
   if (dir.empty()) dir = ".";
   return fmt::format("wrote {} CSV files: {}*{} in {}", files.size(), printable(head),
                      printable(tail), printable(dir));
+}
+
+namespace {
+
+void count_sampling(const nlohmann::json& j, lesson_time& t) {
+  if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      if (key == "sampling" && value.is_object() && value.contains("samples")) {
+        ++t.figures;
+        if (value["samples"].is_number_integer() && value["samples"] >= 0)
+          t.samples += value["samples"].get<std::uint64_t>();
+        const std::string why = value.value("stopped", "");
+        if (why == "precise")
+          ++t.precise;
+        else if (why == "timeout")
+          ++t.timed_out;
+        else
+          ++t.at_limit;
+      } else {
+        count_sampling(value, t);
+      }
+    }
+  } else if (j.is_array()) {
+    for (const auto& v : j) count_sampling(v, t);
+  }
+}
+
+}  // namespace
+
+lesson_time time_of(std::string lesson, double seconds, const nlohmann::json& result) {
+  lesson_time t;
+  t.lesson = std::move(lesson);
+  t.seconds = seconds;
+  count_sampling(result, t);
+  return t;
+}
+
+std::vector<std::string> run_time_lines(const std::vector<lesson_time>& lessons, double total_s) {
+  std::vector<std::string> out;
+  out.push_back(fmt::format("took {:.1f} s: {} lesson{}", total_s, lessons.size(),
+                            lessons.size() == 1 ? "" : "s"));
+  for (const auto& l : lessons) {
+    std::string line = fmt::format("{}: {:.1f} s", l.lesson, l.seconds);
+    if (l.figures) {
+      line += fmt::format("; {} sampled figure{}, {} samples: {} precise", l.figures,
+                          l.figures == 1 ? "" : "s", l.samples, l.precise);
+      if (l.at_limit) line += fmt::format(", {} at benchmark.iterations", l.at_limit);
+      if (l.timed_out) line += fmt::format(", {} at benchmark.timeout_s", l.timed_out);
+    }
+    out.push_back(std::move(line));
+  }
+  return out;
 }
 
 }  // namespace gpu_basics::cli

@@ -8,8 +8,11 @@
 #include <ostream>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "commands.hpp"
 #include "exit_codes.hpp"
+#include "gpu_basics/core/clock.hpp"
 #include "gpu_basics/core/environment.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/interrupt.hpp"
@@ -66,7 +69,7 @@ std::optional<std::string> self_executable() {
 /// (and under "errors") and the others still run. Returns the first failure's exit code.
 int measure(const options& o, lessons::context& ctx, lessons::run_record& rec,
             std::vector<presentation::report>& reports, std::ostream& out, std::ostream& err,
-            const std::function<void(nlohmann::json&)>& amend) {
+            const std::function<void(nlohmann::json&)>& amend, std::vector<lesson_time>& times) {
   const bool print_live = !(o.json_path && *o.json_path == "-");
   const lessons::device_facts facts = lessons::device_facts::of(ctx.device(), ctx.nvml_status);
   int code = exit_ok;
@@ -82,6 +85,7 @@ int measure(const options& o, lessons::context& ctx, lessons::run_record& rec,
     ctx.progress =
         terminal ? terminal_progress(name) : captured_progress(lines ? &*lines : nullptr);
     nlohmann::json result;
+    const double t0 = host_seconds();
     try {
       result = l.measure(ctx);
     } catch (const no_device_error&) {
@@ -97,6 +101,7 @@ int measure(const options& o, lessons::context& ctx, lessons::run_record& rec,
       lessons::clear_device_error();
       continue;
     }
+    times.push_back(time_of(name, host_seconds() - t0, result));
     if (amend) amend(result);
     reports.push_back(l.render(result, facts));
     rec.results.emplace_back(name, std::move(result));
@@ -121,9 +126,14 @@ int measure_lessons(const options& o, config cfg,
   std::vector<presentation::report> reports;
   std::function<void(nlohmann::json&)> amend;
   if (baseline) amend = [&](nlohmann::json& result) { add_baseline(result, rec, *baseline, o); };
-  int code = measure(o, ctx, rec, reports, out, err, amend);
+  std::vector<lesson_time> times;
+  const double t0 = host_seconds();
+  int code = measure(o, ctx, rec, reports, out, err, amend, times);
+  const double total_s = host_seconds() - t0;
   rec.environment = environment_json(ctx.cfg, ctx.devices, ctx.nvml_status);
   write_outputs(o, rec, reports, out);
+  flush_stdout();
+  for (const auto& line : run_time_lines(times, total_s)) spdlog::info("{}", line);
   const command* cmd = find_command(o.command);
   if (cmd && cmd->lesson && cmd->lesson->judges && code == exit_ok)
     code = check_exit_code(rec, o.strict, err);

@@ -382,7 +382,17 @@ config_schema make_builtin() {
   s.add(int_key("benchmark.warmup_iterations", GB_FIELD(int, benchmark.warmup_iterations), 0,
                 100000, "", "untimed runs before measuring"));
   s.add(int_key("benchmark.iterations", GB_FIELD(int, benchmark.iterations), 1, 100000, "",
-                "timed runs per measurement"));
+                "timed runs per measurement at most (fewer once the figure is precise)"));
+  s.add(int_key("benchmark.min_samples", GB_FIELD(int, benchmark.min_samples), 1, 100000, "",
+                "timed runs per measurement at least (benchmark.iterations where that is fewer)"));
+  s.add(fraction_key("benchmark.max_noise", GB_FIELD(double, benchmark.max_noise), false, 1,
+                     "a fraction in (0, 1], e.g. 0.01",
+                     "stop sampling a figure once its median's 95% confidence interval is within "
+                     "this share of it"));
+  s.add(
+      fraction_key("benchmark.timeout_s", GB_FIELD(double, benchmark.timeout_s), false, 3600,
+                   "seconds in (0, 3600]",
+                   "stop sampling a figure after this long, precise or not (the result says so)"));
   s.add(bool_key("memory.use_pinned_memory", GB_FIELD(bool, memory.use_pinned_memory),
                  "compare pinned with pageable host memory; `false`: pageable only"));
   s.add(allocator_knob("expandable_segments", "True or False",

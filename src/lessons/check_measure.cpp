@@ -95,7 +95,7 @@ check_result measure_check(context& ctx) {
   };
   const std::uint64_t bytes = cfg.check.copy_bytes;
   {
-    copy_bench bench({cfg.benchmark.warmup_iterations, cfg.benchmark.iterations});
+    copy_bench bench(cfg.benchmark.rule());
     step("pinned H2D " + std::to_string(bytes >> 20) + " MiB");
     r.h2d = verified("pinned H2D",
                      [&] { return bench.copy(copy_direction::h2d, host_memory::pinned, bytes); });
@@ -123,8 +123,7 @@ check_result measure_check(context& ctx) {
                     err, gemm_tolerance(gemm_precision::bf16)));
   const auto n = static_cast<std::uint64_t>(cfg.check.gemm_size);
   step(fmt::format("bf16 GEMM {}^3", n));
-  const auto res = gemm.run(gemm_precision::bf16, {n, n, n}, cfg.benchmark.warmup_iterations,
-                            cfg.benchmark.iterations, s);
+  const auto res = gemm.run(gemm_precision::bf16, {n, n, n}, cfg.benchmark.rule(), s);
   r.gemm = matmul_of(res, err, r.bf16_peak_flops_per_s);
   ctx.report_progress("check", total, total);
 

@@ -218,7 +218,7 @@ std::optional<double_buffer_result> measure_double_buffer(context& ctx) {
   workload w(db.batch_bytes, static_cast<std::size_t>(db.batches));
 
   // Calibrate: copy time of one batch, and compute time as a + b * iterations.
-  copy_bench bench({ctx.cfg.benchmark.warmup_iterations, 10});
+  copy_bench bench(capped(ctx.cfg.benchmark.rule(), 10));
   r.copy_s = bench.copy(copy_direction::h2d, host_memory::pinned, db.batch_bytes).time_s.median;
   compute_model model(w, 1);
 

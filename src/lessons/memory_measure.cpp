@@ -51,14 +51,17 @@ struct progress_counter {
   void step(const std::string& item) { ctx.report_progress(item, ++done, total); }
 };
 
+/// The median time of f() sampled by `rule` (core/sampling.hpp), without its warm-up: a first
+/// call here is part of what is measured (a host allocation's page faults) or was made already.
 template <class F>
-double median_seconds(int iterations, F f) {
+double median_seconds(stopping_rule rule, F f) {
+  rule.warmup = 0;
   std::vector<double> t;
-  for (int i = 0; i < iterations; ++i) {
+  (void)sample_each(rule, t, [&] {
     const double t0 = host_seconds();
     f();
-    t.push_back(host_seconds() - t0);
-  }
+    return host_seconds() - t0;
+  });
   return summarize(t).median;
 }
 
@@ -88,26 +91,24 @@ std::unique_ptr<caching_allocator> make_allocator(allocator_options o = {}) {
 allocation_cost_row measure_allocation_size(const config& cfg, cuda_stream& stream,
                                             stream_handle sh, caching_allocator& alloc,
                                             std::size_t bytes) {
-  const int iters = cfg.benchmark.iterations;
+  const stopping_rule rule = cfg.benchmark.rule();
   std::vector<double> m, f;
-  for (int i = 0; i < cfg.benchmark.warmup_iterations + iters; ++i) {
+  (void)sample_each(rule, m, [&] {
     void* p = nullptr;
     const double t0 = host_seconds();
     GPU_BASICS_CUDA_TRY(cudaMalloc(&p, bytes));
     const double t1 = host_seconds();
     GPU_BASICS_CUDA_TRY(cudaFree(p));
-    const double t2 = host_seconds();
-    if (i >= cfg.benchmark.warmup_iterations) {
-      m.push_back(t1 - t0);
-      f.push_back(t2 - t1);
-    }
-  }
+    f.push_back(host_seconds() - t1);
+    return t1 - t0;
+  });
+  f.erase(f.begin(), f.begin() + std::min<std::ptrdiff_t>(rule.warmup, std::ssize(f)));
   void* w = nullptr;  // the pool's first allocation of this size stays out of the timing
   GPU_BASICS_CUDA_TRY(cudaMallocAsync(&w, bytes, stream.value()));
   GPU_BASICS_CUDA_TRY(cudaFreeAsync(w, stream.value()));
   stream.synchronize();
   const double async_pair =
-      median_seconds(iters,
+      median_seconds(rule,
                      [&] {
                        for (int i = 0; i < kPairsPerSample; ++i) {
                          void* p = nullptr;
@@ -118,7 +119,7 @@ allocation_cost_row measure_allocation_size(const config& cfg, cuda_stream& stre
       kPairsPerSample;
   stream.synchronize();
   alloc.deallocate(alloc.allocate(bytes, sh));  // cached from here on
-  const double cached_pair = median_seconds(iters,
+  const double cached_pair = median_seconds(rule,
                                             [&] {
                                               for (int i = 0; i < kPairsPerSample; ++i)
                                                 alloc.deallocate(alloc.allocate(bytes, sh));
@@ -260,8 +261,9 @@ pinned_result measure_pinned(const config& cfg) {
   p.allocate_repetitions = kHostAllocateRepetitions;
   p.copy_iterations = std::min(cfg.benchmark.iterations, kMaxCopyIterations);
   const std::size_t bytes = p.bytes;
-  copy_bench bench({cfg.benchmark.warmup_iterations, *p.copy_iterations});
-  p.pageable_allocate_s = median_seconds(kHostAllocateRepetitions, [&] {
+  copy_bench bench(capped(cfg.benchmark.rule(), *p.copy_iterations));
+  const stopping_rule few = capped(cfg.benchmark.rule(), kHostAllocateRepetitions);
+  p.pageable_allocate_s = median_seconds(few, [&] {
     void* m = std::malloc(bytes);
     if (!m)
       throw out_of_memory("cannot allocate " + format_bytes(bytes) + " of host memory", bytes);
@@ -272,12 +274,12 @@ pinned_result measure_pinned(const config& cfg) {
   p.pageable_h2d_bytes_per_s =
       bench.copy(copy_direction::h2d, host_memory::pageable, bytes).bandwidth_bytes_per_s.median;
   if (!p.use_pinned_memory) return p;
-  p.pinned_allocate_s = median_seconds(kHostAllocateRepetitions, [&] { pinned_buffer b(bytes); });
+  p.pinned_allocate_s = median_seconds(few, [&] { pinned_buffer b(bytes); });
   pinned_host_pool pool(std::make_shared<cuda_pinned_backend>());
   pool.deallocate(pool.allocate(bytes));
   p.reuse_iterations = cfg.benchmark.iterations;
   p.pinned_reuse_s =
-      median_seconds(cfg.benchmark.iterations, [&] { pool.deallocate(pool.allocate(bytes)); });
+      median_seconds(cfg.benchmark.rule(), [&] { pool.deallocate(pool.allocate(bytes)); });
   p.pinned_h2d_bytes_per_s =
       bench.copy(copy_direction::h2d, host_memory::pinned, bytes).bandwidth_bytes_per_s.median;
   const auto s = pool.stats();

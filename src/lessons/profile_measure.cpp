@@ -40,6 +40,7 @@ matmul_run matmul_of(const gemm_result& res, double check_error,
   x.flops_per_s = res.flops_per_s;
   x.peak_flops_per_s = peak_flops_per_s;
   x.check_error = check_error;
+  x.sampling = res.sampling;
   return x;
 }
 
@@ -76,7 +77,10 @@ timing_methods_result measure_timing(const config& cfg, cuda_stream& s) {
   s.synchronize();
   std::vector<double> no_sync, with_sync, events;
   cuda_event a, b;
-  for (int i = 0; i < cfg.benchmark.iterations; ++i) {
+  // One sample of each way per call; the stopping rule follows the events' time (the true one).
+  stopping_rule rule = cfg.benchmark.rule();
+  rule.warmup = 0;  // warmed up above
+  r.sampling = sample_each(rule, events, [&] {
     double t0 = host_seconds();
     launch();
     no_sync.push_back(host_seconds() - t0);
@@ -89,8 +93,8 @@ timing_methods_result measure_timing(const config& cfg, cuda_stream& s) {
     launch();
     b.record(s);
     b.synchronize();
-    events.push_back(cuda_event::elapsed_s(a, b));
-  }
+    return cuda_event::elapsed_s(a, b);
+  });
   r.host_no_sync_s = summarize(no_sync);
   r.host_sync_s = summarize(with_sync);
   r.events_s = summarize(events);
@@ -207,8 +211,7 @@ matmul_result measure_matmuls(const context& ctx, cuda_stream& s, gemm_runner& g
       spdlog::info("{}", what);
       scoped_range range(what);
       const double start = host_seconds() - origin;
-      const auto res =
-          gemm.run(c.p, shape, cfg.benchmark.warmup_iterations, cfg.benchmark.iterations, s);
+      const auto res = gemm.run(c.p, shape, cfg.benchmark.rule(), s);
       const double peak = sheet ? datasheet_peak_flops(*sheet, c.p) : 0;
       matmul_run x = matmul_of(res, c.error, peak > 0 ? std::optional(peak) : std::nullopt);
       x.start_s = start;

@@ -122,7 +122,7 @@ void measure_sync_async(context& ctx, copy_bench& bench, transfer_result& r) {
     ctx.report_progress(fmt::format("sync vs async, {}", to_string(m)), 0, 1);
     const auto sa = bench.sync_vs_async(copy_direction::h2d, m, bytes);
     r.sync_async.push_back({std::string(to_string(m)), bytes, sa.sync_call_s, sa.async_call_s,
-                            sa.async_copy_s, sa.async_free_s});
+                            sa.async_copy_s, sa.async_free_s, sa.sampling});
   }
   ctx.report_progress("sync vs async", 1, 1);
 }
@@ -328,7 +328,7 @@ transfer_result measure_transfer(context& ctx) {
   if (const auto sheet = find_datasheet(dev.name)) r.hbm_bytes_per_s = sheet->hbm_bytes_per_s;
 
   {  // the bench's buffers are freed before the double-buffering part allocates its own
-    copy_bench bench({cfg.benchmark.warmup_iterations, cfg.benchmark.iterations});
+    copy_bench bench(cfg.benchmark.rule());
     measure_bandwidth(ctx, bench, shapes, r);
     measure_d2d(ctx, bench, shapes, r);
     measure_sync_async(ctx, bench, r);

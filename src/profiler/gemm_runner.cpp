@@ -3,6 +3,7 @@
 #include <string>
 
 #include "gemm_lt.hpp"
+#include "gpu_basics/core/errors.hpp"
 
 namespace gpu_basics {
 
@@ -19,6 +20,13 @@ gemm_runner::gemm_runner(std::size_t workspace_bytes, int max_candidates)
 gemm_runner::~gemm_runner() = default;
 
 gemm_result gemm_runner::run(gemm_precision p, gemm_shape s, int warmup, int iterations,
+                             stream_view st) {
+  GPU_BASICS_EXPECTS(iterations >= 1, "a GEMM needs at least one timed run");
+  // Exactly `iterations` runs: a rule that is never precise and never times out.
+  return run(p, s, stopping_rule{warmup, iterations, iterations, 1e-300, 1e300}, st);
+}
+
+gemm_result gemm_runner::run(gemm_precision p, gemm_shape s, const stopping_rule& rule,
                              stream_view st) {
   auto& m = *impl_;
   const int prec = static_cast<int>(p);
@@ -45,7 +53,11 @@ gemm_result gemm_runner::run(gemm_precision p, gemm_shape s, int warmup, int ite
   gemm_result r = it->second;
   r.precision = p;
   r.shape = s;
-  r.seconds = m.lt.run(r.chosen, warmup, iterations, st);
+  if (rule.warmup > 0) (void)m.lt.run(r.chosen, rule.warmup, 0, st);
+  figure_sampler sampler(rule);
+  while (const int n = sampler.next_batch()) sampler.add(m.lt.run(r.chosen, 0, n, st));
+  r.sampling = sampler.outcome();
+  r.seconds = sampler.take_seconds();
   r.flops_per_s =
       summarize_mapped(r.seconds, [&](double t) { return gemm_flops_per_s(s.m, s.n, s.k, t); });
   return r;

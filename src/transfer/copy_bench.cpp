@@ -151,6 +151,22 @@ void check(unsigned long long mismatches, const copy_measurement& r, std::string
                                          format_bytes(r.bytes), mismatches));
 }
 
+/// Samples `r` by the stopping rule: `batch(n, seconds)` appends n samples' seconds. Sets
+/// r.seconds, r.sampling and r.verified_bytes (bytes_moved per sample); the caller's batches
+/// verify each copy.
+template <class F>
+void sample_batches(const stopping_rule& rule, copy_samples& r, F batch) {
+  figure_sampler s(rule);
+  while (const int n = s.next_batch()) {
+    std::vector<double> got;
+    batch(n, got);
+    s.add(got);
+  }
+  r.sampling = s.outcome();
+  r.seconds = s.take_seconds();
+  r.verified_bytes = r.bytes_moved * r.seconds.size();
+}
+
 /// Runs `samples` timed samples behind a blocking kernel on s0. `one(i, start, stop)` enqueues
 /// the poison, the events around the copy, and the check.
 template <class F>
@@ -189,43 +205,46 @@ copy_measurement copy_bench::copy(copy_direction d, host_memory m, std::uint64_t
   void* src = b.src(d, m);
   void* dst = b.dst(d, m);
   const cudaMemcpyKind kind = kind_of(d);
-  for (int i = 0; i < o_.warmup_iterations; ++i)
+  for (int i = 0; i < o_.warmup; ++i)
     GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, b.s0.value()));
   b.s0.synchronize();
   b.reset_counter();
   const bool host_dst_pageable = d == copy_direction::d2h && m == host_memory::pageable;
   if (m == host_memory::pinned || d == copy_direction::d2d) {
-    run_blocked(b, o_.iterations, r.seconds, [&](int, cuda_event& start, cuda_event& stop) {
-      enqueue_fill_zero(dst, bytes, b.s0);
-      start.record(b.s0);
-      GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, b.s0.value()));
-      stop.record(b.s0);
-      enqueue_count_mismatches(dst, bytes, sd, b.counter.get(), b.s0);
+    sample_batches(o_, r, [&](int n, std::vector<double>& got) {
+      run_blocked(b, n, got, [&](int, cuda_event& start, cuda_event& stop) {
+        enqueue_fill_zero(dst, bytes, b.s0);
+        start.record(b.s0);
+        GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, b.s0.value()));
+        stop.record(b.s0);
+        enqueue_count_mismatches(dst, bytes, sd, b.counter.get(), b.s0);
+      });
     });
     check(b.read_counter(), r, "");
   } else {
     cuda_event start, stop;
     std::size_t host_bad = 0;
-    for (int i = 0; i < o_.iterations; ++i) {
-      if (host_dst_pageable)
-        b.pool.parallel_ranges(bytes, 4096, [&](std::size_t off, std::size_t n) {
-          std::memset(static_cast<std::byte*>(dst) + off, 0, n);
-        });
-      else
-        enqueue_fill_zero(dst, bytes, b.s0);
-      start.record(b.s0);
-      GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, b.s0.value()));
-      stop.record(b.s0);
-      stop.synchronize();
-      r.seconds.push_back(cuda_event::elapsed_s(start, stop));
-      if (host_dst_pageable)
-        host_bad += b.host_mismatches(dst, bytes, sd);
-      else
-        enqueue_count_mismatches(dst, bytes, sd, b.counter.get(), b.s0);
-    }
+    sample_batches(o_, r, [&](int n, std::vector<double>& got) {
+      for (int i = 0; i < n; ++i) {
+        if (host_dst_pageable)
+          b.pool.parallel_ranges(bytes, 4096, [&](std::size_t off, std::size_t len) {
+            std::memset(static_cast<std::byte*>(dst) + off, 0, len);
+          });
+        else
+          enqueue_fill_zero(dst, bytes, b.s0);
+        start.record(b.s0);
+        GPU_BASICS_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, b.s0.value()));
+        stop.record(b.s0);
+        stop.synchronize();
+        got.push_back(cuda_event::elapsed_s(start, stop));
+        if (host_dst_pageable)
+          host_bad += b.host_mismatches(dst, bytes, sd);
+        else
+          enqueue_count_mismatches(dst, bytes, sd, b.counter.get(), b.s0);
+      }
+    });
     check(b.read_counter() + host_bad, r, "");
   }
-  r.verified_bytes = bytes * static_cast<std::uint64_t>(o_.iterations);
   finish(r);
   return r;
 }
@@ -261,22 +280,23 @@ copy_measurement copy_bench::multi_stream(copy_direction d, std::uint64_t bytes,
   };
   {
     cuda_event warm;
-    for (int i = 0; i < o_.warmup_iterations; ++i) {
+    for (int i = 0; i < o_.warmup; ++i) {
       warm.record(b.s0);
       enqueue(warm);
     }
     b.s0.synchronize();
   }
   b.reset_counter();
-  run_blocked(b, o_.iterations, r.seconds, [&](int, cuda_event& start, cuda_event& stop) {
-    enqueue_fill_zero(dst, bytes, b.s0);
-    start.record(b.s0);
-    enqueue(start);
-    stop.record(b.s0);
-    enqueue_count_mismatches(dst, bytes, sd, b.counter.get(), b.s0);
+  sample_batches(o_, r, [&](int n, std::vector<double>& got) {
+    run_blocked(b, n, got, [&](int, cuda_event& start, cuda_event& stop) {
+      enqueue_fill_zero(dst, bytes, b.s0);
+      start.record(b.s0);
+      enqueue(start);
+      stop.record(b.s0);
+      enqueue_count_mismatches(dst, bytes, sd, b.counter.get(), b.s0);
+    });
   });
   check(b.read_counter(), r, fmt::format("{}-stream", r.streams));
-  r.verified_bytes = bytes * static_cast<std::uint64_t>(o_.iterations);
   finish(r);
   return r;
 }
@@ -289,7 +309,6 @@ copy_measurement copy_bench::bidirectional(std::uint64_t bytes) {
   r.direction = copy_direction::h2d;
   r.memory = host_memory::pinned;
   r.bidirectional = true;
-  const auto n = static_cast<std::size_t>(o_.iterations);
   r.streams = 2;
   r.bytes = bytes;
   r.bytes_moved = 2 * bytes;
@@ -299,7 +318,6 @@ copy_measurement copy_bench::bidirectional(std::uint64_t bytes) {
   // Each direction is timed on its own stream while the other runs: the sample's rate is the
   // sum of the two concurrent rates. (A joint start-to-last-finish time would charge the faster
   // direction for the slower one's tail; the joint times are kept in `seconds_joint`.)
-  std::vector<cuda_event> up_stop(n), down_start(n), down_stop(n);
   cuda_event done;
   const auto enqueue = [&](cuda_event& start, cuda_event* stop_up, cuda_event* start_down,
                            cuda_event* stop_down) {
@@ -316,40 +334,42 @@ copy_measurement copy_bench::bidirectional(std::uint64_t bytes) {
   };
   {
     cuda_event warm;
-    for (int i = 0; i < o_.warmup_iterations; ++i) {
+    for (int i = 0; i < o_.warmup; ++i) {
       warm.record(b.s0);
       enqueue(warm, nullptr, nullptr, nullptr);
     }
     b.s0.synchronize();
   }
   b.reset_counter();
-  std::vector<cuda_event> up_start(n);
-  {
-    stream_blocker blocker;
-    blocker.block(b.s0);
-    for (std::size_t k = 0; k < n; ++k) {
-      enqueue_fill_zero(b.dev_dst.data(), bytes, b.s0);
-      enqueue_fill_zero(b.pin_dst.data(), bytes, b.s0);
-      up_start[k].record(b.s0);
-      enqueue(up_start[k], &up_stop[k], &down_start[k], &down_stop[k]);
-      enqueue_count_mismatches(b.dev_dst.data(), bytes, sd_up, b.counter.get(), b.s0);
-      enqueue_count_mismatches(b.pin_dst.data(), bytes, sd_down, b.counter.get(), b.s0);
+  sample_batches(o_, r, [&](int count, std::vector<double>& got) {
+    const auto n = static_cast<std::size_t>(count);
+    std::vector<cuda_event> up_start(n), up_stop(n), down_start(n), down_stop(n);
+    {
+      stream_blocker blocker;
+      blocker.block(b.s0);
+      for (std::size_t k = 0; k < n; ++k) {
+        enqueue_fill_zero(b.dev_dst.data(), bytes, b.s0);
+        enqueue_fill_zero(b.pin_dst.data(), bytes, b.s0);
+        up_start[k].record(b.s0);
+        enqueue(up_start[k], &up_stop[k], &down_start[k], &down_stop[k]);
+        enqueue_count_mismatches(b.dev_dst.data(), bytes, sd_up, b.counter.get(), b.s0);
+        enqueue_count_mismatches(b.pin_dst.data(), bytes, sd_down, b.counter.get(), b.s0);
+      }
+      blocker.release();
+      b.s0.synchronize();
+      b.s1.synchronize();
     }
-    blocker.release();
-    b.s0.synchronize();
-    b.s1.synchronize();
-  }
-  for (std::size_t k = 0; k < n; ++k) {
-    const double t_up = cuda_event::elapsed_s(up_start[k], up_stop[k]);
-    const double t_down = cuda_event::elapsed_s(down_start[k], down_stop[k]);
-    const double t_joint = cuda_event::elapsed_s(up_start[k], down_stop[k]);
-    r.seconds_joint.push_back(std::max(t_joint, t_up));
-    // The equivalent time for 2 x bytes at the sum of the two concurrent rates.
-    const double rate = static_cast<double>(bytes) / t_up + static_cast<double>(bytes) / t_down;
-    r.seconds.push_back(static_cast<double>(2 * bytes) / rate);
-  }
+    for (std::size_t k = 0; k < n; ++k) {
+      const double t_up = cuda_event::elapsed_s(up_start[k], up_stop[k]);
+      const double t_down = cuda_event::elapsed_s(down_start[k], down_stop[k]);
+      const double t_joint = cuda_event::elapsed_s(up_start[k], down_stop[k]);
+      r.seconds_joint.push_back(std::max(t_joint, t_up));
+      // The equivalent time for 2 x bytes at the sum of the two concurrent rates.
+      const double rate = static_cast<double>(bytes) / t_up + static_cast<double>(bytes) / t_down;
+      got.push_back(static_cast<double>(2 * bytes) / rate);
+    }
+  });
   check(b.read_counter(), r, "bidirectional");
-  r.verified_bytes = 2 * bytes * static_cast<std::uint64_t>(o_.iterations);
   finish(r);
   return r;
 }
@@ -379,8 +399,8 @@ sync_async_measurement copy_bench::sync_vs_async(copy_direction d, host_memory m
       b.s0.synchronize();
     }
   };
-  for (int i = 0; i < o_.warmup_iterations + o_.iterations; ++i) {
-    const bool keep = i >= o_.warmup_iterations;
+  // One sample of each series per call; the stopping rule follows the blocking call's time.
+  const auto one = [&]() -> double {
     const double t0 = host_seconds();
     GPU_BASICS_CUDA_TRY(cudaMemcpy(dst, src, bytes, kind));
     const double t1 = host_seconds();
@@ -396,12 +416,17 @@ sync_async_measurement copy_bench::sync_vs_async(copy_direction d, host_memory m
     stop.synchronize();
     const double a2 = host_seconds();
     verify();
-    if (!keep) continue;
-    sync_s.push_back(t1 - t0);
     call_s.push_back(a1 - a0);
     copy_s.push_back(cuda_event::elapsed_s(start, stop));
     free_s.push_back(std::max(0.0, a2 - a1));
-  }
+    return t1 - t0;
+  };
+  for (int i = 0; i < o_.warmup; ++i) (void)one();
+  call_s.clear();
+  copy_s.clear();
+  free_s.clear();
+  const sampling_outcome outcome =
+      sample_each({0, o_.min_samples, o_.max_samples, o_.max_noise, o_.timeout_s}, sync_s, one);
   if (bad)
     throw verification_error(fmt::format("sync/async {} {} copy of {}: {} bytes differ",
                                          to_string(m), to_string(d), format_bytes(bytes), bad));
@@ -413,6 +438,7 @@ sync_async_measurement copy_bench::sync_vs_async(copy_direction d, host_memory m
   r.async_call_s = summarize(call_s);
   r.async_copy_s = summarize(copy_s);
   r.async_free_s = summarize(free_s);
+  r.sampling = outcome;
   return r;
 }
 
@@ -439,8 +465,10 @@ std::vector<copy_measurement> copy_bench::staged(copy_direction d, std::uint64_t
   void* src = b.src(d, host_memory::pageable);
   void* dst = b.dst(d, host_memory::pageable);
   std::vector<std::size_t> bad(options.size(), 0);
-  // One copy of each choice per round: a slow stretch of the host lands on every choice.
-  for (int i = 0; i < o_.warmup_iterations + o_.iterations; ++i) {
+  // One copy of each choice per round: a slow stretch of the host lands on every choice. Rounds
+  // go on until every choice's stopping rule is met, so all keep the same number of samples.
+  std::vector<figure_sampler> samplers;
+  const auto round = [&](bool keep) {
     for (std::size_t k = 0; k < options.size(); ++k) {
       staged_copier& copier = *copiers[k];
       double seconds = 0;
@@ -463,13 +491,23 @@ std::vector<copy_measurement> copy_bench::staged(copy_direction d, std::uint64_t
         seconds = host_seconds() - t0;
         bad[k] += b.host_mismatches(dst, bytes, sd);
       }
-      if (i >= o_.warmup_iterations) out[k].seconds.push_back(seconds);
+      if (keep) samplers[k].add(seconds);
     }
-  }
+  };
+  for (int i = 0; i < o_.warmup; ++i) round(false);
+  for (std::size_t k = 0; k < options.size(); ++k) samplers.emplace_back(o_);
+  std::uint64_t rounds = static_cast<std::uint64_t>(std::max(o_.warmup, 0));
+  const auto more = [&] {
+    int want = 0;  // every sampler is asked, so each records why it stopped
+    for (auto& s : samplers) want = std::max(want, s.next_batch());
+    return want > 0;
+  };
+  for (; more(); ++rounds) round(true);
   for (std::size_t k = 0; k < options.size(); ++k) {
     check(bad[k], out[k], "staged");
-    out[k].verified_bytes =
-        bytes * static_cast<std::uint64_t>(o_.warmup_iterations + o_.iterations);
+    out[k].sampling = samplers[k].outcome();
+    out[k].seconds = samplers[k].take_seconds();
+    out[k].verified_bytes = bytes * rounds;
     finish(out[k]);
   }
   return out;
@@ -494,7 +532,7 @@ copy_measurement copy_bench::host_memcpy(std::uint64_t bytes, unsigned threads,
   const auto chunks = ring ? split_fixed(bytes, chunk_bytes) : std::vector<chunk>{{0, bytes}};
   const std::uint64_t slots = ring ? std::max<std::uint64_t>(1, ring_bytes / chunk_bytes) : 1;
   const auto slot_offset = [&](std::size_t c) { return ring ? (c % slots) * chunk_bytes : 0; };
-  for (int i = 0; i < o_.warmup_iterations + o_.iterations; ++i) {
+  r.sampling = sample_each(o_, r.seconds, [&] {
     const double t0 = host_seconds();
     for (std::size_t c = 0; c < chunks.size(); ++c)
       pool.parallel_ranges(
@@ -503,9 +541,8 @@ copy_measurement copy_bench::host_memcpy(std::uint64_t bytes, unsigned threads,
             std::memcpy(dst + slot_offset(c) + off, src + chunks[c].offset + off, n);
           },
           pieces_per_thread);
-    const double t1 = host_seconds();
-    if (i >= o_.warmup_iterations) r.seconds.push_back(t1 - t0);
-  }
+    return host_seconds() - t0;
+  });
   // Each slot holds the last chunk written to it.
   std::size_t bad = 0;
   for (std::size_t c = chunks.size() > slots ? chunks.size() - slots : 0; c < chunks.size(); ++c)
@@ -539,21 +576,22 @@ register_measurement copy_bench::host_register(std::uint64_t bytes, int repeats)
         c.direction = copy_direction::h2d;
         c.memory = host_memory::pinned;
         c.bytes = c.bytes_moved = bytes;
-        for (int w = 0; w < o_.warmup_iterations; ++w)
+        for (int w = 0; w < o_.warmup; ++w)
           GPU_BASICS_CUDA_TRY(
               cudaMemcpyAsync(b.dev_dst.data(), p, bytes, cudaMemcpyHostToDevice, b.s0.value()));
         b.s0.synchronize();
         b.reset_counter();
-        run_blocked(b, o_.iterations, c.seconds, [&](int, cuda_event& start, cuda_event& stop) {
-          enqueue_fill_zero(b.dev_dst.data(), bytes, b.s0);
-          start.record(b.s0);
-          GPU_BASICS_CUDA_TRY(
-              cudaMemcpyAsync(b.dev_dst.data(), p, bytes, cudaMemcpyHostToDevice, b.s0.value()));
-          stop.record(b.s0);
-          enqueue_count_mismatches(b.dev_dst.data(), bytes, sd, b.counter.get(), b.s0);
+        sample_batches(o_, c, [&](int n, std::vector<double>& got) {
+          run_blocked(b, n, got, [&](int, cuda_event& start, cuda_event& stop) {
+            enqueue_fill_zero(b.dev_dst.data(), bytes, b.s0);
+            start.record(b.s0);
+            GPU_BASICS_CUDA_TRY(
+                cudaMemcpyAsync(b.dev_dst.data(), p, bytes, cudaMemcpyHostToDevice, b.s0.value()));
+            stop.record(b.s0);
+            enqueue_count_mismatches(b.dev_dst.data(), bytes, sd, b.counter.get(), b.s0);
+          });
         });
         check(b.read_counter(), c, "registered");
-        c.verified_bytes = bytes * static_cast<std::uint64_t>(o_.iterations);
         finish(c);
         r.registered_copy = std::move(c);
       } catch (...) {

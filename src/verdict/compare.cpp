@@ -38,6 +38,7 @@ bool skipped(const std::string& key) {
                                       "items",
                                       "thresholds",
                                       "elapsed_s",
+                                      "sampling",
                                       "environment",
                                       "health",
                                       "gpus"};

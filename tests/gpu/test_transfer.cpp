@@ -53,7 +53,7 @@ TEST(GpuTransfer, DeviceCheckerCountsPlantedCorruption) {
 
 TEST(GpuTransfer, EveryCopyKindMovesVerifiedData) {
   SKIP_WITHOUT_GPU();
-  copy_bench bench({1, 3});
+  copy_bench bench({1, 3, 3});
   const std::uint64_t bytes = (4u << 20) + 13;
   for (copy_direction d : {copy_direction::h2d, copy_direction::d2h})
     for (host_memory m : {host_memory::pinned, host_memory::pageable}) {
@@ -75,7 +75,7 @@ TEST(GpuTransfer, EveryCopyKindMovesVerifiedData) {
 
 TEST(GpuTransfer, MultiStreamMovesTheSameBytesAsOne) {
   SKIP_WITHOUT_GPU();
-  copy_bench bench({1, 3});
+  copy_bench bench({1, 3, 3});
   const std::uint64_t bytes = (16u << 20) + 4097;
   for (copy_direction d : {copy_direction::h2d, copy_direction::d2h}) {
     const auto one = bench.multi_stream(d, bytes, 1);
@@ -92,7 +92,7 @@ TEST(GpuTransfer, MultiStreamMovesTheSameBytesAsOne) {
 
 TEST(GpuTransfer, AsyncFromPinnedReturnsBeforeTheCopyEndsFromPageableItDoesNot) {
   SKIP_WITHOUT_GPU();
-  copy_bench bench({1, 5});
+  copy_bench bench({1, 5, 5});
   const std::uint64_t bytes = 256u << 20;
   const auto pinned = bench.sync_vs_async(copy_direction::h2d, host_memory::pinned, bytes);
   const auto pageable = bench.sync_vs_async(copy_direction::h2d, host_memory::pageable, bytes);
@@ -173,7 +173,7 @@ TEST(GpuStaged, RefillingAStagingBufferBeforeItsDmaCorruptsAndTheCheckSeesIt) {
 
 TEST(GpuStaged, StagedUploadBeatsPageableCudaMemcpy) {
   SKIP_WITHOUT_GPU();
-  copy_bench bench({1, 5});
+  copy_bench bench({1, 5, 5});
   const std::uint64_t bytes = 256u << 20;
   const auto plain = bench.copy(copy_direction::h2d, host_memory::pageable, bytes);
   const auto staged = bench.staged(copy_direction::h2d, bytes, staging_options{});
@@ -186,7 +186,7 @@ TEST(GpuStaged, StagedUploadBeatsPageableCudaMemcpy) {
 
 TEST(GpuStaged, InterleavedChoicesEachGetTheirOwnVerifiedRepetitions) {
   SKIP_WITHOUT_GPU();
-  copy_bench bench({2, 4});
+  copy_bench bench({2, 4, 4});
   const std::uint64_t bytes = (24u << 20) + 4093;  // not a whole number of chunks or pages
   staging_options a, b, c;
   b.threads = 1;

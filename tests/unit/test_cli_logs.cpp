@@ -201,3 +201,27 @@ TEST(Logs, ProgressLinesForACapturedStderrComeAtMostOnceASecond) {
   single.lesson("check", 1, 1);
   EXPECT_EQ(lines.back(), "[progress] 0 s: check");
 }
+
+TEST(CliLogs, RunTimeLinesCountEachLessonsSampledFigures) {
+  const auto sampled = [](int n, const char* why) {
+    return nlohmann::json{{"samples", n}, {"noise", 0.004}, {"stopped", why}, {"elapsed_s", 0.1}};
+  };
+  const nlohmann::json transfer = {{"shapes",
+                                    {{{"copies",
+                                       {{{"seconds", {1, 2}}, {"sampling", sampled(10, "precise")}},
+                                        {{"sampling", sampled(20, "max_samples")}}}}}}},
+                                   {"sync_async", {{{"sampling", sampled(13, "timeout")}}}},
+                                   {"d2d", {{{"sampling", sampled(10, "precise")}}}}};
+  const nlohmann::json memory = {{"caching", {{"seconds", {1.0, 2.0}}}}};
+  const std::vector<cli::lesson_time> times{cli::time_of("memory", 12.06, memory),
+                                            cli::time_of("transfer", 20.31, transfer)};
+  EXPECT_EQ(times[1].figures, 4u);
+  EXPECT_EQ(times[1].samples, 53u);
+  const auto lines = cli::run_time_lines(times, 33.0);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "took 33.0 s: 2 lessons");
+  EXPECT_EQ(lines[1], "memory: 12.1 s");
+  EXPECT_EQ(lines[2],
+            "transfer: 20.3 s; 4 sampled figures, 53 samples: 2 precise, 1 at "
+            "benchmark.iterations, 1 at benchmark.timeout_s");
+}

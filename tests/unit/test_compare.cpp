@@ -13,6 +13,7 @@
 
 #include "cli.hpp"
 #include "exit_codes.hpp"
+#include "gpu_basics/core/config.hpp"
 #include "gpu_basics/core/stats.hpp"
 #include "gpu_basics/lessons/record.hpp"
 #include "gpu_basics/verdict/compare.hpp"
@@ -59,14 +60,14 @@ json copy_of(std::uint64_t bytes, const std::vector<double>& seconds) {
 /// A synthetic run: `gates` copies of 1 MiB .. and one time figure with samples, each figure's
 /// times drawn around its own t0 and scaled by `slower`.
 lessons::run_record synthetic_run(std::mt19937_64& rng, std::size_t gates, double spread,
-                                  double slower) {
+                                  double slower, std::size_t samples = 20) {
   json copies = json::array();
   for (std::size_t i = 0; i < gates; ++i) {
-    const std::uint64_t bytes = std::uint64_t{1} << (20 + i);
-    copies.push_back(
-        copy_of(bytes, times(rng, 20, slower * 1e-5 * static_cast<double>(1 << i), spread)));
+    const std::uint64_t bytes = std::uint64_t{1} << (20 + i % 20);
+    copies.push_back(copy_of(
+        bytes, times(rng, samples, slower * 1e-5 * static_cast<double>(1 << (i % 20)), spread)));
   }
-  const auto t = times(rng, 20, slower * 2e-3, spread);
+  const auto t = times(rng, samples, slower * 2e-3, spread);
   lessons::run_record r;
   r.command = "transfer";
   r.results.emplace_back(
@@ -163,6 +164,23 @@ TEST(CompareStats, AFivePercentLossWithLowNoiseIsFound) {
   // Within the threshold it is not worse, however clear.
   const auto a = synthetic_run(rng, 20, 0.002, 1.0), b = synthetic_run(rng, 20, 0.002, 1.01);
   EXPECT_EQ(verdict::compare(a, b, 0.02).count(change::worse), 0u);
+}
+
+TEST(CompareStats, AFivePercentLossIsFoundAtTheStoppingRulesMinimum) {
+  // Quiet figures stop sampling at benchmark.min_samples (core/sampling.hpp): with that few
+  // samples, a clean 5% loss must still survive Holm's correction over an `all` run's gates.
+  const std::size_t n = static_cast<std::size_t>(config{}.benchmark.rule().min_samples);
+  std::mt19937_64 rng(11);
+  const std::size_t gates = 400;
+  const auto a = synthetic_run(rng, gates, 0.002, 1.0, n);
+  const auto b = synthetic_run(rng, gates, 0.002, 1 / 0.95, n);
+  const auto c = verdict::compare(a, b, 0.02);
+  EXPECT_EQ(c.rows.size(), gates + 1);
+  std::cout << "5% loss, " << n << " samples: " << c.count(change::worse) << " of " << gates + 1
+            << " gates worse\n";
+  EXPECT_GE(c.count(change::worse), (gates + 1) * 9 / 10) << n << " samples a figure";
+  EXPECT_EQ(
+      verdict::compare(a, synthetic_run(rng, gates, 0.002, 1.0, n), 0.02).count(change::worse), 0u);
 }
 
 TEST(CompareStats, PageableCopiesUseTheHostBoundThreshold) {

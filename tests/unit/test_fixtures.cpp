@@ -28,6 +28,18 @@ using namespace gpu_basics::lessons;
 
 namespace {
 
+/// Removes the "sampling": null that the typed form writes for a figure saved before the
+/// stopping rule (how a figure was sampled, which such a file does not say): the one key the
+/// round trip may add.
+void drop_null_sampling(nlohmann::json& j) {
+  if (j.is_object()) {
+    if (const auto it = j.find("sampling"); it != j.end() && it->is_null()) j.erase(it);
+    for (auto& [k, v] : j.items()) drop_null_sampling(v);
+  } else if (j.is_array()) {
+    for (auto& v : j) drop_null_sampling(v);
+  }
+}
+
 const std::string kData = std::string(GPU_BASICS_SOURCE_DIR) + "/tests/data/";
 
 std::string slurp(const std::string& path) {
@@ -145,7 +157,8 @@ TEST(Fixtures, EveryResultSurvivesItsTypedForm) {
     SCOPED_TRACE(name);
     const nlohmann::json saved = r.at(name);
     typed = saved.get<decltype(typed)>();
-    const nlohmann::json again = typed;
+    nlohmann::json again = typed;
+    drop_null_sampling(again);
     EXPECT_EQ(again, saved);  // nothing dropped, nothing added
     EXPECT_EQ(nlohmann::json::parse(again.dump()).get<decltype(typed)>(), typed);
   };

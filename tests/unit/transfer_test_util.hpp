@@ -58,8 +58,9 @@ inline transfer_result sample(std::uint64_t large = GiB) {
   r.shapes = {shape("[1024, 1024] float32", 4 * MiB, 0.8),
               shape("[4096, 4096] float32", 64 * MiB, 1.0)};
   r.d2d = {fig("D2D", "pinned", 4 * MiB, 1.31e12), fig("D2D", "pinned", 64 * MiB, 2.07e12)};
-  r.sync_async = {{"pinned", large, around(0.0195), around(7.5e-6), around(0.0193), around(0.0192)},
-                  {"pageable", large, around(0.161), around(0.149), around(0.158), around(0.009)}};
+  r.sync_async = {
+      {"pinned", large, around(0.0195), around(7.5e-6), around(0.0193), around(0.0192), {}},
+      {"pageable", large, around(0.161), around(0.149), around(0.158), around(0.009), {}}};
   streams_figures s;
   s.bytes = 64 * MiB;
   s.requested_streams = 8;

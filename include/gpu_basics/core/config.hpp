@@ -15,6 +15,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "gpu_basics/core/allocator_conf.hpp"
+#include "gpu_basics/core/sampling.hpp"
 
 namespace gpu_basics {
 
@@ -124,7 +125,17 @@ struct config {
 
   struct benchmark_section {
     int warmup_iterations = 3;
-    int iterations = 20;
+    int iterations = 20;  // the most samples a figure takes
+    int min_samples = 16;
+    double max_noise = 0.01;
+    double timeout_s = 3.0;
+
+    /// The stopping rule these keys make (core/sampling.hpp); a minimum above the maximum
+    /// (iterations: 5 alone) is the maximum.
+    [[nodiscard]] stopping_rule rule() const {
+      return {warmup_iterations, min_samples < iterations ? min_samples : iterations, iterations,
+              max_noise, timeout_s};
+    }
   } benchmark;
 
   struct memory_section {

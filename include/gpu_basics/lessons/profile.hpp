@@ -19,18 +19,19 @@ namespace gpu_basics::lessons {
 /// One kernel (LCG steps over a buffer) timed three ways. From a schema-1 table alone only the
 /// medians are known (count 0).
 struct timing_methods_result {
-  std::optional<std::uint64_t> bytes;      // the buffer the kernel reads
-  std::optional<unsigned> lcg_iterations;  // LCG steps per 32-bit word; nullopt from schema 1
-  std::optional<int> warmup;               // untimed launches first
-  std::optional<int> iterations;           // timed launches per method
-  summary host_no_sync_s;                  // host clock around the launch only
-  summary host_sync_s;                     // host clock around launch + cudaStreamSynchronize
-  summary events_s;                        // CUDA events around the kernel
+  std::optional<std::uint64_t> bytes;        // the buffer the kernel reads
+  std::optional<unsigned> lcg_iterations;    // LCG steps per 32-bit word; nullopt from schema 1
+  std::optional<int> warmup;                 // untimed launches first
+  std::optional<int> iterations;             // timed launches per method
+  summary host_no_sync_s;                    // host clock around the launch only
+  summary host_sync_s;                       // host clock around launch + cudaStreamSynchronize
+  summary events_s;                          // CUDA events around the kernel
+  std::optional<sampling_outcome> sampling;  // of the events' times; absent before the rule
 
   bool operator==(const timing_methods_result&) const = default;
 };
 GPU_BASICS_JSON(timing_methods_result, bytes, lcg_iterations, warmup, iterations, host_no_sync_s,
-                host_sync_s, events_s)
+                host_sync_s, events_s, sampling)
 
 /// One named region of the key-averages workload (as timing_registry aggregates it).
 struct region_timing {
@@ -61,20 +62,21 @@ GPU_BASICS_JSON(key_averages_result, bytes, lcg_iterations, steps, regions)
 struct matmul_run {
   std::string precision;  // "fp16", "bf16", "tf32", "fp32"
   std::uint64_t m = 0, n = 0, k = 0;
-  int candidates = 0;                      // algorithms the heuristic offered
-  int chosen = -1;                         // index of the fastest
-  std::vector<double> candidate_median_s;  // empty from a schema-1 table alone
-  std::vector<double> seconds;             // timed runs of the chosen algorithm
-  summary flops_per_s;                     // from a table alone: median, min, max (count 0)
-  std::optional<double> peak_flops_per_s;  // datasheet, dense; nullopt for an unknown GPU
-  double check_error = 0;                  // max relative error of the small check
-  std::optional<double> start_s;           // the run (autotune, warm-up, timed runs) began
-  std::optional<double> end_s;             // and ended; nullopt from schema 1
+  int candidates = 0;                        // algorithms the heuristic offered
+  int chosen = -1;                           // index of the fastest
+  std::vector<double> candidate_median_s;    // empty from a schema-1 table alone
+  std::vector<double> seconds;               // timed runs of the chosen algorithm
+  summary flops_per_s;                       // from a table alone: median, min, max (count 0)
+  std::optional<double> peak_flops_per_s;    // datasheet, dense; nullopt for an unknown GPU
+  double check_error = 0;                    // max relative error of the small check
+  std::optional<double> start_s;             // the run (autotune, warm-up, timed runs) began
+  std::optional<double> end_s;               // and ended; nullopt from schema 1
+  std::optional<sampling_outcome> sampling;  // absent in results written before the rule
 
   bool operator==(const matmul_run&) const = default;
 };
 GPU_BASICS_JSON(matmul_run, precision, m, n, k, candidates, chosen, candidate_median_s, seconds,
-                flops_per_s, peak_flops_per_s, check_error, start_s, end_s)
+                flops_per_s, peak_flops_per_s, check_error, start_s, end_s, sampling)
 
 struct matmul_result {
   std::optional<int> max_candidates;             // how many algorithms the heuristic is asked for

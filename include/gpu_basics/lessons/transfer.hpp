@@ -34,7 +34,7 @@ struct copy_figure : copy_samples {
   bool operator==(const copy_figure&) const = default;
 };
 GPU_BASICS_JSON(copy_figure, direction, memory, bytes, bytes_moved, streams, bidirectional, seconds,
-                seconds_joint, time_s, bandwidth_bytes_per_s, verified_bytes)
+                seconds_joint, time_s, bandwidth_bytes_per_s, verified_bytes, sampling)
 
 /// A copy_bench measurement as the results keep it.
 [[nodiscard]] copy_figure figure_of(const copy_measurement& m);
@@ -53,15 +53,16 @@ GPU_BASICS_JSON(shape_copies, shape, bytes, copies)
 struct sync_async_figure {
   std::string memory;  // "pinned", "pageable"
   std::uint64_t bytes = 0;
-  summary sync_call_s;   // cudaMemcpy, host clock: the CPU is blocked all along
-  summary async_call_s;  // inside cudaMemcpyAsync: the CPU is blocked
-  summary async_copy_s;  // the copy on the GPU (events)
-  summary async_free_s;  // from the call's return to the copy's end
+  summary sync_call_s;                       // cudaMemcpy, host clock: the CPU is blocked all along
+  summary async_call_s;                      // inside cudaMemcpyAsync: the CPU is blocked
+  summary async_copy_s;                      // the copy on the GPU (events)
+  summary async_free_s;                      // from the call's return to the copy's end
+  std::optional<sampling_outcome> sampling;  // absent in results written before the rule
 
   bool operator==(const sync_async_figure&) const = default;
 };
 GPU_BASICS_JSON(sync_async_figure, memory, bytes, sync_call_s, async_call_s, async_copy_s,
-                async_free_s)
+                async_free_s, sampling)
 
 /// One direction on one stream and split over several ("streams" table).
 struct stream_split {

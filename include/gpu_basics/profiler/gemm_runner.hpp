@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gpu_basics/core/cuda.hpp"
+#include "gpu_basics/core/sampling.hpp"
 #include "gpu_basics/core/stats.hpp"
 #include "gpu_basics/profiler/gemm.hpp"
 
@@ -22,6 +23,7 @@ struct gemm_result {
   std::vector<double> candidate_median_s;
   std::vector<double> seconds;  // timed runs of the chosen algorithm
   summary flops_per_s;
+  sampling_outcome sampling;  // how many runs the stopping rule took and why it stopped
 };
 
 class gemm_runner {
@@ -39,6 +41,10 @@ class gemm_runner {
   /// @throws gpu_basics::error when cuBLASLt offers no algorithm or none runs; cuda_error (a CUDA
   /// or cuBLASLt status), out_of_memory; logic_error for iterations < 1.
   gemm_result run(gemm_precision p, gemm_shape s, int warmup, int iterations, stream_view st);
+  /// Autotunes as above, then times runs by `rule` (core/sampling.hpp): rule.warmup untimed, then
+  /// until the median is precise or a bound is reached.
+  /// @throws as run() above; logic_error for a rule the sampler refuses.
+  gemm_result run(gemm_precision p, gemm_shape s, const stopping_rule& rule, stream_view st);
   /// Runs an n x n x n GEMM with the tuned algorithm and returns its max relative error against
   /// a double-precision CPU product of the same inputs.
   /// @throws gpu_basics::error, cuda_error, out_of_memory as run().

@@ -33,10 +33,11 @@ struct sync_async_measurement {
   copy_direction direction = copy_direction::h2d;
   host_memory memory = host_memory::pinned;
   std::uint64_t bytes = 0;
-  summary sync_call_s;   // cudaMemcpy on the host clock: the CPU is blocked all along
-  summary async_call_s;  // time spent inside cudaMemcpyAsync: the CPU is blocked
-  summary async_copy_s;  // the copy on the GPU (events)
-  summary async_free_s;  // from the call's return to the copy's end: the CPU could work
+  summary sync_call_s;        // cudaMemcpy on the host clock: the CPU is blocked all along
+  summary async_call_s;       // time spent inside cudaMemcpyAsync: the CPU is blocked
+  summary async_copy_s;       // the copy on the GPU (events)
+  summary async_free_s;       // from the call's return to the copy's end: the CPU could work
+  sampling_outcome sampling;  // of the blocking call's time, which the stopping rule follows
 };
 
 /// Pinning a pageable buffer in place (cudaHostRegister) and copying from it.
@@ -49,14 +50,13 @@ struct register_measurement {
 
 struct staging_options;
 
-struct measure_options {
-  int warmup_iterations = 3;
-  int iterations = 20;
-};
+/// Warm-up runs and when to stop sampling a figure (core/sampling.hpp).
+using measure_options = stopping_rule;
 
 class copy_bench {
  public:
-  /// A bench with `o`'s warm-up and sample counts; buffers grow on demand and are kept.
+  /// A bench sampling every figure by `o` (warm-up, then until precise or a bound); buffers grow on
+  /// demand and are kept.
   /// @throws cuda_error when its streams cannot be created; out_of_memory.
   explicit copy_bench(measure_options o);
   /// Frees the buffers.

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "gpu_basics/core/sampling.hpp"
 #include "gpu_basics/core/stats.hpp"
 
 namespace gpu_basics {
@@ -21,6 +23,9 @@ struct copy_samples {
   summary time_s;
   summary bandwidth_bytes_per_s;  // bytes_moved / seconds, per sample
   std::uint64_t verified_bytes = 0;
+  /// How many samples the stopping rule took and why it stopped; absent in results written
+  /// before the rule.
+  std::optional<sampling_outcome> sampling;
 
   bool operator==(const copy_samples&) const = default;
 };

@@ -135,7 +135,7 @@ void sync_async_from_v1(const node& t, const node& extra, transfer_result& r) {
   for (const auto& row : rows_of(t)) {
     const std::string mem = text(row, "memory");
     if (r.sync_async.empty() || r.sync_async.back().memory != mem)
-      r.sync_async.push_back({mem, bytes, {}, {}, {}, {}});
+      r.sync_async.push_back({mem, bytes, {}, {}, {}, {}, {}});
     auto& sa = r.sync_async.back();
     if (text(row, "api") == "cudaMemcpy") {
       sa.sync_call_s.median = number_or_zero(row, "copy_s");
