@@ -14,6 +14,7 @@ import glob
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 import warnings
 
@@ -63,7 +64,26 @@ def bundle() -> tuple:
              f"GPU_BASICS_BUILD_DIR (or {ALLOW_NO_LIBRARY}=1 where GPU_BASICS_TORCH_ALLOC_LIB will "
              "name one at run time)")
     cli = os.path.join(build, CLI)
-    return build, libs, cli if os.path.isfile(cli) and os.access(cli, os.X_OK) else None
+    if not (os.path.isfile(cli) and os.access(cli, os.X_OK)):
+        return build, libs, None
+    said = cli_version(cli)
+    if said is not None and said != VERSION:
+        fail(f"{cli} is version {said}, this tree is {VERSION}: rebuild (scripts/build.sh), or set "
+             "GPU_BASICS_BUILD_DIR to a build of this tree")
+    return build, libs, cli
+
+
+def cli_version(cli: str):
+    """The version `gpu-basics --version` says, or None where it cannot run here (no CUDA
+    runtime on the machine that builds the package)."""
+    try:
+        out = subprocess.run([cli, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    words = out.stdout.split()
+    if out.returncode != 0 or len(words) < 2 or words[0] != CLI:
+        return None
+    return words[1]
 
 
 def check_wheel_support() -> None:

@@ -320,3 +320,18 @@ def test_setup_without_wheel_says_what_to_install_in_one_line(tmp_path):
         assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
         assert "needs the `wheel` package" in out.stderr
         assert "install python3-wheel (Debian) or run `pip install wheel`" in out.stderr
+
+
+def test_setup_refuses_a_cli_of_another_version_in_one_line(tmp_path):
+    build = tmp_path / "build"
+    (build / "src" / "torch_alloc").mkdir(parents=True)
+    (build / "src" / "torch_alloc" / "libgpu_basics_torch_alloc.so").write_text("not loaded")
+    cli = build / "gpu-basics"
+    cli.write_text('#!/bin/sh\necho "gpu-basics 0.0.1 (abc)"\n')
+    cli.chmod(0o755)
+    out = _setup_py(tmp_path, ["dist_info", "--output-dir", str(tmp_path)],
+                    GPU_BASICS_BUILD_DIR=str(build))
+    assert out.returncode == 1
+    assert out.stderr == (f"gpu_basics: {cli} is version 0.0.1, this tree is "
+                          f"{gpu_basics.__version__}: rebuild (scripts/build.sh), or set "
+                          "GPU_BASICS_BUILD_DIR to a build of this tree\n")
