@@ -33,7 +33,10 @@ __all__ = ["GpuBasicsError", "Library", "LibraryMismatch", "LibraryNotFound", "b
 
 def check_conf(conf: str, library: str = None) -> str:
     """The conf string (PYTORCH_CUDA_ALLOC_CONF's syntax, plus page_release) normalised; raises
-    ValueError naming the bad part."""
+    ValueError naming the bad part (control characters escaped), TypeError if conf is not a
+    str."""
+    from ._native import conf_bytes
+    conf_bytes(conf)  # a wrong type or a NUL is said before any library is looked for
     return Library(library).check_conf(conf)
 
 

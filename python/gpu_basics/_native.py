@@ -36,6 +36,41 @@ class LibraryMismatch(GpuBasicsError):
     """The _c10 library was built for another PyTorch than the one running."""
 
 
+def printable(text: str) -> str:
+    """text with control characters escaped as Python writes them (\\x1b, \\n, \\x00), so that a
+    message is one line and carries no terminal escape."""
+    out = []
+    for ch in text:
+        if ord(ch) < 32 or 127 <= ord(ch) < 160:
+            out.append(repr(ch)[1:-1])
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def regular_file(path: str, what: str) -> str:
+    """path, or LibraryNotFound saying whether it is missing or not a regular file (a device, a
+    directory)."""
+    if not os.path.exists(path):
+        raise LibraryNotFound(f"{printable(what)}: no such file")
+    if not os.path.isfile(path):
+        raise LibraryNotFound(f"{printable(what)}: not a regular file")
+    return path
+
+
+def conf_bytes(conf: Optional[str], allow_none: bool = False) -> bytes:
+    """A conf string for the C ABI: a str without NUL (the library would stop reading there)."""
+    if conf is None and allow_none:
+        return b""
+    if not isinstance(conf, str):
+        raise TypeError(f"allocator conf: expected a str, got {type(conf).__name__}")
+    nul = conf.find("\0")
+    if nul >= 0:
+        raise ValueError(f"allocator conf: a NUL character (\\x00) at offset {nul} of "
+                         f"'{printable(conf)}': a conf string cannot hold one")
+    return conf.encode()
+
+
 def _here() -> str:
     return os.path.dirname(os.path.abspath(__file__))
 
@@ -60,9 +95,7 @@ def find_library(kind: str = "any") -> str:
     Raises LibraryNotFound naming every place looked at."""
     env = os.environ.get(ENV_LIB)
     if env:
-        if not os.path.isfile(env):
-            raise LibraryNotFound(f"{ENV_LIB}={env}: no such file")
-        return os.path.realpath(env)
+        return os.path.realpath(regular_file(env, f"{ENV_LIB}={env}"))
     names = {"c10": [C10], "plain": [PLAIN], "any": [C10, PLAIN]}.get(kind)
     if names is None:
         raise ValueError(f"library kind {kind!r}: expected 'c10', 'plain' or 'any'")
@@ -101,7 +134,7 @@ class Library:
     """One loaded libgpu_basics_torch_alloc*.so."""
 
     def __init__(self, path: Optional[str] = None):
-        self.path = os.path.realpath(path) if path else find_library("any")
+        self.path = os.path.realpath(regular_file(path, path)) if path else find_library("any")
         try:
             self.lib = ctypes.CDLL(self.path)
         except OSError as e:
@@ -150,13 +183,13 @@ class Library:
         return ctypes.cast(getattr(self.lib, name), ctypes.c_void_p).value
 
     def last_error(self) -> str:
-        return (self.lib.gpu_basics_torch_last_error() or b"").decode(errors="replace")
+        return printable((self.lib.gpu_basics_torch_last_error() or b"").decode(errors="replace"))
 
     def _check(self, rc: int, what: str) -> int:
         if rc == EINVAL:
-            raise ValueError(self.last_error() or what)
+            raise ValueError(self.last_error() or printable(what))
         if rc < 0:
-            raise GpuBasicsError(f"{what}: {self.last_error()}")
+            raise GpuBasicsError(f"{printable(what)}: {self.last_error()}")
         return rc
 
     def _text(self, fn, *args) -> str:
@@ -172,7 +205,7 @@ class Library:
         return self._text(self.lib.gpu_basics_torch_conf)
 
     def check_conf(self, conf: str) -> str:
-        return self._text(self.lib.gpu_basics_torch_check_conf, conf.encode())
+        return self._text(self.lib.gpu_basics_torch_check_conf, conf_bytes(conf))
 
     def conf_keys(self) -> list:
         """Every key a conf string may hold: dicts of name, module, accepts, example (a valid
@@ -180,7 +213,7 @@ class Library:
         return json.loads(self._text(self.lib.gpu_basics_torch_conf_keys))
 
     def configure(self, conf: Optional[str], history: int = 0) -> None:
-        self._check(self.lib.gpu_basics_torch_configure((conf or "").encode(), history),
+        self._check(self.lib.gpu_basics_torch_configure(conf_bytes(conf, allow_none=True), history),
                     "configure")
 
     def stats_json(self, device: int) -> Optional[dict]:

@@ -196,3 +196,142 @@ def test_statistics_carry_pytorchs_key_names(monkeypatch):
     assert "CUDA OOMs: 1" in text and "cudaMalloc retries: 2" in text
     assert any(line.startswith("| GPU reserved memory   |   2048 KiB |   4096 KiB |") for line in lines)
     assert "expandable_segments:True" in text
+
+
+def _no_control_characters(text):
+    assert not any(ord(c) < 32 or ord(c) == 127 for c in text), repr(text)
+
+
+def test_a_conf_with_a_nul_or_not_a_str_is_refused_in_one_line():
+    lib = gpu_basics.Library()
+    with pytest.raises(ValueError, match=r"NUL character \(\\x00\) at offset 24") as e:
+        gpu_basics.check_conf("expandable_segments:True\x00garbage:zzz")
+    _no_control_characters(str(e.value))
+    assert "garbage:zzz" in str(e.value)
+    with pytest.raises(ValueError, match="NUL"):
+        lib.configure("expandable_segments:True\x00garbage:zzz")
+    for bad in (None, b"expandable_segments:True", 3):
+        with pytest.raises(TypeError, match="expected a str, got " + type(bad).__name__):
+            gpu_basics.check_conf(bad)
+    with pytest.raises(TypeError, match="expected a str"):
+        lib.check_conf(None)
+    lib.configure(None)  # configure(None) is the defaults, as use() passes it
+    assert lib.conf() == ""
+
+
+def test_library_messages_carry_no_raw_control_characters():
+    for conf, shown in (("foo\x1b:1", "'foo\\x1b'"), ("expandable_segments:\x1b[31mTrue", None),
+                        ("expandable_segments:True\n", "'True\\n'"), ("foo\x7f:1", "'foo\\x7f'")):
+        with pytest.raises(ValueError) as e:
+            gpu_basics.check_conf(conf)
+        _no_control_characters(str(e.value))
+        if shown:
+            assert shown in str(e.value), str(e.value)
+    assert _native.printable("a\x1b[0m\tb\x00\u00e9") == "a\\x1b[0m\\tb\\x00\u00e9"
+
+
+def test_a_library_path_that_is_not_a_regular_file_says_so(monkeypatch, tmp_path):
+    for path in ("/dev/null", str(tmp_path)):
+        monkeypatch.setenv(_native.ENV_LIB, path)
+        with pytest.raises(gpu_basics.LibraryNotFound, match=f"{path}: not a regular file$"):
+            gpu_basics.Library()
+        monkeypatch.delenv(_native.ENV_LIB)
+        with pytest.raises(gpu_basics.LibraryNotFound, match="not a regular file"):
+            gpu_basics.Library(path)
+    monkeypatch.setenv(_native.ENV_LIB, str(tmp_path / "no\x1bpe.so"))
+    with pytest.raises(gpu_basics.LibraryNotFound, match=r"no\\x1bpe.so: no such file") as e:
+        gpu_basics.Library()
+    _no_control_characters(str(e.value))
+
+
+# ---- the gpu-basics command (console script and python -m gpu_basics) ---------------------------
+
+def _run_module(args, **env):
+    full = dict(os.environ, **env)
+    full["PYTHONPATH"] = os.pathsep.join(p for p in (_python_dir(), full.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, "-m", "gpu_basics", *args], env=full,
+                          capture_output=True, text=True, timeout=60)
+
+
+def _python_dir():
+    return os.path.dirname(os.path.dirname(os.path.abspath(gpu_basics.__file__)))
+
+
+def test_python_m_gpu_basics_runs_the_executable_with_the_same_arguments(tmp_path):
+    fake = tmp_path / "gpu-basics"
+    fake.write_text('#!/bin/sh\necho "fake $*"\nexit 7\n')
+    fake.chmod(0o755)
+    out = _run_module(["advise", "--fit", "a b"], GPU_BASICS_CLI=str(fake))
+    assert (out.returncode, out.stdout) == (7, "fake advise --fit a b\n"), out.stderr
+
+
+def test_a_missing_executable_is_one_line_and_exit_status_2(monkeypatch, tmp_path, capsys):
+    out = _run_module(["--version"], GPU_BASICS_CLI=str(tmp_path / "none"))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "none': not an executable file" in out.stderr
+    not_executable = tmp_path / "gpu-basics"
+    not_executable.write_text("#!/bin/sh\n")
+    out = _run_module(["--version"], GPU_BASICS_CLI=str(not_executable))
+    assert out.returncode == 2 and "not an executable file" in out.stderr
+    from gpu_basics import _cli
+    monkeypatch.delenv(_cli.ENV_CLI, raising=False)
+    monkeypatch.setattr(_cli, "candidates", lambda: [str(tmp_path / "_bin" / "gpu-basics")])
+    assert _cli.main(["--version"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-basics: no bundled gpu-basics executable in ") and err.count("\n") == 1
+    assert "scripts/build.sh" in err
+
+
+def test_the_console_script_and_the_bundled_files_are_declared():
+    tomllib = pytest.importorskip("tomllib")
+    with open(os.path.join(_python_dir(), "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)
+    assert project["project"]["scripts"] == {"gpu-basics": "gpu_basics._cli:main"}
+    assert "_bin/*" in project["tool"]["setuptools"]["package-data"]["gpu_basics"]
+
+
+# ---- setup.py: what it refuses, in one line, before building anything -----------------------
+
+def _setup_py(tmp_path, argv, prelude="", **env):
+    code = (f"import runpy, sys\n{prelude}"
+            f"sys.argv = ['setup.py'] + {argv!r}\n"
+            f"runpy.run_path({os.path.join(_python_dir(), 'setup.py')!r}, run_name='__main__')\n")
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, **env))
+
+
+def test_setup_refuses_a_tree_without_a_built_library_in_one_line(tmp_path):
+    empty = tmp_path / "build"
+    empty.mkdir()
+    out = _setup_py(tmp_path, ["dist_info", "--output-dir", str(tmp_path)],
+                    GPU_BASICS_BUILD_DIR=str(empty))
+    assert out.returncode == 1
+    assert out.stderr == (f"gpu_basics: no built library in {empty}: run scripts/build.sh first, "
+                          "or set GPU_BASICS_BUILD_DIR (or GPU_BASICS_ALLOW_NO_LIBRARY=1 where "
+                          "GPU_BASICS_TORCH_ALLOC_LIB will name one at run time)\n")
+
+
+def test_setup_without_wheel_says_what_to_install_in_one_line(tmp_path):
+    hide = ("sys.modules['wheel'] = None\n"
+            "sys.modules['setuptools.command.bdist_wheel'] = None\n")
+    for command in ("dist_info", "bdist_wheel"):
+        out = _setup_py(tmp_path, [command], prelude=hide)
+        assert out.returncode == 1, out
+        assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+        assert "needs the `wheel` package" in out.stderr
+        assert "install python3-wheel (Debian) or run `pip install wheel`" in out.stderr
+
+
+def test_setup_refuses_a_cli_of_another_version_in_one_line(tmp_path):
+    build = tmp_path / "build"
+    (build / "src" / "torch_alloc").mkdir(parents=True)
+    (build / "src" / "torch_alloc" / "libgpu_basics_torch_alloc.so").write_text("not loaded")
+    cli = build / "gpu-basics"
+    cli.write_text('#!/bin/sh\necho "gpu-basics 0.0.1 (abc)"\n')
+    cli.chmod(0o755)
+    out = _setup_py(tmp_path, ["dist_info", "--output-dir", str(tmp_path)],
+                    GPU_BASICS_BUILD_DIR=str(build))
+    assert out.returncode == 1
+    assert out.stderr == (f"gpu_basics: {cli} is version 0.0.1, this tree is "
+                          f"{gpu_basics.__version__}: rebuild (scripts/build.sh), or set "
+                          "GPU_BASICS_BUILD_DIR to a build of this tree\n")
