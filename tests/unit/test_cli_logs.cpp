@@ -24,20 +24,16 @@
 #include "gpu_basics/lessons/record.hpp"
 #include "logs.hpp"
 #include "run.hpp"
+#include "test_data.hpp"
 
 using namespace gpu_basics;
 using namespace std::chrono_literals;
 
 namespace {
 
-const std::string kData = std::string(GPU_BASICS_SOURCE_DIR) + "/tests/data/";
+using gpu_basics::testing::kData;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using gpu_basics::testing::slurp;
 
 /// Without colour codes (a logger made while stderr was a terminal keeps them).
 std::string without_ansi(const std::string& s) {

@@ -19,6 +19,7 @@
 #include "gpu_basics/verdict/compare.hpp"
 #include "gpu_basics/verdict/compare_stats.hpp"
 #include "run.hpp"
+#include "test_data.hpp"
 
 using namespace gpu_basics;
 using nlohmann::json;
@@ -27,7 +28,7 @@ using verdict::figure_class;
 
 namespace {
 
-const std::string kData = std::string(GPU_BASICS_SOURCE_DIR) + "/tests/data/";
+using gpu_basics::testing::kData;
 
 lessons::run_record load(const std::string& name) {
   return lessons::load_record(kData + name);

@@ -17,13 +17,14 @@
 #include <fmt/format.h>
 
 #include "gpu_basics/lessons/record.hpp"
+#include "test_data.hpp"
 
 using namespace gpu_basics;
 using namespace gpu_basics::lessons;
 
 namespace {
 
-const std::string kData = std::string(GPU_BASICS_SOURCE_DIR) + "/tests/data/";
+using gpu_basics::testing::kData;
 
 nlohmann::json load_json(const std::string& name) {
   std::ifstream in(kData + name, std::ios::binary);

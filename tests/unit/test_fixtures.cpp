@@ -22,6 +22,7 @@
 #include "gpu_basics/lessons/record.hpp"
 #include "gpu_basics/lessons/transfer.hpp"
 #include "run.hpp"
+#include "test_data.hpp"
 
 using namespace gpu_basics;
 using namespace gpu_basics::lessons;
@@ -40,14 +41,9 @@ void drop_null_sampling(nlohmann::json& j) {
   }
 }
 
-const std::string kData = std::string(GPU_BASICS_SOURCE_DIR) + "/tests/data/";
+using gpu_basics::testing::kData;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using gpu_basics::testing::slurp;
 
 nlohmann::json load_json(const std::string& path) {
   return nlohmann::json::parse(slurp(path));

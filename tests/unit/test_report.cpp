@@ -17,20 +17,16 @@
 #include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/report/report.hpp"
 #include "run.hpp"
+#include "test_data.hpp"
 
 using namespace gpu_basics;
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kData = std::string(GPU_BASICS_SOURCE_DIR) + "/tests/data/";
+using gpu_basics::testing::kData;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using gpu_basics::testing::slurp;
 
 /// The charts' configurations the page embeds.
 nlohmann::json charts_in(const std::string& html) {

@@ -16,12 +16,13 @@
 #include "gpu_basics/lessons/record.hpp"
 #include "gpu_basics/report/report.hpp"
 #include "gpu_basics/verdict/node.hpp"
+#include "test_data.hpp"
 
 using namespace gpu_basics;
 
 namespace {
 
-const std::string kData = std::string(GPU_BASICS_SOURCE_DIR) + "/tests/data/";
+using gpu_basics::testing::kData;
 
 nlohmann::json fixture(const std::string& name) {
   std::ifstream in(kData + name);

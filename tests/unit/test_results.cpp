@@ -10,6 +10,7 @@
 
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/results.hpp"
+#include "test_data.hpp"
 
 using namespace gpu_basics;
 using namespace gpu_basics::presentation;
@@ -30,12 +31,7 @@ table sample_table() {
   return t;
 }
 
-std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using gpu_basics::testing::slurp;
 
 struct temp_dir {
   std::filesystem::path path;

@@ -13,13 +13,14 @@
 #include "gpu_basics/lessons/record.hpp"
 #include "gpu_basics/report/report.hpp"
 #include "gpu_basics/verdict/node.hpp"
+#include "test_data.hpp"
 
 using namespace gpu_basics;
 using namespace gpu_basics::lessons;
 
 namespace {
 
-const std::string kData = std::string(GPU_BASICS_SOURCE_DIR) + "/tests/data/";
+using gpu_basics::testing::kData;
 
 nlohmann::json load_json(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

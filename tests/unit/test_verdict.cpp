@@ -22,6 +22,7 @@
 #include "gpu_basics/verdict/fleet.hpp"
 #include "gpu_basics/verdict/node.hpp"
 #include "run.hpp"
+#include "test_data.hpp"
 
 using namespace gpu_basics;
 using namespace gpu_basics::lessons;
@@ -29,7 +30,7 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kData = std::string(GPU_BASICS_SOURCE_DIR) + "/tests/data/";
+using gpu_basics::testing::kData;
 
 json base_json() {
   static const json j = [] {
