@@ -21,7 +21,7 @@ namespace gpu_basics {
 /// How a figure is sampled: configuration keys benchmark.* (docs/configuration.md).
 struct stopping_rule {
   int warmup = 3;           // untimed runs first (benchmark.warmup_iterations)
-  int min_samples = 16;     // never fewer (benchmark.min_samples)
+  int min_samples = 16;     // fewer only when the timeout comes first (benchmark.min_samples)
   int max_samples = 20;     // never more (benchmark.iterations)
   double max_noise = 0.01;  // stop once the median's 95% CI half-width is this share of it
   double timeout_s = 3.0;   // stop once a figure's samples took this long (wall time)
