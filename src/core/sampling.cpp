@@ -49,6 +49,7 @@ figure_sampler::figure_sampler(const stopping_rule& rule, clock now)
                      "a stopping rule needs max_samples >= min_samples");
   GPU_BASICS_EXPECTS(rule.max_noise > 0, "a stopping rule needs max_noise > 0");
   GPU_BASICS_EXPECTS(rule.timeout_s > 0, "a stopping rule needs timeout_s > 0");
+  GPU_BASICS_EXPECTS(rule.timeout_floor >= 1, "a stopping rule needs timeout_floor >= 1");
   if (!now_) now_ = [] { return host_seconds(); };
   start_s_ = last_s_ = now_();
 }
@@ -59,7 +60,8 @@ bool figure_sampler::done() {
     reason_ = stop_reason::max_samples;
     return true;
   }
-  if (n >= 1 && last_s_ - start_s_ >= rule_.timeout_s) {
+  if (n >= std::min(rule_.timeout_floor, rule_.min_samples) &&
+      last_s_ - start_s_ >= rule_.timeout_s) {
     reason_ = stop_reason::timeout;
     return true;
   }

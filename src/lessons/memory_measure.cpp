@@ -93,16 +93,21 @@ allocation_cost_row measure_allocation_size(const config& cfg, cuda_stream& stre
                                             std::size_t bytes) {
   const stopping_rule rule = cfg.benchmark.rule();
   std::vector<double> m, f;
-  (void)sample_each(rule, m, [&] {
+  bool keep_free = false;  // the cudaFree times of the warm-up are not kept either
+  const auto malloc_free = [&] {
     void* p = nullptr;
     const double t0 = host_seconds();
     GPU_BASICS_CUDA_TRY(cudaMalloc(&p, bytes));
     const double t1 = host_seconds();
     GPU_BASICS_CUDA_TRY(cudaFree(p));
-    f.push_back(host_seconds() - t1);
+    if (keep_free) f.push_back(host_seconds() - t1);
     return t1 - t0;
-  });
-  f.erase(f.begin(), f.begin() + std::min<std::ptrdiff_t>(rule.warmup, std::ssize(f)));
+  };
+  for (int i = 0; i < rule.warmup; ++i) (void)malloc_free();
+  keep_free = true;
+  stopping_rule timed = rule;
+  timed.warmup = 0;
+  (void)sample_each(timed, m, malloc_free);
   void* w = nullptr;  // the pool's first allocation of this size stays out of the timing
   GPU_BASICS_CUDA_TRY(cudaMallocAsync(&w, bytes, stream.value()));
   GPU_BASICS_CUDA_TRY(cudaFreeAsync(w, stream.value()));

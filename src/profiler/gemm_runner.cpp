@@ -22,8 +22,7 @@ gemm_runner::~gemm_runner() = default;
 gemm_result gemm_runner::run(gemm_precision p, gemm_shape s, int warmup, int iterations,
                              stream_view st) {
   GPU_BASICS_EXPECTS(iterations >= 1, "a GEMM needs at least one timed run");
-  // Exactly `iterations` runs: a rule that is never precise and never times out.
-  return run(p, s, stopping_rule{warmup, iterations, iterations, 1e-300, 1e300}, st);
+  return run(p, s, fixed_count(warmup, iterations), st);
 }
 
 gemm_result gemm_runner::run(gemm_precision p, gemm_shape s, const stopping_rule& rule,

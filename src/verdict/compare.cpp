@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/sampling.hpp"
 #include "gpu_basics/core/units.hpp"
 
 namespace gpu_basics::verdict {
@@ -213,6 +214,12 @@ void walk_key(const json& j, const std::string& key, const json& v, const place&
         out[i].cls = figure_class::not_compared;
         out[i].why = "a timeline";
       }
+    if (key == "variants")  // alternatives tried beside the configured choice, which is the gate
+      for (std::size_t i = first; i < out.size(); ++i)
+        if (out[i].cls == figure_class::gate) {
+          out[i].cls = figure_class::informational;
+          out[i].why = "a variant of the configured choice";
+        }
     return;
   }
   if (!f) return;
@@ -262,6 +269,9 @@ std::optional<std::string> gpu_of(const lessons::run_record& r, std::string* dri
 }
 
 }  // namespace
+
+static_assert(stopping_rule{}.timeout_floor == static_cast<int>(kMinGateSamples),
+              "a figure cut by the timeout keeps enough samples to be a gate");
 
 figure_class class_of(const json& summary, const json& seconds, const std::string& unit,
                       std::vector<double>* samples, std::string* why) {

@@ -245,6 +245,40 @@ TEST(CompareClasses, TimelinesAreNotComparedAndSingleObservationsInformational) 
   for (const auto& r : c.informational) EXPECT_EQ(r.base.id.find("timeline"), std::string::npos);
 }
 
+// The staging variants are tried beside the configured choice to show which would be faster on
+// this host; only the configured choice gates. A variant 40% slower is listed, not failed.
+TEST(CompareClasses, StagingVariantsAreInformationalAndTheConfiguredChoiceGates) {
+  std::mt19937_64 rng(11);
+  const auto run = [&](double variant_slower, double configured_slower) {
+    const std::uint64_t bytes = std::uint64_t{1} << 30;
+    json variant = {{"name", "2 MiB chunks"},
+                    {"up", copy_of(bytes, times(rng, 16, variant_slower * 0.02, 0.01))}};
+    lessons::run_record r;
+    r.command = "transfer";
+    r.results.emplace_back(
+        "transfer",
+        json{{"pageable_upload",
+              {{"staged_up", copy_of(bytes, times(rng, 16, configured_slower * 0.02, 0.01))},
+               {"variants", json::array({variant})}}}});
+    return r;
+  };
+  const auto base = run(1.0, 1.0);
+  const auto f = verdict::figures_of(base);
+  ASSERT_EQ(f.size(), 2u);
+  for (const auto& x : f) {
+    const bool variant = x.id.find(".variants[") != std::string::npos;
+    EXPECT_EQ(x.cls, variant ? figure_class::informational : figure_class::gate) << x.id;
+    if (variant) {
+      EXPECT_EQ(x.why, "a variant of the configured choice");
+    }
+  }
+  const auto slower_variant = verdict::compare(base, run(1 / 0.6, 1.0), 0.02);
+  EXPECT_EQ(slower_variant.count(change::worse), 0u);
+  EXPECT_EQ(slower_variant.count_informational(change::worse), 1u);
+  const auto slower_configured = verdict::compare(base, run(1.0, 1 / 0.6), 0.02);
+  EXPECT_EQ(slower_configured.count(change::worse), 1u);
+}
+
 TEST(CompareClasses, NamesAreReadableAndSayNoWordTwice) {
   const auto f = verdict::figures_of(load("h200_all.json"));
   std::set<std::string> names;

@@ -101,6 +101,36 @@ TEST(Sampling, TimeoutComesFirstAndIsReported) {
   EXPECT_EQ(nlohmann::json(o)["stopped"], "timeout");
 }
 
+// Samples taken one at a time (the staged copies' rounds ask after each): a figure whose first
+// sample already passes the timeout keeps sampling up to the floor, so compare can judge it.
+TEST(Sampling, TheTimeoutLeavesAtLeastTheFloor) {
+  synthetic_timer t(2.0, 0.3, 5);  // two seconds a sample; the timeout is 1 s
+  gb::figure_sampler s({0, 16, 20, 0.01, 1.0}, t.clock());
+  while (s.next_batch() > 0) s.add(t.sample());
+  const auto o = s.outcome();
+  EXPECT_EQ(o.reason, gb::stop_reason::timeout);
+  EXPECT_EQ(o.samples, 5u);
+  // A minimum below the floor is the floor; a floor of 1 stops at the first sample.
+  synthetic_timer t2(2.0, 0.3, 5);
+  gb::figure_sampler few({0, 3, 20, 0.01, 1.0}, t2.clock());
+  while (few.next_batch() > 0) few.add(t2.sample());
+  EXPECT_EQ(few.outcome().samples, 3u);
+  synthetic_timer t3(2.0, 0.3, 5);
+  gb::figure_sampler one({0, 16, 20, 0.01, 1.0, 1}, t3.clock());
+  while (one.next_batch() > 0) one.add(t3.sample());
+  EXPECT_EQ(one.outcome().samples, 1u);
+}
+
+TEST(Sampling, AFixedCountTakesExactlyThatMany) {
+  synthetic_timer quiet(0.01, 0.0001, 1), slow(100.0, 0.5, 2);  // precise at once; past any timeout
+  for (synthetic_timer* t : {&quiet, &slow}) {
+    const auto o = run(gb::fixed_count(2, 7), *t);
+    EXPECT_EQ(o.samples, 7u);
+    EXPECT_EQ(o.reason, gb::stop_reason::max_samples);
+  }
+  EXPECT_EQ(gb::fixed_count(2, 7).warmup, 2);
+}
+
 TEST(Sampling, BatchesFillTheMinimumThenGrowAndNeverPassTheMaximum) {
   synthetic_timer t(0.01, 0.5, 3);
   std::vector<int> batches;
@@ -152,6 +182,7 @@ TEST(Sampling, BadRulesAndSamplesAreRefused) {
   EXPECT_THROW(gb::figure_sampler({0, 6, 5, 0.01, 1}), gb::logic_error);
   EXPECT_THROW(gb::figure_sampler({0, 1, 5, 0, 1}), gb::logic_error);
   EXPECT_THROW(gb::figure_sampler({0, 1, 5, 0.01, 0}), gb::logic_error);
+  EXPECT_THROW(gb::figure_sampler({0, 1, 5, 0.01, 1, 0}), gb::logic_error);
   gb::figure_sampler s({0, 1, 5, 0.01, 1});
   EXPECT_THROW(s.add(std::nan("")), gb::logic_error);
   const auto r = gb::capped({3, 10, 20, 0.01, 3}, 7);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,10 @@ struct stopping_rule {
   int max_samples = 20;     // never more (benchmark.iterations)
   double max_noise = 0.01;  // stop once the median's 95% CI half-width is this share of it
   double timeout_s = 3.0;   // stop once a figure's samples took this long (wall time)
+  // The fewest samples the timeout leaves (min_samples when that is fewer): compare judges a
+  // figure with at least this many (verdict/compare_stats.hpp, kMinGateSamples), so a slow
+  // figure still gets a verdict.
+  int timeout_floor = 5;
 };
 
 /// `rule` with at most `max_samples` (and no more than that as its minimum).
@@ -32,6 +37,12 @@ struct stopping_rule {
   rule.max_samples = max_samples < rule.max_samples ? max_samples : rule.max_samples;
   rule.min_samples = rule.min_samples < rule.max_samples ? rule.min_samples : rule.max_samples;
   return rule;
+}
+
+/// Exactly `samples` after `warmup` runs: no noise criterion and no timeout stop it sooner.
+[[nodiscard]] inline stopping_rule fixed_count(int warmup, int samples) {
+  constexpr double never = std::numeric_limits<double>::infinity();
+  return {warmup, samples, samples, never, never};
 }
 
 enum class stop_reason { precise, max_samples, timeout };
@@ -72,8 +83,8 @@ class figure_sampler {
   using clock = std::function<double()>;
   /// `now` gives wall seconds (default: the host's monotonic clock); the timeout counts from
   /// construction.
-  /// @throws logic_error when min_samples < 1, max_samples < min_samples, max_noise <= 0 or
-  /// timeout_s <= 0.
+  /// @throws logic_error when min_samples < 1, max_samples < min_samples, max_noise <= 0,
+  /// timeout_s <= 0 or timeout_floor < 1.
   explicit figure_sampler(const stopping_rule& rule, clock now = {});
 
   /// How many samples to take next: the missing ones up to min_samples, then half as many
