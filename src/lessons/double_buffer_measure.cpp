@@ -13,6 +13,7 @@
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/pattern.hpp"
 #include "gpu_basics/core/pattern_kernels.hpp"
+#include "gpu_basics/core/sampling.hpp"
 #include "gpu_basics/core/stats.hpp"
 #include "gpu_basics/core/thread_pool.hpp"
 #include "gpu_basics/core/units.hpp"
@@ -68,7 +69,9 @@ struct workload {
 /// Compute time as a + b x iterations, from two points, so a target time can be hit.
 class compute_model {
  public:
-  compute_model(workload& w, int warmup) : w_(w), probe_(w.bytes) {
+  /// `rule` samples each time() (its own warm-up aside: `warmup` runs first, here).
+  compute_model(workload& w, int warmup, const stopping_rule& rule)
+      : w_(w), probe_(w.bytes), rule_(rule) {
     enqueue_fill_pattern(probe_.data(), w.bytes, 7, side_);
     for (int i = 0; i < std::max(1, warmup); ++i) (void)time(4);
     const unsigned k1 = 16, k2 = 1024;
@@ -76,17 +79,17 @@ class compute_model {
     per_iter_ = std::max(1e-12, (t2 - t1) / (k2 - k1));
     base_ = std::max(0.0, t1 - per_iter_ * k1);
   }
-  /// Median of 5 runs of the checksum kernel with k steps.
+  /// Median of the checksum kernel with k steps, sampled by the rule.
   double time(unsigned k) {
     std::vector<double> t;
     cuda_event a, b;
-    for (int i = 0; i < 5; ++i) {
+    (void)sample_each(rule_, t, [&] {
       a.record(side_);
       enqueue_lcg_checksum(probe_.data(), w_.bytes, k, w_.sum(0), side_);
       b.record(side_);
       b.synchronize();
-      t.push_back(cuda_event::elapsed_s(a, b));
-    }
+      return cuda_event::elapsed_s(a, b);
+    });
     return summarize(t).median;
   }
   [[nodiscard]] unsigned iterations_for(double seconds) const {
@@ -97,6 +100,7 @@ class compute_model {
   workload& w_;
   device_buffer probe_;
   cuda_stream side_;
+  stopping_rule rule_;
   double per_iter_ = 0, base_ = 0;
 };
 
@@ -108,16 +112,17 @@ std::vector<pipeline_batch> batches_of(const pipeline_run& run) {
   return out;
 }
 
-/// One mode at one ratio: `reps` verified runs; the median total and the run closest to it.
+/// One mode at one ratio: verified runs sampled by `rule`; the median total and the run closest
+/// to it.
 pipeline_mode_run run_mode(workload& w, std::string name, int depth, unsigned k, double ratio,
-                           int reps, const std::vector<unsigned long long>& want) {
+                           const stopping_rule& rule, const std::vector<unsigned long long>& want) {
   const auto compute = [&](stream_view s, const void* dev, std::size_t batch) {
     enqueue_lcg_checksum(dev, w.bytes, k, w.sum(batch), s);
   };
   prefetch_pipeline pipe(w.bytes, depth == 0 ? 1 : static_cast<std::size_t>(depth));
   std::vector<double> totals;
   std::vector<pipeline_run> runs;
-  for (int rep = 0; rep < reps; ++rep) {
+  const sampling_outcome outcome = sample_each(rule, totals, [&] {
     GPU_BASICS_CUDA_TRY(cudaMemset(w.sums.data(), 0, w.sums.size()));
     auto run = depth == 0 ? pipe.run_serial(w.sources, compute) : pipe.run(w.sources, compute);
     const auto got = w.checksums();
@@ -127,20 +132,21 @@ pipeline_mode_run run_mode(workload& w, std::string name, int depth, unsigned k,
             "double-buffering ({}, ratio {}): batch {} checksum {:#x}, expected {:#x}: a buffer "
             "was overwritten before its compute finished",
             name, ratio, i, got[i], want[i]));
-    totals.push_back(run.total_s);
+    const double total_s = run.total_s;
     runs.push_back(std::move(run));
-  }
+    return total_s;
+  });
   // The timeline kept is the run closest to the median.
   const double med = summarize(totals).median;
   const auto closest =
       std::min_element(runs.begin(), runs.end(), [&](const pipeline_run& a, const pipeline_run& b) {
         return std::abs(a.total_s - med) < std::abs(b.total_s - med);
       });
-  return {std::move(name), depth, med, batches_of(*closest)};
+  return {std::move(name), depth, med, batches_of(*closest), outcome};
 }
 
 double_buffer_ratio run_ratio(workload& w, compute_model& model, double copy_s, double ratio,
-                              int depth, int reps) {
+                              int depth, const stopping_rule& rule) {
   double_buffer_ratio x;
   x.compute_to_copy = ratio;
   const unsigned k = model.iterations_for(ratio * copy_s);
@@ -149,7 +155,7 @@ double_buffer_ratio run_ratio(workload& w, compute_model& model, double copy_s, 
   const auto want = w.expected(k);
   std::vector<std::pair<std::string, int>> modes = {{"serial", 0}, {"double", 2}, {"triple", 3}};
   if (depth > 3) modes.emplace_back(fmt::format("depth {}", depth), depth);
-  for (const auto& [name, d] : modes) x.modes.push_back(run_mode(w, name, d, k, ratio, reps, want));
+  for (const auto& [name, d] : modes) x.modes.push_back(run_mode(w, name, d, k, ratio, rule, want));
   return x;
 }
 
@@ -220,13 +226,19 @@ std::optional<double_buffer_result> measure_double_buffer(context& ctx) {
   // Calibrate: copy time of one batch, and compute time as a + b * iterations.
   copy_bench bench(capped(ctx.cfg.benchmark.rule(), 10));
   r.copy_s = bench.copy(copy_direction::h2d, host_memory::pinned, db.batch_bytes).time_s.median;
-  compute_model model(w, 1);
+  // The rules: each mode's runs at most `repetitions` times, each compute time at most 5 times,
+  // under benchmark.*'s rule, without warm-up runs of their own (the model warms up itself).
+  stopping_rule runs_rule = capped(ctx.cfg.benchmark.rule(), *r.repetitions);
+  runs_rule.warmup = 0;
+  stopping_rule compute_rule = capped(ctx.cfg.benchmark.rule(), 5);
+  compute_rule.warmup = 0;
+  compute_model model(w, 1, compute_rule);
 
   const int total = static_cast<int>(db.compute_to_copy.size());
   for (int i = 0; i < total; ++i) {
     const double ratio = db.compute_to_copy[static_cast<std::size_t>(i)];
     ctx.report_progress(fmt::format("double-buffering, compute/copy {}", ratio), i, total);
-    r.ratios.push_back(run_ratio(w, model, r.copy_s, ratio, db.depth, *r.repetitions));
+    r.ratios.push_back(run_ratio(w, model, r.copy_s, ratio, db.depth, runs_rule));
   }
   ctx.report_progress("double-buffering", total, total);
 

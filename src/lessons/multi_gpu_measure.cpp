@@ -39,13 +39,14 @@ collective_figure figure_of(const collective_measurement& c) {
           c.time_s,
           c.rate.alg_bytes_per_s,
           c.rate.bus_bytes_per_s,
-          c.verified_elements};
+          c.verified_elements,
+          c.sampling};
 }
 
 /// Every collective at every size of the sweep; a progress step per size.
 nccl_result measure_nccl(context& ctx, const std::vector<int>& devices) {
   const auto& mg = ctx.cfg.transfer.multi_gpu;
-  const int warmup = ctx.cfg.benchmark.warmup_iterations, iters = ctx.cfg.benchmark.iterations;
+  const stopping_rule rule = ctx.cfg.benchmark.rule();
   nccl_result r;
   std::string why;
   auto nccl = nccl_collectives::open(devices, &why);
@@ -56,7 +57,7 @@ nccl_result measure_nccl(context& ctx, const std::vector<int>& devices) {
   }
   r.version = nccl->version();
   r.ranks = nccl->ranks();
-  r.iterations = iters;
+  r.iterations = rule.max_samples;
   const collective ops[] = {collective::all_reduce, collective::all_gather,
                             collective::reduce_scatter};
   for (auto op : ops) r.ops.emplace_back(to_string(op));
@@ -67,7 +68,7 @@ nccl_result measure_nccl(context& ctx, const std::vector<int>& devices) {
     ctx.report_progress(fmt::format("NCCL collectives, {}", format_bytes(bytes)), i, total);
     collective_size s;
     s.bytes = bytes;
-    for (auto op : ops) s.ops.push_back(figure_of(nccl->run(op, bytes, warmup, iters)));
+    for (auto op : ops) s.ops.push_back(figure_of(nccl->run(op, bytes, rule)));
     r.sizes.push_back(std::move(s));
   }
   ctx.report_progress("NCCL collectives", total, total);
@@ -83,9 +84,7 @@ std::optional<multi_gpu_result> measure_multi_gpu(context& ctx) {
   for (const auto& d : ctx.devices) devices.push_back(d.index);
   multi_gpu_result r;
   ctx.report_progress("peer-to-peer matrices", 0, 1);
-  r.peer = peer_of(measure_peer_matrices(devices, mg.peer_bytes, 4096,
-                                         ctx.cfg.benchmark.warmup_iterations,
-                                         ctx.cfg.benchmark.iterations));
+  r.peer = peer_of(measure_peer_matrices(devices, mg.peer_bytes, 4096, ctx.cfg.benchmark.rule()));
   ctx.report_progress("peer-to-peer matrices", 1, 1);
   r.nccl = measure_nccl(ctx, devices);
   return r;

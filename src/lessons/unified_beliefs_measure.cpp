@@ -17,6 +17,7 @@
 #include "gpu_basics/core/nvml.hpp"
 #include "gpu_basics/core/pattern.hpp"
 #include "gpu_basics/core/pattern_kernels.hpp"
+#include "gpu_basics/core/sampling.hpp"
 #include "gpu_basics/core/units.hpp"
 #include "unified_kernels.hpp"
 #include "unified_measure.hpp"
@@ -50,13 +51,14 @@ pin_belief measure_pin(const config& cfg, cuda_stream& s, device_counter& wrong)
   pinned_buffer reused(n);
   std::memcpy(reused.data(), pageable.get(), n);
   std::vector<double> pageable_s, alloc_s, fill_s, once_s, pinned_s;
-  for (int rep = 0; rep < cfg.unified.repetitions; ++rep) {
+  // The rule follows the pageable copy; the other times are taken alongside, one per run.
+  b.sampling = sample_each(rule_of_at_most(cfg, cfg.unified.repetitions), pageable_s, [&] {
     enqueue_fill_zero(dst.data(), n, s);
     s.synchronize();
     double t0 = host_seconds();
     GPU_BASICS_CUDA_TRY(cudaMemcpy(dst.data(), pageable.get(), n, cudaMemcpyHostToDevice));
     GPU_BASICS_CUDA_TRY(cudaDeviceSynchronize());  // a pageable copy may return before its DMA
-    pageable_s.push_back(host_seconds() - t0);
+    const double pageable_copy_s = host_seconds() - t0;
     expect_intact(device_wrong(dst.data(), n, s, wrong), "pageable H2D copy");
 
     enqueue_fill_zero(dst.data(), n, s);
@@ -85,7 +87,8 @@ pin_belief measure_pin(const config& cfg, cuda_stream& s, device_counter& wrong)
     s.synchronize();
     pinned_s.push_back(host_seconds() - t0);
     expect_intact(device_wrong(dst.data(), n, s, wrong), "pinned H2D copy");
-  }
+    return pageable_copy_s;
+  });
   b.pageable_copy_s = median_of(pageable_s);
   b.pin_allocate_s = median_of(alloc_s);
   b.pin_fill_s = median_of(fill_s);
@@ -156,12 +159,12 @@ class memory_pool {
 pool_belief measure_pool(const config& cfg, cuda_stream& s, device_counter& wrong) {
   pool_belief b;
   b.bytes = 64 * kMiB;
-  b.pairs = 10 * cfg.unified.repetitions;
+  const stopping_rule rule = rule_of_at_most(cfg, 10 * cfg.unified.repetitions);
+  b.pairs = rule.max_samples;
   for (const std::uint64_t threshold :
        {std::uint64_t{0}, std::numeric_limits<std::uint64_t>::max()}) {
     memory_pool pool(cfg.device, threshold);
-    std::vector<double> pair_s;
-    for (int i = 0; i <= b.pairs; ++i) {  // the first pair warms the pool, untimed
+    const auto pair = [&] {
       const double t0 = host_seconds();
       void* p = nullptr;
       GPU_BASICS_CUDA_TRY(cudaMallocFromPoolAsync(&p, b.bytes, pool.get(), s.value()));
@@ -170,10 +173,14 @@ pool_belief measure_pool(const config& cfg, cuda_stream& s, device_counter& wron
       enqueue_count_mismatches(p, b.bytes, kSeed, wrong.get(), s);
       GPU_BASICS_CUDA_TRY(cudaFreeAsync(p, s.value()));
       s.synchronize();
-      if (i > 0) pair_s.push_back(host_seconds() - t0);
+      const double t = host_seconds() - t0;
       expect_intact(wrong.read(s), "memory from the pool");
-    }
-    b.rows.push_back({threshold, median_of(pair_s), pool.reserved()});
+      return t;
+    };
+    (void)pair();  // the first pair warms the pool, untimed
+    std::vector<double> pair_s;
+    const sampling_outcome outcome = sample_each(rule, pair_s, pair);
+    b.rows.push_back({threshold, median_of(pair_s), pool.reserved(), outcome});
   }
   return b;
 }
@@ -260,23 +267,26 @@ d2d_belief measure_d2d(const context& ctx, cuda_stream& s, device_counter& wrong
   const std::uint64_t max_ws = ctx.cfg.unified.beliefs.d2d_max_bytes;
   device_buffer src(max_ws / 2), dst(max_ws / 2);
   enqueue_fill_pattern(src.data(), src.size(), kSeed, s);
+  const stopping_rule rule = rule_of_at_most(ctx.cfg, ctx.cfg.unified.repetitions);
   for (std::uint64_t ws = kMiB; ws <= max_ws; ws *= 2) {
     const std::size_t half = ws / 2;
     const int repeats = static_cast<int>(std::clamp<std::uint64_t>(4 * kGiB / half, 1, 4096));
     enqueue_fill_zero(dst.data(), half, s);
     unified_kernels::enqueue_repeated_copy(src.data(), dst.data(), half, 1, s);  // warm
-    std::vector<double> rates;
-    for (int rep = 0; rep < ctx.cfg.unified.repetitions; ++rep) {
+    std::vector<double> seconds;
+    const sampling_outcome outcome = sample_each(rule, seconds, [&] {
       cuda_event a, c;
       a.record(s);
       unified_kernels::enqueue_repeated_copy(src.data(), dst.data(), half, repeats, s);
       c.record(s);
       c.synchronize();
-      rates.push_back(static_cast<double>(half) * repeats / cuda_event::elapsed_s(a, c));
-    }
+      return cuda_event::elapsed_s(a, c);
+    });
+    std::vector<double> rates;
+    for (const double t : seconds) rates.push_back(static_cast<double>(half) * repeats / t);
     expect_intact(device_wrong(dst.data(), half, s, wrong),
                   fmt::format("D2D copy of a {} working set", format_bytes(ws)));
-    b.points.push_back({ws, median_of(rates)});
+    b.points.push_back({ws, median_of(rates), outcome});
   }
   return b;
 }

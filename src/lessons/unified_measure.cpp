@@ -15,6 +15,7 @@
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/pattern.hpp"
 #include "gpu_basics/core/pattern_kernels.hpp"
+#include "gpu_basics/core/sampling.hpp"
 #include "gpu_basics/core/units.hpp"
 #include "gpu_basics/lessons/measure.hpp"
 #include "unified_kernels.hpp"
@@ -29,6 +30,12 @@ double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+stopping_rule rule_of_at_most(const config& cfg, int most) {
+  stopping_rule rule = capped(cfg.benchmark.rule(), most);
+  rule.warmup = 0;
+  return rule;
 }
 
 void fail_key(const config& cfg, const std::string& key, const std::string& message) {
@@ -164,7 +171,7 @@ double oversubscribed_pass(managed_buffer& buf, std::size_t chunk, bool prefetch
 }
 
 oversubscription_point oversubscription_at(double ratio, std::uint64_t free_bytes,
-                                           std::size_t chunk, int passes, int device,
+                                           std::size_t chunk, const stopping_rule& rule, int device,
                                            cuda_stream& s, device_counter& wrong) {
   const auto want = static_cast<std::uint64_t>(ratio * static_cast<double>(free_bytes));
   const std::size_t bytes = std::max<std::size_t>(chunk, want / chunk * chunk);
@@ -176,10 +183,11 @@ oversubscription_point oversubscription_at(double ratio, std::uint64_t free_byte
   oversubscription_point p{ratio, bytes, 0, 0};
   for (const bool prefetch : {false, true}) {
     (void)oversubscribed_pass(buf, chunk, prefetch, device, s, wrong);  // untimed
+    std::vector<double> seconds;
+    (void)sample_each(rule, seconds,
+                      [&] { return oversubscribed_pass(buf, chunk, prefetch, device, s, wrong); });
     std::vector<double> rates;
-    for (int k = 0; k < passes; ++k)
-      rates.push_back(static_cast<double>(bytes) /
-                      oversubscribed_pass(buf, chunk, prefetch, device, s, wrong));
+    for (const double t : seconds) rates.push_back(static_cast<double>(bytes) / t);
     (prefetch ? p.prefetch_bytes_per_s : p.faults_bytes_per_s) = median_of(rates);
   }
   expect_intact(wrong.read(s), fmt::format("oversubscribed managed memory at {:.2f}x", ratio));
@@ -226,12 +234,13 @@ std::optional<oversubscription_result> measure_oversubscription(context& ctx, cu
     r.ballast_bytes = free - o.free_bytes;
     ballast = device_buffer(r.ballast_bytes);
   }
+  const stopping_rule rule = rule_of_at_most(ctx.cfg, o.passes);
   int done = 0;
   for (const double ratio : o.ratios) {
     ctx.report_progress(fmt::format("oversubscription {:.2f}x", ratio), done++,
                         static_cast<int>(o.ratios.size()));
-    r.points.push_back(oversubscription_at(ratio, r.free_bytes, o.chunk_bytes, o.passes,
-                                           ctx.cfg.device, s, wrong));
+    r.points.push_back(
+        oversubscription_at(ratio, r.free_bytes, o.chunk_bytes, rule, ctx.cfg.device, s, wrong));
   }
   return r;
 }
@@ -298,12 +307,13 @@ struct reader {
   }
 };
 
-zero_copy_row zero_copy_access(const std::string& access, const reader& read, int repetitions,
-                               const void* mapped, device_buffer& copy, const void* host,
-                               cuda_stream& s, device_counter& wrong) {
+/// The rule follows the mapped reads; the copy-then-compute times are their side series.
+zero_copy_row zero_copy_access(const std::string& access, const reader& read,
+                               const stopping_rule& rule, const void* mapped, device_buffer& copy,
+                               const void* host, cuda_stream& s, device_counter& wrong) {
   const std::size_t bytes = copy.size();
   std::vector<double> mapped_s, copy_s;
-  for (int rep = 0; rep < repetitions; ++rep) {
+  const sampling_outcome outcome = sample_each(rule, mapped_s, [&] {
     wrong.reset(s);
     cuda_event a, b, c, d;
     a.record(s);
@@ -316,12 +326,12 @@ zero_copy_row zero_copy_access(const std::string& access, const reader& read, in
     read(copy.data(), bytes, wrong.get(), s);
     d.record(s);
     expect_intact(wrong.read(s), "zero-copy (" + access + ")");
-    mapped_s.push_back(cuda_event::elapsed_s(a, b));
     copy_s.push_back(cuda_event::elapsed_s(c, d));
-  }
+    return cuda_event::elapsed_s(a, b);
+  });
   const std::uint64_t per_pass =
       read.sparse ? bytes / static_cast<std::size_t>(read.stride) : bytes;
-  return {access, read.passes, per_pass, median_of(mapped_s), median_of(copy_s)};
+  return {access, read.passes, per_pass, median_of(mapped_s), median_of(copy_s), outcome};
 }
 
 zero_copy_result measure_zero_copy(context& ctx, cuda_stream& s, device_counter& wrong) {
@@ -339,12 +349,10 @@ zero_copy_result measure_zero_copy(context& ctx, cuda_stream& s, device_counter&
   const reader one{false, 1, r.line_bytes, r.sparse_stride};
   const reader many{false, z.passes, r.line_bytes, r.sparse_stride};
   const reader sparse{true, 1, r.line_bytes, r.sparse_stride};
-  r.rows.push_back(
-      zero_copy_access("one_pass", one, r.repetitions, mapped, copy, host.data(), s, wrong));
-  r.rows.push_back(
-      zero_copy_access("passes", many, r.repetitions, mapped, copy, host.data(), s, wrong));
-  r.rows.push_back(
-      zero_copy_access("sparse", sparse, r.repetitions, mapped, copy, host.data(), s, wrong));
+  const stopping_rule rule = rule_of_at_most(ctx.cfg, r.repetitions);
+  r.rows.push_back(zero_copy_access("one_pass", one, rule, mapped, copy, host.data(), s, wrong));
+  r.rows.push_back(zero_copy_access("passes", many, rule, mapped, copy, host.data(), s, wrong));
+  r.rows.push_back(zero_copy_access("sparse", sparse, rule, mapped, copy, host.data(), s, wrong));
   return r;
 }
 

@@ -8,6 +8,7 @@
 
 #include "gpu_basics/core/config.hpp"
 #include "gpu_basics/core/cuda.hpp"
+#include "gpu_basics/core/sampling.hpp"
 #include "gpu_basics/core/shared_gpu.hpp"
 #include "gpu_basics/lessons/lesson.hpp"
 #include "gpu_basics/lessons/unified.hpp"
@@ -18,6 +19,11 @@ namespace unified_detail {
 
 /// The median of `v` (0 when empty).
 [[nodiscard]] double median_of(std::vector<double> v);
+
+/// The rule of a figure timed at most `most` times (unified.repetitions, the oversubscription's
+/// passes): benchmark.*'s rule capped at `most`, without warm-up runs of its own (a loop that warms
+/// up does so itself, as before), so the lesson takes no longer than with a fixed count.
+[[nodiscard]] stopping_rule rule_of_at_most(const config& cfg, int most);
 
 /// Throws the config_error of `key` (at the place it was set) with `message`.
 [[noreturn]] void fail_key(const config& cfg, const std::string& key, const std::string& message);

@@ -10,6 +10,7 @@
 #include "gpu_basics/core/cuda.hpp"
 #include "gpu_basics/core/dynamic_library.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/sampling.hpp"
 #include "nccl_kernels.hpp"
 
 namespace gpu_basics {
@@ -142,9 +143,11 @@ int nccl_collectives::ranks() const noexcept {
   return static_cast<int>(impl_->ranks.size());
 }
 
-collective_measurement nccl_collectives::run(collective op, std::uint64_t bytes, int warmup,
-                                             int iterations) {
-  GPU_BASICS_EXPECTS(iterations >= 1 && warmup >= 0, "bad iteration counts");
+collective_measurement nccl_collectives::run(collective op, std::uint64_t bytes,
+                                             const stopping_rule& rule) {
+  GPU_BASICS_EXPECTS(
+      rule.min_samples >= 1 && rule.max_samples >= rule.min_samples && rule.warmup >= 0,
+      "bad sample counts");
   auto& p = *impl_;
   const int n = ranks();
   const auto un = static_cast<std::uint64_t>(n);
@@ -191,8 +194,8 @@ collective_measurement nccl_collectives::run(collective op, std::uint64_t bytes,
     }
     p.check(p.group_end(), "ncclGroupEnd");
   };
-  std::vector<double> times;
-  for (int it = -warmup; it < iterations; ++it) {
+  // One run, timed: the slowest rank's seconds.
+  const auto one = [&] {
     std::vector<cuda_event> start, stop;
     for (int r = 0; r < n; ++r) {
       device_scope d(p.ranks[static_cast<std::size_t>(r)]->device);
@@ -213,8 +216,10 @@ collective_measurement nccl_collectives::run(collective op, std::uint64_t bytes,
       slowest = std::max(slowest, cuda_event::elapsed_s(start[static_cast<std::size_t>(r)],
                                                         stop[static_cast<std::size_t>(r)]));
     }
-    if (it >= 0) times.push_back(slowest);
-  }
+    return slowest;
+  };
+  std::vector<double> times;
+  m.sampling = sample_each(rule, times, one);
   // Check the last run's output on every rank.
   for (int r = 0; r < n; ++r) {
     auto& rk = *p.ranks[static_cast<std::size_t>(r)];

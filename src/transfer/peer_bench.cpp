@@ -1,10 +1,13 @@
 #include "gpu_basics/transfer/peer_bench.hpp"
 
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "gpu_basics/core/cuda.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/pattern_kernels.hpp"
+#include "gpu_basics/core/sampling_sides.hpp"
 
 namespace gpu_basics {
 
@@ -71,25 +74,36 @@ double timed_copy(side& a, side& b, std::uint64_t bytes) {
   return cuda_event::elapsed_s(start, stop);
 }
 
-summary unidirectional(side& a, side& b, std::uint64_t bytes, int warmup, int iters,
-                       std::uint64_t* verified) {
-  std::vector<double> rate;
-  for (int i = -warmup; i < iters; ++i) {
+/// One figure by `rule`: `one()` runs and verifies one sample and returns {the seconds the rule
+/// follows, the figure's value}; the values' summary, and the outcome into `outcome`.
+template <class F>
+summary sampled(const stopping_rule& rule, std::optional<sampling_outcome>& outcome, F one) {
+  std::vector<double> seconds, values;
+  outcome = sample_each_with_sides(rule, seconds, {&values}, [&] {
+    const auto [t, v] = one();
+    values.push_back(v);
+    return t;
+  });
+  return summarize(values);
+}
+
+summary unidirectional(side& a, side& b, std::uint64_t bytes, const stopping_rule& rule,
+                       std::uint64_t* verified, std::optional<sampling_outcome>& outcome) {
+  return sampled(rule, outcome, [&] {
     poison(b, bytes);
     const double s = timed_copy(a, b, bytes);
     verify(b, bytes, a.seed, a.device);
     *verified += bytes;
-    if (i >= 0) rate.push_back(static_cast<double>(bytes) / s);
-  }
-  return summarize(rate);
+    return std::pair{s, static_cast<double>(bytes) / s};
+  });
 }
 
 /// Both directions at once, each on its own device's stream and timed by its own events; the
-/// rate is the sum of the two concurrent rates.
-summary bidirectional(side& a, side& b, std::uint64_t bytes, int warmup, int iters,
-                      std::uint64_t* verified) {
-  std::vector<double> rate;
-  for (int i = -warmup; i < iters; ++i) {
+/// rate is the sum of the two concurrent rates (the rule follows the time that rate gives both
+/// copies' bytes).
+summary bidirectional(side& a, side& b, std::uint64_t bytes, const stopping_rule& rule,
+                      std::uint64_t* verified, std::optional<sampling_outcome>& outcome) {
+  return sampled(rule, outcome, [&] {
     poison(a, bytes);
     poison(b, bytes);
     cuda_event a0, a1, b0, b1;
@@ -114,17 +128,15 @@ summary bidirectional(side& a, side& b, std::uint64_t bytes, int warmup, int ite
     verify(b, bytes, a.seed, a.device);
     verify(a, bytes, b.seed, b.device);
     *verified += 2 * bytes;
-    if (i >= 0) rate.push_back(ra + rb);
-  }
-  return summarize(rate);
+    return std::pair{2 * static_cast<double>(bytes) / (ra + rb), ra + rb};
+  });
 }
 
 /// 100 back-to-back small copies between two events, per copy; the last one's data checked.
-summary latency(side& a, side& b, std::uint64_t bytes, int warmup, int iters,
-                std::uint64_t* verified) {
+summary latency(side& a, side& b, std::uint64_t bytes, const stopping_rule& rule,
+                std::uint64_t* verified, std::optional<sampling_outcome>& outcome) {
   constexpr int kCopies = 100;
-  std::vector<double> per_copy;
-  for (int i = -warmup; i < iters; ++i) {
+  return sampled(rule, outcome, [&] {
     poison(b, bytes);
     device_scope d(a.device);
     cuda_event start, stop;
@@ -136,19 +148,21 @@ summary latency(side& a, side& b, std::uint64_t bytes, int warmup, int iters,
     stop.synchronize();
     verify(b, bytes, a.seed, a.device);
     *verified += bytes;
-    if (i >= 0) per_copy.push_back(cuda_event::elapsed_s(start, stop) / kCopies);
-  }
-  return summarize(per_copy);
+    const double per_copy = cuda_event::elapsed_s(start, stop) / kCopies;
+    return std::pair{per_copy, per_copy};
+  });
 }
 
 }  // namespace
 
 peer_matrices measure_peer_matrices(const std::vector<int>& devices, std::uint64_t bytes,
-                                    std::uint64_t latency_bytes, int warmup, int iterations) {
+                                    std::uint64_t latency_bytes, const stopping_rule& rule) {
   GPU_BASICS_EXPECTS(!devices.empty(), "no devices to measure");
   GPU_BASICS_EXPECTS(bytes >= 16 && latency_bytes >= 1 && latency_bytes <= bytes,
                      "bad peer copy sizes");
-  GPU_BASICS_EXPECTS(iterations >= 1 && warmup >= 0, "bad iteration counts");
+  GPU_BASICS_EXPECTS(
+      rule.min_samples >= 1 && rule.max_samples >= rule.min_samples && rule.warmup >= 0,
+      "bad sample counts");
   peer_matrices m;
   m.devices = devices;
   m.bytes = bytes;
@@ -178,20 +192,23 @@ peer_matrices measure_peer_matrices(const std::vector<int>& devices, std::uint64
       if (peer) {
         set_peer_access(a.device, b.device, true);
         set_peer_access(b.device, a.device, true);
-        c.uni_on = unidirectional(a, b, bytes, warmup, iterations, &c.verified_bytes);
-        c.bidir_on = bidirectional(a, b, bytes, warmup, iterations, &c.verified_bytes);
-        c.latency_s = latency(a, b, latency_bytes, warmup, iterations, &c.verified_bytes);
+        c.uni_on = unidirectional(a, b, bytes, rule, &c.verified_bytes, c.uni_on_sampling);
+        c.bidir_on = bidirectional(a, b, bytes, rule, &c.verified_bytes, c.bidir_on_sampling);
+        c.latency_s = latency(a, b, latency_bytes, rule, &c.verified_bytes, c.latency_sampling);
       }
       if (self) {
         c.uni_off = c.uni_on;
         c.bidir_off = c.bidir_on;
+        c.uni_off_sampling = c.uni_on_sampling;
+        c.bidir_off_sampling = c.bidir_on_sampling;
         continue;
       }
       set_peer_access(a.device, b.device, false);
       set_peer_access(b.device, a.device, false);
-      c.uni_off = unidirectional(a, b, bytes, warmup, iterations, &c.verified_bytes);
-      c.bidir_off = bidirectional(a, b, bytes, warmup, iterations, &c.verified_bytes);
-      if (!peer) c.latency_s = latency(a, b, latency_bytes, warmup, iterations, &c.verified_bytes);
+      c.uni_off = unidirectional(a, b, bytes, rule, &c.verified_bytes, c.uni_off_sampling);
+      c.bidir_off = bidirectional(a, b, bytes, rule, &c.verified_bytes, c.bidir_off_sampling);
+      if (!peer)
+        c.latency_s = latency(a, b, latency_bytes, rule, &c.verified_bytes, c.latency_sampling);
     }
   return m;
 }

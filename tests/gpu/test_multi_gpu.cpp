@@ -13,6 +13,9 @@
 using namespace gpu_basics;
 
 namespace {
+/// One warm-up run, then exactly 3 samples (the timeout far away).
+const stopping_rule kThree{1, 3, 3, 0.01, 600.0};
+
 std::vector<int> all_devices() {
   int n = 0;
   GPU_BASICS_CUDA_TRY(cudaGetDeviceCount(&n));
@@ -26,7 +29,7 @@ TEST(GpuPeer, EveryPairIsMeasuredAndEveryCopyVerified) {
   SKIP_WITHOUT_GPU();
   const auto devs = all_devices();
   const std::uint64_t bytes = 8u << 20;
-  const peer_matrices m = measure_peer_matrices(devs, bytes, 4096, 1, 3);
+  const peer_matrices m = measure_peer_matrices(devs, bytes, 4096, kThree);
   ASSERT_EQ(m.cells.size(), devs.size());
   for (std::size_t i = 0; i < devs.size(); ++i)
     for (std::size_t j = 0; j < devs.size(); ++j) {
@@ -35,6 +38,9 @@ TEST(GpuPeer, EveryPairIsMeasuredAndEveryCopyVerified) {
       ASSERT_TRUE(c.latency_s.has_value()) << i << "->" << j;
       // warm-up + 3 samples of each: one way (x1), both ways (x2), and the latency copies.
       EXPECT_GE(c.verified_bytes, 4 * bytes) << i << "->" << j;
+      ASSERT_TRUE(c.uni_off_sampling.has_value());
+      EXPECT_EQ(c.uni_off_sampling->samples, 3u);
+      EXPECT_EQ(c.uni_off->count, 3u);
       EXPECT_GT(c.latency_s->median, 0.0);
       EXPECT_LT(c.latency_s->median, 1e-3);
       if (i == j) {
@@ -61,10 +67,12 @@ TEST(GpuNccl, CollectivesOnEveryGpuAreVerifiedAtOddAndLargeSizes) {
   std::printf("NCCL %s, %d rank(s)\n", nccl->version().c_str(), n);
   for (collective op : {collective::all_reduce, collective::all_gather, collective::reduce_scatter})
     for (std::uint64_t bytes : {std::uint64_t{8}, std::uint64_t{4100}, std::uint64_t{64} << 20}) {
-      const auto c = nccl->run(op, bytes, 1, 3);
+      const auto c = nccl->run(op, bytes, kThree);
       EXPECT_EQ(c.bytes % (4u * static_cast<unsigned>(n)), 0u);
       EXPECT_LE(c.bytes, std::max<std::uint64_t>(bytes, 4u * static_cast<unsigned>(n)));
       EXPECT_GT(c.verified_elements, 0u) << to_string(op) << " " << bytes;
+      EXPECT_EQ(c.sampling.samples, 3u);
+      EXPECT_EQ(c.time_s.count, 3u);
       EXPECT_GT(c.time_s.median, 0.0);
       EXPECT_GT(c.rate.alg_bytes_per_s, 0.0);
       if (n == 1) {

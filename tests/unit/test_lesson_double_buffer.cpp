@@ -38,13 +38,19 @@ double_buffer_ratio ratio(double r, std::uint64_t k, double copy, double compute
   x.lcg_iterations = k;
   x.compute_s = compute;
   x.modes.push_back(
-      {"serial", 0, n * (copy + compute) * 1.013, timeline(batches, copy, compute, true)});
-  x.modes.push_back({"double", 2, (copy + compute + (n - 1) * std::max(copy, compute)) * 1.071,
-                     timeline(batches, copy, compute, false)});
-  x.modes.push_back({"triple", 3, (copy + compute + (n - 1) * std::max(copy, compute)) * 1.043,
-                     timeline(batches, copy, compute, false)});
+      {"serial", 0, n * (copy + compute) * 1.013, timeline(batches, copy, compute, true), {}});
+  x.modes.push_back({"double",
+                     2,
+                     (copy + compute + (n - 1) * std::max(copy, compute)) * 1.071,
+                     timeline(batches, copy, compute, false),
+                     {}});
+  x.modes.push_back({"triple",
+                     3,
+                     (copy + compute + (n - 1) * std::max(copy, compute)) * 1.043,
+                     timeline(batches, copy, compute, false),
+                     {}});
   if (deep)
-    x.modes.push_back({"depth 5", 5, 0.987654, timeline(batches, copy, compute * 1.1, false)});
+    x.modes.push_back({"depth 5", 5, 0.987654, timeline(batches, copy, compute * 1.1, false), {}});
   return x;
 }
 

@@ -207,7 +207,7 @@ struct config {
 
   /// `gpu-basics unified`: managed memory, zero-copy, the memory ledger, five beliefs.
   struct unified_section {
-    int repetitions = 5;  // timed repetitions of each zero-copy and belief figure (median kept)
+    int repetitions = 5;  // the most samples of each zero-copy and belief figure (benchmark rule)
     struct managed_section {
       bool enabled = true;
       std::uint64_t bytes = 512ull << 20;  // each first-touch buffer

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gpu_basics/core/json.hpp"
+#include "gpu_basics/core/sampling.hpp"
 #include "gpu_basics/lessons/lesson.hpp"
 #include "gpu_basics/lessons/trace_output.hpp"
 
@@ -33,10 +34,11 @@ struct pipeline_mode_run {
   double total_s = 0;  // median over the repetitions
   std::vector<pipeline_batch>
       batches;  // the repetition closest to the median; empty from schema 1 tables alone
+  std::optional<sampling_outcome> sampling;  // of the totals; absent before the rule
 
   bool operator==(const pipeline_mode_run&) const = default;
 };
-GPU_BASICS_JSON(pipeline_mode_run, name, depth, total_s, batches)
+GPU_BASICS_JSON(pipeline_mode_run, name, depth, total_s, batches, sampling)
 
 /// One compute/copy ratio: the compute made to last `compute_to_copy` x one batch's copy.
 struct double_buffer_ratio {
@@ -53,7 +55,7 @@ struct double_buffer_result {
   std::uint64_t batch_bytes = 0;
   std::uint64_t batches = 0;
   std::optional<int> depth;        // transfer.double_buffer.depth; nullopt when not kept
-  std::optional<int> repetitions;  // runs per mode and ratio (the median is kept)
+  std::optional<int> repetitions;  // the most runs per mode and ratio (the median is kept)
   double copy_s = 0;               // one batch's H2D copy, pinned (median)
   std::vector<double_buffer_ratio> ratios;
   std::optional<std::string> timeline_trace_path;  // double_buffer_trace.json

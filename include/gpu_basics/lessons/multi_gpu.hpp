@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gpu_basics/core/json.hpp"
+#include "gpu_basics/core/sampling.hpp"
 #include "gpu_basics/core/stats.hpp"
 #include "gpu_basics/lessons/lesson.hpp"
 
@@ -50,11 +51,12 @@ struct collective_figure {
   double alg_bytes_per_s = 0;
   double bus_bytes_per_s = 0;
   std::optional<std::uint64_t> verified_elements;  // nullopt when not kept
+  std::optional<sampling_outcome> sampling;        // absent in results written before the rule
 
   bool operator==(const collective_figure&) const = default;
 };
 GPU_BASICS_JSON(collective_figure, op, bytes, ranks, time_s, alg_bytes_per_s, bus_bytes_per_s,
-                verified_elements)
+                verified_elements, sampling)
 
 /// One row of the "nccl" table: every collective at one size, in `nccl_result::ops` order.
 struct collective_size {
@@ -69,7 +71,7 @@ struct nccl_result {
   std::optional<std::string> unavailable;  // why NCCL could not run; nullopt when it ran
   std::string version;                     // "2.27.3"
   int ranks = 0;
-  int iterations = 0;  // timed runs per size (the median is kept)
+  int iterations = 0;  // the most timed runs per collective and size (benchmark.iterations)
   std::vector<std::string> ops;
   std::vector<collective_size> sizes;
 

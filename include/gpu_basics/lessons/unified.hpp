@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpu_basics/core/json.hpp"
+#include "gpu_basics/core/sampling.hpp"
 #include "gpu_basics/core/shared_gpu.hpp"
 #include "gpu_basics/lessons/lesson.hpp"
 
@@ -51,7 +52,7 @@ struct oversubscription_result {
   std::uint64_t ballast_bytes = 0;                    // held by the ballast (0 for whole_device)
   std::uint64_t chunk_bytes = 0;                      // per kernel (and per prefetch)
   std::optional<std::uint64_t> host_available_bytes;  // MemAvailable before the sweep
-  int passes = 0;  // timed passes per point (median kept), after one untimed pass
+  int passes = 0;  // the most timed passes per point (median kept), after one untimed pass
   std::vector<oversubscription_point> points;
 
   bool operator==(const oversubscription_result&) const = default;
@@ -79,10 +80,12 @@ struct zero_copy_row {
   std::uint64_t bytes_read = 0;    // per pass, by the kernel (sparse: 1 cache line in `stride`)
   double mapped_s = 0;             // kernels reading the mapped host memory
   double copy_then_compute_s = 0;  // one H2D copy of the whole buffer, kernels on the copy
+  /// Of the mapped reads (the copies are taken alongside); absent before the rule.
+  std::optional<sampling_outcome> sampling;
 
   bool operator==(const zero_copy_row&) const = default;
 };
-GPU_BASICS_JSON(zero_copy_row, access, passes, bytes_read, mapped_s, copy_then_compute_s)
+GPU_BASICS_JSON(zero_copy_row, access, passes, bytes_read, mapped_s, copy_then_compute_s, sampling)
 
 /// What the device says it can do with host memory (cudaDeviceGetAttribute).
 struct host_access_support {
@@ -102,7 +105,7 @@ struct zero_copy_result {
   std::uint64_t bytes = 0;  // the mapped buffer
   int line_bytes = 128;     // a cache line
   int sparse_stride = 64;   // the sparse kernel reads one line in this many
-  int repetitions = 0;      // timed repetitions (median kept)
+  int repetitions = 0;      // the most timed repetitions (median kept; benchmark.*'s rule)
   std::vector<zero_copy_row> rows;
   host_access_support support;
 
@@ -159,11 +162,13 @@ struct pin_belief {
   double pin_fill_s = 0;            // memcpy pageable -> pinned
   double pinned_copy_s = 0;         // one cudaMemcpyAsync H2D from pinned + sync (median)
   double pin_then_copy_once_s = 0;  // allocate + fill + copy, measured as one
+  /// Of the pageable copies (the other times are taken alongside); absent before the rule.
+  std::optional<sampling_outcome> sampling;
 
   bool operator==(const pin_belief&) const = default;
 };
 GPU_BASICS_JSON(pin_belief, bytes, repeats, pageable_copy_s, pin_allocate_s, pin_fill_s,
-                pinned_copy_s, pin_then_copy_once_s)
+                pinned_copy_s, pin_then_copy_once_s, sampling)
 
 /// 2. Reading a non-blocking D2H destination before synchronising.
 struct stale_read_belief {
@@ -181,14 +186,16 @@ struct pool_threshold_row {
   std::uint64_t release_threshold = 0;  // 0 or UINT64_MAX
   double pair_with_sync_s = 0;  // cudaMallocFromPoolAsync + cudaFreeAsync + synchronise (median)
   std::uint64_t reserved_after_sync_bytes = 0;  // the pool's reserved memory after a sync
+  std::optional<sampling_outcome> sampling;     // of the pairs; absent before the rule
 
   bool operator==(const pool_threshold_row&) const = default;
 };
-GPU_BASICS_JSON(pool_threshold_row, release_threshold, pair_with_sync_s, reserved_after_sync_bytes)
+GPU_BASICS_JSON(pool_threshold_row, release_threshold, pair_with_sync_s, reserved_after_sync_bytes,
+                sampling)
 
 struct pool_belief {
   std::uint64_t bytes = 0;
-  int pairs = 0;
+  int pairs = 0;  // the most timed pairs per row, after one untimed pair
   std::vector<pool_threshold_row> rows;
 
   bool operator==(const pool_belief&) const = default;
@@ -213,11 +220,12 @@ GPU_BASICS_JSON(nvml_util_belief, idle_allocation_bytes, idle_used_bytes, idle_m
 /// 5. D2D bandwidth against the working set (source + destination).
 struct d2d_point {
   std::uint64_t working_set_bytes = 0;
-  double bytes_per_s = 0;  // bytes copied / time (shown copied and read + write)
+  double bytes_per_s = 0;                    // bytes copied / time (shown copied and read + write)
+  std::optional<sampling_outcome> sampling;  // of the timed copy loops; absent before the rule
 
   bool operator==(const d2d_point&) const = default;
 };
-GPU_BASICS_JSON(d2d_point, working_set_bytes, bytes_per_s)
+GPU_BASICS_JSON(d2d_point, working_set_bytes, bytes_per_s, sampling)
 
 struct d2d_belief {
   std::uint64_t l2_bytes = 0;  // as the device reports it

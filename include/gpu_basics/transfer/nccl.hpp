@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_basics/core/sampling.hpp"
 #include "gpu_basics/core/stats.hpp"
 #include "gpu_basics/transfer/multi_gpu.hpp"
 
@@ -22,6 +23,7 @@ struct collective_measurement {
   summary time_s;
   collective_rate rate;  // from the median time
   std::uint64_t verified_elements = 0;
+  sampling_outcome sampling;  // how many runs the stopping rule took and why it stopped
 };
 
 class nccl_collectives {
@@ -41,13 +43,14 @@ class nccl_collectives {
   /// Ranks of the communicator: one per device.
   [[nodiscard]] int ranks() const noexcept;
   /// float32 sum (reductions) of `bytes`, timed with events on every rank's stream (the slowest
-  /// rank's time), warm-up first, median of `iterations`; the result of the last run is checked
-  /// element by element on every rank. Sizes that do not split into ranks x 4 bytes are rounded
-  /// down to one that does.
+  /// rank's time), sampled by `rule` (core/sampling.hpp: rule.warmup untimed runs, then runs
+  /// until it stops), median kept; the result of the last run is checked element by element on
+  /// every rank. Sizes that do not split into ranks x 4 bytes are rounded down to one that does.
   /// @throws verification_error on a mismatch; nccl_error when an NCCL call fails; cuda_error,
-  /// out_of_memory; logic_error for iterations < 1 or warmup < 0.
-  [[nodiscard]] collective_measurement run(collective op, std::uint64_t bytes, int warmup,
-                                           int iterations);
+  /// out_of_memory; logic_error for a rule with min_samples < 1, max_samples < min_samples or
+  /// warmup < 0 (the sampler throws on a max_noise or timeout_s <= 0).
+  [[nodiscard]] collective_measurement run(collective op, std::uint64_t bytes,
+                                           const stopping_rule& rule);
 
   struct impl;
 

@@ -66,7 +66,7 @@ std::vector<pipeline_mode_run> modes_from_row(const node& row, std::uint64_t bat
        {std::pair<const char*, int>{"serial", 0}, {"double", 2}, {"triple", 3}}) {
     const node v = row.at(std::string(name) + "_step_s");
     if (v.is_null()) continue;
-    out.push_back({name, depth, v.get<double>() * n, {}});
+    out.push_back({name, depth, v.get<double>() * n, {}, std::nullopt});
   }
   return out;
 }
