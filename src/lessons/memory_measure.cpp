@@ -13,6 +13,7 @@
 #include "gpu_basics/core/clock.hpp"
 #include "gpu_basics/core/cuda.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/sampling_sides.hpp"
 #include "gpu_basics/core/stats.hpp"
 #include "gpu_basics/core/units.hpp"
 #include "gpu_basics/lessons/measure.hpp"
@@ -92,22 +93,16 @@ allocation_cost_row measure_allocation_size(const config& cfg, cuda_stream& stre
                                             stream_handle sh, caching_allocator& alloc,
                                             std::size_t bytes) {
   const stopping_rule rule = cfg.benchmark.rule();
-  std::vector<double> m, f;
-  bool keep_free = false;  // the cudaFree times of the warm-up are not kept either
-  const auto malloc_free = [&] {
+  std::vector<double> m, f;  // the rule follows cudaMalloc; cudaFree's times come alongside
+  (void)sample_each_with_sides(rule, m, {&f}, [&] {
     void* p = nullptr;
     const double t0 = host_seconds();
     GPU_BASICS_CUDA_TRY(cudaMalloc(&p, bytes));
     const double t1 = host_seconds();
     GPU_BASICS_CUDA_TRY(cudaFree(p));
-    if (keep_free) f.push_back(host_seconds() - t1);
+    f.push_back(host_seconds() - t1);
     return t1 - t0;
-  };
-  for (int i = 0; i < rule.warmup; ++i) (void)malloc_free();
-  keep_free = true;
-  stopping_rule timed = rule;
-  timed.warmup = 0;
-  (void)sample_each(timed, m, malloc_free);
+  });
   void* w = nullptr;  // the pool's first allocation of this size stays out of the timing
   GPU_BASICS_CUDA_TRY(cudaMallocAsync(&w, bytes, stream.value()));
   GPU_BASICS_CUDA_TRY(cudaFreeAsync(w, stream.value()));

@@ -13,6 +13,7 @@
 #include "gpu_basics/core/cuda.hpp"
 #include "gpu_basics/core/pattern.hpp"
 #include "gpu_basics/core/pattern_kernels.hpp"
+#include "gpu_basics/core/sampling_sides.hpp"
 #include "gpu_basics/core/thread_pool.hpp"
 #include "gpu_basics/transfer/kernels.hpp"
 #include "gpu_basics/transfer/plan.hpp"
@@ -426,13 +427,8 @@ sync_async_measurement copy_bench::sync_vs_async(copy_direction d, host_memory m
     free_s.push_back(std::max(0.0, a2 - a1));
     return t1 - t0;
   };
-  for (int i = 0; i < o_.warmup; ++i) (void)one();
-  call_s.clear();
-  copy_s.clear();
-  free_s.clear();
-  stopping_rule rule = o_;
-  rule.warmup = 0;  // done above, with the side series cleared after it
-  const sampling_outcome outcome = sample_each(rule, sync_s, one);
+  const sampling_outcome outcome =
+      sample_each_with_sides(o_, sync_s, {&call_s, &copy_s, &free_s}, one);
   if (bad)
     throw verification_error(fmt::format("sync/async {} {} copy of {}: {} bytes differ",
                                          to_string(m), to_string(d), format_bytes(bytes), bad));
