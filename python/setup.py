@@ -7,15 +7,17 @@ The build tree is GPU_BASICS_BUILD_DIR, else build/default of this repository. W
 allocator library there, the install fails with one line saying what to run; a packager who will
 set GPU_BASICS_TORCH_ALLOC_LIB at run time sets GPU_BASICS_ALLOW_NO_LIBRARY=1 to install without
 one. _lib/ and _bin/ are emptied before each copy, so a library left in python/build/ by an earlier
-install is never shipped. Metadata lives in pyproject.toml, except the version: the repository's
+install is never shipped. A read-only tree builds in a temporary folder. Metadata lives in pyproject.toml, except the version: the repository's
 VERSION file is the one source of it (the library, the CLI and this package say the same), written
 into the package as gpu_basics/_version.py."""
+import atexit
 import glob
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
 
 from setuptools import setup
@@ -99,6 +101,18 @@ def check_wheel_support() -> None:
          f"({sys.executable}): install python3-wheel (Debian) or run `pip install wheel`")
 
 
+def out_of_tree_options() -> dict:
+    """setuptools writes build/ and the egg-info beside setup.py; from a read-only tree (a
+    checkout on a read-only mount, a system-owned copy) they go to a temporary folder instead,
+    removed at exit."""
+    if os.access(HERE, os.W_OK):
+        return {}
+    scratch = tempfile.mkdtemp(prefix="gpu_basics-build-")
+    atexit.register(shutil.rmtree, scratch, True)
+    return {"build": {"build_base": os.path.join(scratch, "build")},
+            "egg_info": {"egg_base": scratch}}
+
+
 def empty(folder: str) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
@@ -127,4 +141,4 @@ VERSION = read_version()
 check_wheel_support()
 if "dist_info" in sys.argv[1:]:
     bundle()  # the missing library is said before pip's metadata step, not after a build
-setup(version=VERSION, cmdclass={"build_py": BuildPyWithLibraries})
+setup(version=VERSION, cmdclass={"build_py": BuildPyWithLibraries}, options=out_of_tree_options())

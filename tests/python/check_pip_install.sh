@@ -3,7 +3,7 @@
 # system's packages (setuptools, wheel, pytest) and nothing else: no index is reachable, none is
 # asked. Then what must fail, in one line and without installing anything: a tree with no built
 # library, a stale library left in python/build by an earlier install, and a Python whose
-# setuptools lacks `wheel`.
+# setuptools lacks `wheel`. And an install from a read-only source tree.
 #   check_pip_install.sh PYTHON SOURCE_DIR BUILD_DIR WORK_DIR
 set -euo pipefail
 py="$1" src="$2" build="$3" work="$4"
@@ -86,7 +86,40 @@ else
   echo "no wheel: skipped (a plain venv of $py has no setuptools, or a bdist_wheel)"
 fi
 
-# 5. The install that works, then checked away from the source tree.
+# 5. A read-only source tree (pip builds in place): setup.py builds in a temporary folder. Root
+#    writes anywhere, so as root the install runs as `nobody`, into a venv of its own.
+ro="$work/ro"
+mkdir -p "$ro/src" "$ro/home"
+cp -r "$src/python" "$ro/src/python"
+cp "$src/VERSION" "$ro/src/VERSION"
+rm -rf "$ro/src/python/build" "$ro/src/python/"*.egg-info
+chmod -R a-w "$ro/src"
+as=()
+if [ "$(id -u)" = 0 ]; then
+  if command -v runuser >/dev/null && id nobody >/dev/null 2>&1; then
+    as=(runuser -u nobody --)
+    chmod 777 "$ro" "$ro/home"
+  else
+    as=(skip)
+  fi
+fi
+if [ "${as[0]:-}" = skip ]; then
+  echo "read-only tree: skipped (root, and no runuser or no user nobody)"
+else
+  "${as[@]}" env HOME="$ro/home" "$py" -m venv --system-site-packages "$ro/venv"
+  if ! "${as[@]}" env HOME="$ro/home" GPU_BASICS_BUILD_DIR="$build" "$ro/venv/bin/python" -m pip \
+      install --no-build-isolation --no-index --disable-pip-version-check --no-deps -q \
+      "$ro/src/python" >"$work/pip.log" 2>&1; then
+    cat "$work/pip.log"; echo "FAIL: install from a read-only tree"; exit 1
+  fi
+  [ -z "$(ls -A "$ro/src/python" | grep -E '^build$|egg-info')" ] ||
+    { echo "FAIL: the read-only tree was written to"; exit 1; }
+  (cd "$ro" && "${as[@]}" env HOME="$ro/home" "$ro/venv/bin/python" -c \
+    "import gpu_basics; print('read-only tree: installed', gpu_basics.__version__)")
+fi
+chmod -R u+w "$ro"
+
+# 6. The install that works, then checked away from the source tree.
 pip_install "$build" || { cat "$work/pip.log"; exit 1; }
 rm -rf "$work/src"   # the installed copy must not read the repository's VERSION
 cd "$work"   # away from the source tree: the installed copy must work on its own
