@@ -467,11 +467,15 @@ std::vector<copy_measurement> copy_bench::staged(copy_direction d, std::uint64_t
   void* src = b.src(d, host_memory::pageable);
   void* dst = b.dst(d, host_memory::pageable);
   std::vector<std::size_t> bad(options.size(), 0);
-  // One copy of each choice per round: a slow stretch of the host lands on every choice. Rounds
-  // go on until every choice's stopping rule is met, so all keep the same number of samples.
+  // One copy of each choice per round: a slow stretch of the host lands on every choice alike.
+  // The first choice is sampled by the rule; the others (variants shown beside it) by the rule
+  // capped at kVariantSamples, and they leave the rounds once they have them.
   std::vector<figure_sampler> samplers;
+  std::vector<char> in_rounds(options.size(), 1);
+  std::vector<std::uint64_t> runs(options.size(), 0);
   const auto round = [&](bool keep) {
     for (std::size_t k = 0; k < options.size(); ++k) {
+      if (!in_rounds[k]) continue;
       staged_copier& copier = *copiers[k];
       double seconds = 0;
       if (d == copy_direction::h2d) {
@@ -491,6 +495,7 @@ std::vector<copy_measurement> copy_bench::staged(copy_direction d, std::uint64_t
         seconds = host_seconds() - t0;
         bad[k] += b.host_mismatches(dst, bytes, sd);
       }
+      ++runs[k];
       if (keep) samplers[k].add(seconds);
     }
   };
@@ -498,19 +503,22 @@ std::vector<copy_measurement> copy_bench::staged(copy_direction d, std::uint64_t
   // round already runs every copier once and each later round follows the same copies.
   const int warmup_rounds = options.size() > 1 ? std::min(o_.warmup, 1) : o_.warmup;
   for (int i = 0; i < warmup_rounds; ++i) round(false);
-  for (std::size_t k = 0; k < options.size(); ++k) samplers.emplace_back(o_);
-  std::uint64_t rounds = static_cast<std::uint64_t>(std::max(warmup_rounds, 0));
+  for (std::size_t k = 0; k < options.size(); ++k)
+    samplers.emplace_back(k == 0 ? o_ : capped(o_, kVariantSamples));
   const auto more = [&] {
-    int want = 0;  // every sampler is asked, so each records why it stopped
-    for (auto& s : samplers) want = std::max(want, s.next_batch());
-    return want > 0;
+    bool any = false;  // a sampler is asked until it says 0, so each records why it stopped
+    for (std::size_t k = 0; k < options.size(); ++k) {
+      in_rounds[k] = in_rounds[k] && samplers[k].next_batch() > 0;
+      any = any || in_rounds[k];
+    }
+    return any;
   };
-  for (; more(); ++rounds) round(true);
+  while (more()) round(true);
   for (std::size_t k = 0; k < options.size(); ++k) {
     check(bad[k], out[k], "staged");
     out[k].sampling = samplers[k].outcome();
     out[k].seconds = samplers[k].take_seconds();
-    out[k].verified_bytes = bytes * rounds;
+    out[k].verified_bytes = bytes * runs[k];
     finish(out[k]);
   }
   return out;

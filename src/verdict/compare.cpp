@@ -270,7 +270,7 @@ std::optional<std::string> gpu_of(const lessons::run_record& r, std::string* dri
 
 }  // namespace
 
-static_assert(stopping_rule{}.timeout_floor == static_cast<int>(kMinGateSamples),
+static_assert(stopping_rule{}.timeout_floor >= static_cast<int>(kMinGateSamples),
               "a figure cut by the timeout keeps enough samples to be a gate");
 
 figure_class class_of(const json& summary, const json& seconds, const std::string& unit,
@@ -399,6 +399,27 @@ void judge_gates(std::vector<figure_verdict>& gates, double threshold) {
     gates[i].j.verdict = worse[i] ? change::worse : better[i] ? change::better : change::same;
 }
 
+/// Gates too thinly sampled to ever be found worse among the others (smallest_p) become
+/// informational, the least sampled first: each one out raises the others' Holm level.
+void undecidable_to_informational(comparison& c) {
+  const auto least = [](const figure_verdict& v) {
+    return smallest_p(v.base.samples.size(), v.next.samples.size());
+  };
+  while (!c.rows.empty()) {
+    const auto it =
+        std::max_element(c.rows.begin(), c.rows.end(),
+                         [&](const auto& x, const auto& y) { return least(x) < least(y); });
+    const std::size_t gates = c.rows.size();
+    if (least(*it) <= kCompareAlpha / static_cast<double>(gates)) return;
+    figure_verdict v = std::move(*it);
+    c.rows.erase(it);
+    v.base.cls = figure_class::informational;
+    v.base.why = fmt::format("{} and {} samples cannot show a change among {} gates",
+                             v.base.samples.size(), v.next.samples.size(), gates);
+    c.informational.push_back(std::move(v));
+  }
+}
+
 void sort_worst_first(std::vector<figure_verdict>& rows) {
   const auto gain = [](const figure_verdict& v) {
     return v.base.higher_better ? v.j.delta : -v.j.delta;
@@ -443,6 +464,7 @@ comparison compare(const lessons::run_record& base, const lessons::run_record& n
     c.informational.push_back(std::move(v));
   }
   c.only_in_new = b.size() - matched;
+  undecidable_to_informational(c);
   judge_gates(c.rows, threshold);
   sort_worst_first(c.rows);
   sort_worst_first(c.informational);

@@ -33,6 +33,13 @@ double mann_whitney_greater(std::span<const double> x, std::span<const double> y
   return 0.5 * std::erfc(z / std::sqrt(2.0));
 }
 
+double smallest_p(std::size_t n1, std::size_t n2) {
+  std::vector<double> x(n1), y(n2);
+  std::iota(x.begin(), x.end(), 0.0);
+  std::iota(y.begin(), y.end(), static_cast<double>(n1));
+  return mann_whitney_greater(x, y);
+}
+
 std::vector<bool> holm_reject(std::span<const double> p, double alpha) {
   std::vector<std::size_t> order(p.size());
   std::iota(order.begin(), order.end(), std::size_t{0});

@@ -201,7 +201,8 @@ TEST(GpuStaged, InterleavedChoicesEachGetTheirOwnVerifiedRepetitions) {
       EXPECT_EQ(x.direction, d);
       EXPECT_EQ(x.bytes, bytes);
       EXPECT_EQ(x.seconds.size(), 4u);  // the repetitions, not the warm-ups
-      EXPECT_EQ(x.verified_bytes, bytes * 6);
+      // one warm-up round (several choices interleave: copy_bench::staged) and 4 kept rounds
+      EXPECT_EQ(x.verified_bytes, bytes * 5);
       EXPECT_GT(x.bandwidth_bytes_per_s.median, 0.0);
     }
   }

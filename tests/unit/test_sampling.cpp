@@ -109,7 +109,7 @@ TEST(Sampling, TheTimeoutLeavesAtLeastTheFloor) {
   while (s.next_batch() > 0) s.add(t.sample());
   const auto o = s.outcome();
   EXPECT_EQ(o.reason, gb::stop_reason::timeout);
-  EXPECT_EQ(o.samples, 5u);
+  EXPECT_EQ(o.samples, 10u);
   // A minimum below the floor is the floor; a floor of 1 stops at the first sample.
   synthetic_timer t2(2.0, 0.3, 5);
   gb::figure_sampler few({0, 3, 20, 0.01, 1.0}, t2.clock());

@@ -26,10 +26,10 @@ struct stopping_rule {
   int max_samples = 20;     // never more (benchmark.iterations)
   double max_noise = 0.01;  // stop once the median's 95% CI half-width is this share of it
   double timeout_s = 3.0;   // stop once a figure's samples took this long (wall time)
-  // The fewest samples the timeout leaves (min_samples when that is fewer): compare judges a
-  // figure with at least this many (verdict/compare_stats.hpp, kMinGateSamples), so a slow
-  // figure still gets a verdict.
-  int timeout_floor = 5;
+  // The fewest samples the timeout leaves (min_samples when that is fewer), so a slow figure
+  // still gets a verdict: compare's rank test can find a loss with 10 samples a side among up to
+  // about 100 gates, with 5 a side among none (verdict/compare_stats.hpp, smallest_p).
+  int timeout_floor = 10;
 };
 
 /// `rule` with at most `max_samples` (and no more than that as its minimum).

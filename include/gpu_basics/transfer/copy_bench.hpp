@@ -88,9 +88,14 @@ class copy_bench {
   /// @throws verification_error when a copy did not deliver the pattern; out_of_memory,
   /// cuda_error; logic_error for D2D or staging options staged_copier rejects.
   copy_measurement staged(copy_direction d, std::uint64_t bytes, const staging_options& o);
+  /// Samples of each staging variant beside the first choice: enough for a median to show, not
+  /// for a gate (compare judges variants as information).
+  static constexpr int kVariantSamples = 5;
   /// The same for several staging choices at once, their repetitions interleaved (one copy of
   /// each choice per round), so that a disturbance of the host slows every choice alike rather
-  /// than the one measured while it lasted. One measurement per choice, in the order given.
+  /// than the one measured while it lasted. The first choice is sampled by the rule; the others
+  /// (variants shown beside it) get at most kVariantSamples, then leave the rounds. One
+  /// measurement per choice, in the order given.
   /// @throws as staged(); logic_error when `options` is empty.
   std::vector<copy_measurement> staged(copy_direction d, std::uint64_t bytes,
                                        std::span<const staging_options> options);

@@ -33,6 +33,11 @@ inline constexpr std::size_t kMinGateSamples = 5;
 /// device figure stayed within its noise. Their gates use at least this practical threshold.
 inline constexpr double kHostBoundThreshold = 0.20;
 
+/// The smallest p-value mann_whitney_greater can give with n1 and n2 samples: every y above
+/// every x. A gate among `gates` whose smallest p is above kCompareAlpha / gates can never be
+/// found worse (Holm's first step), whatever its samples say: it is informational.
+[[nodiscard]] double smallest_p(std::size_t n1, std::size_t n2);
+
 /// One-sided Mann-Whitney U test: the p-value of "y is stochastically larger than x", by the
 /// normal approximation with the tie and continuity corrections. 1 when either side is empty or
 /// every value ties.
