@@ -527,8 +527,9 @@ presentation::table comparison_table(const comparison& c, const std::string& tit
       c.count(change::worse), c.count(change::same), c.count(change::better), c.threshold * 100,
       kHostBoundThreshold * 100, c.rows.size(), c.alpha * 100));
   t.notes.push_back(fmt::format(
-      "Informational: {} figure(s) without samples on both sides ({} changed beyond max({:.1f}%, "
-      "their noise), listed apart); {} timeline point(s) not compared.",
+      "Informational: {} figure(s) that are not gates (single observations, figures without "
+      "samples on both sides or with too few to decide, staging variants; {} changed beyond "
+      "max({:.1f}%, their noise), listed apart with why); {} timeline point(s) not compared.",
       c.informational.size(),
       c.count_informational(change::worse) + c.count_informational(change::better),
       c.threshold * 100, c.not_compared));
