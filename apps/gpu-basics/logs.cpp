@@ -114,6 +114,9 @@ std::vector<std::string> run_time_lines(const std::vector<lesson_time>& lessons,
       if (l.at_limit) line += fmt::format(", {} at benchmark.iterations", l.at_limit);
       if (l.timed_out) line += fmt::format(", {} at benchmark.timeout_s", l.timed_out);
     }
+    if (l.host_cpu)
+      line += fmt::format("; host CPUs: {:.1f}% stolen, {:.1f}% other processes (of {})",
+                          100 * l.host_cpu->steal, 100 * l.host_cpu->others, l.host_cpu->cpus);
     out.push_back(std::move(line));
   }
   return out;

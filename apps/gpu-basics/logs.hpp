@@ -13,6 +13,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "gpu_basics/core/host_cpu.hpp"
+
 namespace gpu_basics::cli {
 
 /// Progress for a stderr that is not a terminal: whole lines, each opening with the seconds since
@@ -63,8 +65,9 @@ struct lesson_time {
   std::uint64_t figures = 0;
   std::uint64_t samples = 0;
   std::uint64_t precise = 0;
-  std::uint64_t at_limit = 0;   // benchmark.iterations
-  std::uint64_t timed_out = 0;  // benchmark.timeout_s
+  std::uint64_t at_limit = 0;             // benchmark.iterations
+  std::uint64_t timed_out = 0;            // benchmark.timeout_s
+  std::optional<host_cpu_load> host_cpu;  // how busy the host was meanwhile, where known
 };
 
 /// The lesson's time with the "sampling" records found anywhere in its result counted.
@@ -74,7 +77,7 @@ struct lesson_time {
 ///   took 58.2 s: 4 lessons
 ///   memory: 12.1 s
 ///   transfer: 20.3 s; 38 sampled figures, 412 samples: 30 precise, 6 at benchmark.iterations,
-///   2 at benchmark.timeout_s
+///   2 at benchmark.timeout_s; host CPUs: 0.2% stolen, 3.1% other processes (of 16)
 [[nodiscard]] std::vector<std::string> run_time_lines(const std::vector<lesson_time>& lessons,
                                                       double total_s);
 

@@ -15,6 +15,7 @@
 #include "gpu_basics/core/clock.hpp"
 #include "gpu_basics/core/environment.hpp"
 #include "gpu_basics/core/errors.hpp"
+#include "gpu_basics/core/host_cpu.hpp"
 #include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/core/logging.hpp"
 #include "gpu_basics/lessons/measure.hpp"
@@ -85,6 +86,7 @@ int measure(const options& o, lessons::context& ctx, lessons::run_record& rec,
     ctx.progress =
         terminal ? terminal_progress(name) : captured_progress(lines ? &*lines : nullptr);
     nlohmann::json result;
+    const host_cpu_meter cpu;
     const double t0 = host_seconds();
     try {
       result = l.measure(ctx);
@@ -102,6 +104,7 @@ int measure(const options& o, lessons::context& ctx, lessons::run_record& rec,
       continue;
     }
     times.push_back(time_of(name, host_seconds() - t0, result));
+    times.back().host_cpu = cpu.load();
     if (amend) amend(result);
     reports.push_back(l.render(result, facts));
     rec.results.emplace_back(name, std::move(result));
@@ -131,6 +134,9 @@ int measure_lessons(const options& o, config cfg,
   int code = measure(o, ctx, rec, reports, out, err, amend, times);
   const double total_s = host_seconds() - t0;
   rec.environment = environment_json(ctx.cfg, ctx.devices, ctx.nvml_status);
+  // How busy the host was during each lesson: compare names it beside worse host-bound gates.
+  for (const auto& t : times)
+    if (t.host_cpu) rec.environment["host_cpu"][t.lesson] = *t.host_cpu;
   write_outputs(o, rec, reports, out);
   flush_stdout();
   for (const auto& line : run_time_lines(times, total_s)) spdlog::info("{}", line);

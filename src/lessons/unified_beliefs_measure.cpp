@@ -296,11 +296,11 @@ d2d_belief measure_d2d(const context& ctx, cuda_stream& s, device_counter& wrong
 beliefs_result measure_beliefs(context& ctx, cuda_stream& s, device_counter& wrong,
                                std::vector<memory_step>& steps) {
   beliefs_result b;
-  b.pin = measure_pin(ctx.cfg, s, wrong);
-  b.stale_read = measure_stale_read(ctx.cfg, s);
-  b.pool = measure_pool(ctx.cfg, s, wrong);
-  b.nvml_util = measure_nvml_util(ctx, s, wrong, steps);
-  b.d2d = measure_d2d(ctx, s, wrong);
+  b.pin = timed_part("belief pin", [&] { return measure_pin(ctx.cfg, s, wrong); });
+  b.stale_read = timed_part("belief stale read", [&] { return measure_stale_read(ctx.cfg, s); });
+  b.pool = timed_part("belief pool", [&] { return measure_pool(ctx.cfg, s, wrong); });
+  b.nvml_util = timed_part("belief nvml", [&] { return measure_nvml_util(ctx, s, wrong, steps); });
+  b.d2d = timed_part("belief d2d", [&] { return measure_d2d(ctx, s, wrong); });
   return b;
 }
 

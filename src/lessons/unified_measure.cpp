@@ -38,6 +38,10 @@ stopping_rule rule_of_at_most(const config& cfg, int most) {
   return rule;
 }
 
+void log_part_time(const char* name, double seconds) {
+  spdlog::debug("unified: {} took {:.2f} s", name, seconds);
+}
+
 void fail_key(const config& cfg, const std::string& key, const std::string& message) {
   const auto it = cfg.origins.find(key);
   const source_location loc = it != cfg.origins.end() ? it->second : source_location{"<default>"};
@@ -259,13 +263,16 @@ managed_result measure_managed(context& ctx, cuda_stream& s, device_counter& wro
     fail_key(ctx.cfg, "unified.managed.bytes",
              fmt::format("{} (twice, for the way back) does not fit in the {} free on the device",
                          format_bytes(m.bytes), format_bytes(free)));
-  for (const char* placement :
-       {"faults", "prefetch", "read_mostly", "preferred_location", "accessed_by"})
-    r.touches.push_back(touch_on_gpu(ctx.cfg.device, m.bytes, placement, s, wrong));
-  for (const char* placement : {"faults", "prefetch"})
-    r.touches.push_back(touch_on_cpu(m.bytes, placement, s));
+  timed_part("managed touches", [&] {
+    for (const char* placement :
+         {"faults", "prefetch", "read_mostly", "preferred_location", "accessed_by"})
+      r.touches.push_back(touch_on_gpu(ctx.cfg.device, m.bytes, placement, s, wrong));
+    for (const char* placement : {"faults", "prefetch"})
+      r.touches.push_back(touch_on_cpu(m.bytes, placement, s));
+  });
   if (ctx.cfg.unified.oversubscription.enabled)
-    r.oversubscription = measure_oversubscription(ctx, s, wrong, steps);
+    r.oversubscription = timed_part("oversubscription",
+                                    [&] { return measure_oversubscription(ctx, s, wrong, steps); });
   return r;
 }
 
@@ -367,9 +374,10 @@ unified_result measure_unified(context& ctx) {
   ctx.report_progress("managed memory", 0, parts);
   if (u.managed.enabled) r.managed = measure_managed(ctx, s, wrong, r.memory_steps);
   ctx.report_progress("zero-copy", 1, parts);
-  if (u.zero_copy.enabled) r.zero_copy = measure_zero_copy(ctx, s, wrong);
+  if (u.zero_copy.enabled)
+    r.zero_copy = timed_part("zero-copy", [&] { return measure_zero_copy(ctx, s, wrong); });
   ctx.report_progress("the memory ledger", 2, parts);
-  if (u.ledger.enabled) r.ledger = measure_ledger(ctx);
+  if (u.ledger.enabled) r.ledger = timed_part("ledger", [&] { return measure_ledger(ctx); });
   ctx.report_progress("five beliefs", 3, parts);
   if (u.beliefs.enabled) r.beliefs = measure_beliefs(ctx, s, wrong, r.memory_steps);
   ctx.report_progress("done", parts, parts);

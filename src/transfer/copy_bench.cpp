@@ -427,8 +427,10 @@ sync_async_measurement copy_bench::sync_vs_async(copy_direction d, host_memory m
     free_s.push_back(std::max(0.0, a2 - a1));
     return t1 - t0;
   };
+  stopping_rule rule = capped(o_, kSyncAsyncSamples);
+  rule.warmup = std::min(rule.warmup, 1);
   const sampling_outcome outcome =
-      sample_each_with_sides(o_, sync_s, {&call_s, &copy_s, &free_s}, one);
+      sample_each_with_sides(rule, sync_s, {&call_s, &copy_s, &free_s}, one);
   if (bad)
     throw verification_error(fmt::format("sync/async {} {} copy of {}: {} bytes differ",
                                          to_string(m), to_string(d), format_bytes(bytes), bad));

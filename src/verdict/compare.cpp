@@ -432,6 +432,34 @@ void sort_worst_first(std::vector<figure_verdict>& rows) {
 
 }  // namespace
 
+namespace {
+
+/// environment.host_cpu of a run, lesson by lesson; a record without it (or an unreadable one)
+/// has none.
+std::map<std::string, host_cpu_load> host_cpu_of(const lessons::run_record& r) {
+  std::map<std::string, host_cpu_load> out;
+  const auto it = r.environment.find("host_cpu");
+  if (it == r.environment.end() || !it->is_object()) return out;
+  for (const auto& [lesson, v] : it->items()) {
+    try {
+      out.emplace(lesson, v.get<host_cpu_load>());
+    } catch (const json_path_error&) {  // leave that lesson out and judge the rest
+    }
+  }
+  return out;
+}
+
+std::vector<host_cpu_pair> host_cpu_pairs(const lessons::run_record& base,
+                                          const lessons::run_record& next) {
+  std::vector<host_cpu_pair> out;
+  const auto a = host_cpu_of(base), b = host_cpu_of(next);
+  for (const auto& [lesson, l] : a)
+    if (const auto it = b.find(lesson); it != b.end()) out.push_back({lesson, l, it->second});
+  return out;
+}
+
+}  // namespace
+
 comparison compare(const lessons::run_record& base, const lessons::run_record& next,
                    double threshold) {
   GPU_BASICS_EXPECTS(threshold >= 0 && threshold < 1, "compare: threshold outside [0, 1)");
@@ -464,6 +492,7 @@ comparison compare(const lessons::run_record& base, const lessons::run_record& n
     c.informational.push_back(std::move(v));
   }
   c.only_in_new = b.size() - matched;
+  c.host_cpu = host_cpu_pairs(base, next);
   undecidable_to_informational(c);
   judge_gates(c.rows, threshold);
   sort_worst_first(c.rows);
@@ -482,6 +511,35 @@ std::string format_value(double v, const std::string& unit) {
     return fmt::format("{:.4g} ns", v * 1e9);
   }
   return fmt::format("{:.4g} {}", v, unit);
+}
+
+std::vector<std::string> host_load_notes(const comparison& c) {
+  std::vector<std::string> out;
+  for (const auto& h : c.host_cpu) {
+    const std::string prefix = h.lesson + ".";
+    std::size_t worse = 0;
+    for (const auto& r : c.rows)
+      worse += r.j.verdict == change::worse && r.base.host_bound && r.base.id.starts_with(prefix);
+    if (!worse) continue;
+    const auto pct = [](double share) { return fmt::format("{:.1f}%", 100 * share); };
+    const std::string load = fmt::format(
+        "during {}, CPU time stolen by the hypervisor {} -> {}, taken by other processes {} -> "
+        "{} (of {} and {} CPUs)",
+        h.lesson, pct(h.base.steal), pct(h.next.steal), pct(h.base.others), pct(h.next.others),
+        h.base.cpus, h.next.cpus);
+    const double busier = h.next.steal + h.next.others - h.base.steal - h.base.others;
+    out.push_back(
+        busier > kBusierHostShare
+            ? fmt::format("Host load: {} host-bound gate(s) worse while the host was busier ({}): "
+                          "pageable copies and memcpy share the CPUs and memory with that load, "
+                          "so re-run on a quiet host before blaming the node.",
+                          worse, load)
+            : fmt::format("Host load: {} host-bound gate(s) worse and the host was not busier "
+                          "({}): the loss is the node's own as far as the CPU counters show (a "
+                          "neighbour's memory traffic does not show in them).",
+                          worse, load));
+  }
+  return out;
 }
 
 namespace {
@@ -533,6 +591,7 @@ presentation::table comparison_table(const comparison& c, const std::string& tit
       c.informational.size(),
       c.count_informational(change::worse) + c.count_informational(change::better),
       c.threshold * 100, c.not_compared));
+  for (auto& line : host_load_notes(c)) t.notes.push_back(std::move(line));
   if (c.only_in_baseline || c.only_in_new)
     t.notes.push_back(
         fmt::format("{} figure(s) only in the baseline and {} only in the new run "
@@ -586,6 +645,8 @@ json to_json(const comparison& c) {
   json rows = json::array(), info = json::array();
   for (const auto& r : c.rows) rows.push_back(row_json(r));
   for (const auto& r : c.informational) info.push_back(row_json(r));
+  json host = json::object();
+  for (const auto& h : c.host_cpu) host[h.lesson] = {{"baseline", h.base}, {"new", h.next}};
   return {{"threshold", c.threshold},
           {"host_bound_threshold", kHostBoundThreshold},
           {"alpha", c.alpha},
@@ -600,7 +661,8 @@ json to_json(const comparison& c) {
            {{"worse", c.count_informational(change::worse)},
             {"same", c.count_informational(change::same)},
             {"better", c.count_informational(change::better)},
-            {"figures", info}}}};
+            {"figures", info}}},
+          {"host_cpu", host}};
 }
 
 }  // namespace gpu_basics::verdict

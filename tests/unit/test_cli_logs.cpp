@@ -209,8 +209,9 @@ TEST(CliLogs, RunTimeLinesCountEachLessonsSampledFigures) {
                                    {"sync_async", {{{"sampling", sampled(13, "timeout")}}}},
                                    {"d2d", {{{"sampling", sampled(10, "precise")}}}}};
   const nlohmann::json memory = {{"caching", {{"seconds", {1.0, 2.0}}}}};
-  const std::vector<cli::lesson_time> times{cli::time_of("memory", 12.06, memory),
-                                            cli::time_of("transfer", 20.31, transfer)};
+  std::vector<cli::lesson_time> times{cli::time_of("memory", 12.06, memory),
+                                      cli::time_of("transfer", 20.31, transfer)};
+  times[1].host_cpu = host_cpu_load{16, 0.0215, 0.4, 0.3, 0.1, 2.0};
   EXPECT_EQ(times[1].figures, 4u);
   EXPECT_EQ(times[1].samples, 53u);
   const auto lines = cli::run_time_lines(times, 33.0);
@@ -219,5 +220,6 @@ TEST(CliLogs, RunTimeLinesCountEachLessonsSampledFigures) {
   EXPECT_EQ(lines[1], "memory: 12.1 s");
   EXPECT_EQ(lines[2],
             "transfer: 20.3 s; 4 sampled figures, 53 samples: 2 precise, 1 at "
-            "benchmark.iterations, 1 at benchmark.timeout_s");
+            "benchmark.iterations, 1 at benchmark.timeout_s; host CPUs: 2.1% stolen, 10.0% "
+            "other processes (of 16)");
 }

@@ -352,3 +352,51 @@ TEST(CompareClasses, TheCommittedPairOfOneH200Passes) {
   EXPECT_EQ(cli::run(*p.opts, out, err), cli::exit_ok) << err.str();
   EXPECT_NE(out.str().find("Informational changes"), std::string::npos);
 }
+
+TEST(CompareHostLoad, AWorseHostBoundGateNamesTheHostsLoadOfEachRun) {
+  std::mt19937_64 rng(5);
+  auto pageable = [&](double slower, double steal, double others) {
+    auto r = synthetic_run(rng, 4, 0.01, slower);
+    for (auto& c : r.results[0].second["d2d"]) c["memory"] = "pageable";
+    host_cpu_load l;
+    l.cpus = 16;
+    l.steal = steal;
+    l.others = others;
+    l.busy = others + 0.1;
+    l.self = 0.1;
+    r.environment["host_cpu"]["transfer"] = l;
+    return r;
+  };
+  const auto base = pageable(1.0, 0.001, 0.02);
+  // Slower while a neighbour took the CPUs: the note puts it down to the host's load.
+  const auto busy = verdict::compare(base, pageable(1 / 0.6, 0.12, 0.30), 0.02);
+  ASSERT_EQ(busy.host_cpu.size(), 1u);
+  EXPECT_EQ(busy.host_cpu[0].next.steal, 0.12);
+  auto notes = verdict::host_load_notes(busy);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("4 host-bound gate(s) worse while the host was busier"),
+            std::string::npos)
+      << notes[0];
+  EXPECT_NE(notes[0].find("stolen by the hypervisor 0.1% -> 12.0%"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("other processes 2.0% -> 30.0% (of 16 and 16 CPUs)"), std::string::npos)
+      << notes[0];
+  const auto table = verdict::comparison_table(busy, "t");
+  EXPECT_NE(std::find(table.notes.begin(), table.notes.end(), notes[0]), table.notes.end());
+  EXPECT_EQ(verdict::to_json(busy)["host_cpu"]["transfer"]["new"]["steal"], 0.12);
+  // Slower on an equally quiet host: the loss is the node's own.
+  notes = verdict::host_load_notes(verdict::compare(base, pageable(1 / 0.6, 0.002, 0.03), 0.02));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("worse and the host was not busier"), std::string::npos) << notes[0];
+  // Not slower: nothing to explain, however busy the host was.
+  EXPECT_TRUE(
+      verdict::host_load_notes(verdict::compare(base, pageable(1.0, 0.2, 0.5), 0.02)).empty());
+  // A run without the record (written before it existed): no note, no error.
+  auto old = pageable(1 / 0.6, 0.2, 0.5);
+  old.environment.erase("host_cpu");
+  const auto without = verdict::compare(base, old, 0.02);
+  EXPECT_TRUE(without.host_cpu.empty());
+  EXPECT_TRUE(verdict::host_load_notes(without).empty());
+  // An unreadable record of one lesson is left out, not fatal.
+  old.environment["host_cpu"]["transfer"] = {{"steal", "a lot"}};
+  EXPECT_TRUE(verdict::compare(base, old, 0.02).host_cpu.empty());
+}

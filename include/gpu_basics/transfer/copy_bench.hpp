@@ -83,6 +83,10 @@ class copy_bench {
   /// @throws verification_error when a copy did not deliver the pattern; out_of_memory,
   /// cuda_error; logic_error for D2D.
   sync_async_measurement sync_vs_async(copy_direction d, host_memory m, std::uint64_t bytes);
+  /// Samples (after one warm-up pair) of sync_vs_async(): its figures teach where the CPU waits
+  /// and are not gated (compare keeps no samples of them), and a pageable pair of 1 GiB costs
+  /// about 0.4 s, so more would only lengthen the lesson.
+  static constexpr int kSyncAsyncSamples = 5;
   /// Pageable copies through the staging ring (staged_copier), host clock from the call to the
   /// data being in place.
   /// @throws verification_error when a copy did not deliver the pattern; out_of_memory,

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu_basics/core/host_cpu.hpp"
 #include "gpu_basics/core/results.hpp"
 #include "gpu_basics/lessons/record.hpp"
 #include "gpu_basics/verdict/compare_stats.hpp"
@@ -81,6 +82,17 @@ struct figure_verdict {
   judgement j;
 };
 
+/// How busy the host's CPUs were during one lesson in each run (environment.host_cpu).
+struct host_cpu_pair {
+  std::string lesson;
+  host_cpu_load base;
+  host_cpu_load next;
+};
+
+/// How much busier (in shares of all CPU time: stolen plus other processes) a host may be in the
+/// new run before host-bound losses are put down to it rather than to the node.
+inline constexpr double kBusierHostShare = 0.05;
+
 struct comparison {
   std::vector<figure_verdict> rows;           // gates, worst first: worse (largest loss first),
                                               // same, better
@@ -90,6 +102,7 @@ struct comparison {
   std::size_t only_in_new = 0;
   double threshold = 0.02;
   double alpha = kCompareAlpha;
+  std::vector<host_cpu_pair> host_cpu;  // lessons whose host load both runs recorded
 
   /// Gates with verdict `c` (only they decide the exit code).
   [[nodiscard]] std::size_t count(change c) const;
@@ -108,6 +121,12 @@ void ensure_comparable(const lessons::run_record& base, const std::string& base_
 [[nodiscard]] comparison compare(const lessons::run_record& base, const lessons::run_record& next,
                                  double threshold);
 
+/// The sentence on the host's load for each lesson with a worse host-bound gate (pageable copies,
+/// host memcpy) where both runs recorded it: busier in the new run by more than
+/// kBusierHostShare (stolen time or other processes) puts the loss down to the host's load; not
+/// busier says the loss is the node's own as far as the CPU counters show. Empty otherwise.
+[[nodiscard]] std::vector<std::string> host_load_notes(const comparison& c);
+
 /// A figure's value as people read it: "55.4 GB/s", "4.84 ms", "756 TFLOP/s", "14.3%".
 [[nodiscard]] std::string format_value(double value, const std::string& unit);
 
@@ -120,9 +139,10 @@ void ensure_comparable(const lessons::run_record& base, const std::string& base_
 
 /// {"threshold", "alpha", "worse", "same", "better", "only_in_baseline", "only_in_new",
 /// "not_compared", "figures": [gate rows], "informational": {"worse", "same", "better",
-/// "figures": [rows]}}; a row is {"id", "name", "class", "why" (informational), "unit",
-/// "higher_better", "baseline", "baseline_noise", "baseline_samples", "new", "new_noise",
-/// "new_samples", "delta", "tolerance", "p_worse", "p_better" (gates), "verdict"}.
+/// "figures": [rows]}, "host_cpu": {lesson: {"baseline", "new"}}}; a row is {"id", "name", "class",
+/// "why" (informational), "unit", "higher_better", "baseline", "baseline_noise",
+/// "baseline_samples", "new", "new_noise", "new_samples", "delta", "tolerance", "p_worse",
+/// "p_better" (gates), "verdict"}.
 [[nodiscard]] nlohmann::json to_json(const comparison& c);
 
 }  // namespace gpu_basics::verdict
