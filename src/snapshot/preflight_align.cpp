@@ -4,6 +4,7 @@
 // recording inserts is whole: an inserted block's free is inserted too; no allocation of one site
 // replaced by another), then each allocation's size fitted as a + b * batch per base recording.
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -16,8 +17,10 @@ namespace gpu_basics {
 namespace {
 
 constexpr std::size_t kNone = SIZE_MAX;
-/// Events that may differ between two recordings: beyond it they are not the same job's steps.
-constexpr std::size_t kMaxDifferences = 2048;
+/// The events of each recording one diff aligns at a time, and how many of them may differ: beyond
+/// that they are not the same job's steps.
+constexpr std::size_t kWindow = 2048;
+constexpr std::size_t kMaxDifferences = 1024;
 
 __extension__ using i128 = __int128;  // exact products of sizes and batches
 
@@ -27,8 +30,8 @@ struct sequence {
   const batch_recording* rec = nullptr;
   std::vector<std::size_t> index;  // its index in rec->events
   std::vector<char> is_free;
-  std::vector<std::size_t> partner;  // an alloc's free (kNone: never freed), a free's alloc
-  std::vector<std::uint64_t> size;   // the block's requested size
+  std::vector<std::size_t> partner;   // an alloc's free (kNone: never freed), a free's alloc
+  std::vector<std::uint64_t> size;    // the block's requested size
   std::vector<std::uint32_t> frames;  // the block's frames, interned (0: none)
   std::vector<stream_handle> stream;
   [[nodiscard]] std::size_t size_n() const noexcept { return index.size(); }
@@ -71,9 +74,10 @@ sequence sequence_of(const batch_recording& r,
 }
 
 /// Whether a block of `sa` bytes at batch `ba` may be one of `sb` bytes at batch `bb` > `ba`: the
-/// same size, or a larger one that grows at most in proportion (a + b * batch, a and b >= 0).
+/// same size, or a larger one that grows at most twice as fast as the batch (a + b * batch with
+/// b >= 0 and a not far below 0; whether it is affine is checked against a third recording).
 bool same_size_class(std::uint64_t sa, std::size_t ba, std::uint64_t sb, std::size_t bb) {
-  return sa == sb || (sa < sb && static_cast<i128>(sb) * ba <= static_cast<i128>(sa) * bb);
+  return sa == sb || (sa < sb && static_cast<i128>(sb) * ba <= 2 * static_cast<i128>(sa) * bb);
 }
 
 /// Whether two events may be the same one of the job, in recordings at batches `a`'s < `b`'s.
@@ -93,12 +97,14 @@ std::string frames_text(const sequence& s, std::size_t k) {
                                                                : std::string(", no frames");
 }
 
-/// "event 12 of batch 8 (alloc of 4 MiB on stream 0, frames: ...)".
+/// "event 12 of batch 8 (alloc of 4096 B on stream 0, frames: ...)", a free "(free of event 7's
+/// block of 4096 B ...)".
 std::string describe(const sequence& s, std::size_t k) {
-  return fmt::format("event {} of batch {} ({} {}{} B on stream {}{})", s.index[k], s.rec->batch,
-                     s.is_free[k] ? "free of the block of" : "alloc of",
-                     s.is_free[k] ? fmt::format("{} ", s.index[s.partner[k]]) : std::string(),
-                     s.size[k], s.stream[k], frames_text(s, k));
+  const std::string what = s.is_free[k]
+                               ? fmt::format("free of event {}'s block of", s.index[s.partner[k]])
+                               : std::string("alloc of");
+  return fmt::format("event {} of batch {} ({} {} B on stream {}{})", s.index[k], s.rec->batch,
+                     what, s.size[k], s.stream[k], frames_text(s, k));
 }
 
 std::string names(const sequence& a, const sequence& b) {
@@ -106,16 +112,20 @@ std::string names(const sequence& a, const sequence& b) {
                      printable(b.rec->name), b.rec->batch);
 }
 
-/// The shortest edit script's matched pairs (x in `a`, y in `b`), in order.
-/// @throws preflight_error beyond kMaxDifferences.
-std::vector<std::pair<std::size_t, std::size_t>> diff(const sequence& a, const sequence& b) {
-  const matcher eq{a, b};
-  const auto n = static_cast<std::int64_t>(a.size_n()), m = static_cast<std::int64_t>(b.size_n());
-  const auto most = static_cast<std::int64_t>(
-      std::min<std::size_t>(kMaxDifferences, a.size_n() + b.size_n()));
+using pairs_t = std::vector<std::pair<std::size_t, std::size_t>>;
+
+/// The shortest edit script's matched pairs between a[x0, xe) and b[y0, ye), in order; nullopt
+/// where more than `most` events differ.
+std::optional<pairs_t> myers(const matcher& eq, std::size_t x0, std::size_t xe, std::size_t y0,
+                             std::size_t ye, std::size_t most_differences) {
+  const auto n = static_cast<std::int64_t>(xe - x0), m = static_cast<std::int64_t>(ye - y0);
+  const auto most = std::min(static_cast<std::int64_t>(most_differences), n + m);
   std::vector<std::int64_t> v(static_cast<std::size_t>(2 * most + 3), 0);
   const auto at = [&](std::int64_t k) -> std::int64_t& {
     return v[static_cast<std::size_t>(k + most + 1)];
+  };
+  const auto same = [&](std::int64_t x, std::int64_t y) {
+    return eq(x0 + static_cast<std::size_t>(x), y0 + static_cast<std::size_t>(y));
   };
   std::vector<std::vector<std::int64_t>> saved;  // per d: v[-d .. d] after step d
   std::int64_t found = -1;
@@ -123,7 +133,7 @@ std::vector<std::pair<std::size_t, std::size_t>> diff(const sequence& a, const s
     for (std::int64_t k = -d; k <= d; k += 2) {
       std::int64_t x = k == -d || (k != d && at(k - 1) < at(k + 1)) ? at(k + 1) : at(k - 1) + 1;
       std::int64_t y = x - k;
-      while (x < n && y < m && eq(static_cast<std::size_t>(x), static_cast<std::size_t>(y))) {
+      while (x < n && y < m && same(x, y)) {
         ++x;
         ++y;
       }
@@ -132,16 +142,8 @@ std::vector<std::pair<std::size_t, std::size_t>> diff(const sequence& a, const s
     }
     saved.emplace_back(v.begin() + (most + 1 - d), v.begin() + (most + 2 + d));
   }
-  if (found < 0) {
-    const auto p = static_cast<std::size_t>(saved.front()[0]);  // the common prefix
-    throw preflight_error(
-        fmt::format("{} part at their event {} / {} and more than {} events differ after it: "
-                    "not the same job's steps (record the same steps at every batch)",
-                    names(a, b), p < a.size_n() ? a.index[p] : a.rec->events.size(),
-                    p < b.size_n() ? b.index[p] : b.rec->events.size(), kMaxDifferences),
-        p < a.size_n() ? a.index[p] : 0);
-  }
-  std::vector<std::pair<std::size_t, std::size_t>> pairs;
+  if (found < 0) return std::nullopt;
+  pairs_t pairs;
   std::int64_t x = n, y = m;
   for (std::int64_t d = found; d > 0; --d) {
     const std::vector<std::int64_t>& prev = saved[static_cast<std::size_t>(d - 1)];
@@ -150,13 +152,52 @@ std::vector<std::pair<std::size_t, std::size_t>> diff(const sequence& a, const s
     const std::int64_t pk = k == -d || (k != d && pv(k - 1) < pv(k + 1)) ? k + 1 : k - 1;
     const std::int64_t px = pv(pk), py = px - pk;
     for (; x > px && y > py; --x, --y)  // the snake after the edit, back to its start
-      pairs.emplace_back(static_cast<std::size_t>(x - 1), static_cast<std::size_t>(y - 1));
+      pairs.emplace_back(x0 + static_cast<std::size_t>(x - 1),
+                         y0 + static_cast<std::size_t>(y - 1));
     x = px;
     y = py;
   }
   for (; x > 0 && y > 0; --x, --y)
-    pairs.emplace_back(static_cast<std::size_t>(x - 1), static_cast<std::size_t>(y - 1));
+    pairs.emplace_back(x0 + static_cast<std::size_t>(x - 1), y0 + static_cast<std::size_t>(y - 1));
   std::reverse(pairs.begin(), pairs.end());
+  return pairs;
+}
+
+/// The matched pairs of `a` and `b`: Myers' diff over windows of kWindow events of each, the
+/// first half of each window's script kept (a long trace differs at many places, once per step:
+/// the whole trace in one diff would cost its length times every difference).
+/// @throws preflight_error where more than kMaxDifferences events differ within a window.
+pairs_t diff(const sequence& a, const sequence& b) {
+  const matcher eq{a, b};
+  pairs_t pairs;
+  std::size_t x0 = 0, y0 = 0;
+  while (x0 < a.size_n() && y0 < b.size_n()) {
+    const std::size_t xe = std::min(a.size_n(), x0 + kWindow);
+    const std::size_t ye = std::min(b.size_n(), y0 + kWindow);
+    const auto w = myers(eq, x0, xe, y0, ye, kMaxDifferences);
+    const bool last = xe == a.size_n() && ye == b.size_n();
+    std::size_t kept = 0;
+    if (w)
+      for (const auto& p : *w) {
+        if (!last && (p.first >= x0 + kWindow / 2 || p.second >= y0 + kWindow / 2)) break;
+        pairs.push_back(p);
+        ++kept;
+      }
+    if (last && w) break;
+    if (kept == 0) {
+      std::size_t p = 0;  // the events they share first
+      while (x0 + p < a.size_n() && y0 + p < b.size_n() && eq(x0 + p, y0 + p)) ++p;
+      const std::size_t ia = x0 + p < a.size_n() ? a.index[x0 + p] : a.rec->events.size();
+      const std::size_t ib = y0 + p < b.size_n() ? b.index[y0 + p] : b.rec->events.size();
+      throw preflight_error(
+          fmt::format("{} part at their event {} / {} and more than {} of the next {} events "
+                      "differ: not the same job's steps (record the same steps at every batch)",
+                      names(a, b), ia, ib, kMaxDifferences, kWindow),
+          ia);
+    }
+    x0 = pairs.back().first + 1;
+    y0 = pairs.back().second + 1;
+  }
   return pairs;
 }
 
@@ -208,8 +249,8 @@ alignment align(const sequence& a, const sequence& b) {
             (a.frames[p] == b.frames[q] || !a.frames[p] || !b.frames[q]))
           throw preflight_error(
               fmt::format("{} part at {}, where the other has {}: an allocation in place of "
-                          "another whose size does not grow as a + b * batch (a, b >= 0) from "
-                          "one to the other, or that is not the same allocation; no consistent "
+                          "another whose size does not grow as a + b * batch (b >= 0) from one "
+                          "to the other, or that is not the same allocation; no consistent "
                           "alignment",
                           names(a, b), describe(a, p), describe(b, q)),
               a.index[p]);
@@ -231,8 +272,7 @@ alignment align(const sequence& a, const sequence& b) {
 batch_model::batch_model(std::vector<batch_recording> recordings)
     : recordings_(std::move(recordings)) {
   const std::size_t n = recordings_.size();
-  if (n < 2 || n > 3)
-    throw logic_error(fmt::format("preflight: 2 or 3 recordings, got {}", n));
+  if (n < 2 || n > 3) throw logic_error(fmt::format("preflight: 2 or 3 recordings, got {}", n));
   for (std::size_t i = 0; i < n; ++i)
     if (recordings_[i].batch == 0 || (i > 0 && recordings_[i].batch <= recordings_[i - 1].batch))
       throw logic_error("preflight: the batches must be above 0 and increase");
@@ -240,7 +280,8 @@ batch_model::batch_model(std::vector<batch_recording> recordings)
   std::vector<sequence> seqs;
   for (const auto& r : recordings_) seqs.push_back(sequence_of(r, interned));
   // match[i][j]: recording i's events in recording j (kNone: none).
-  std::vector<std::vector<std::vector<std::size_t>>> match(n, std::vector<std::vector<std::size_t>>(n));
+  std::vector<std::vector<std::vector<std::size_t>>> match(
+      n, std::vector<std::vector<std::size_t>>(n));
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = i + 1; j < n; ++j) {
       alignment al = align(seqs[i], seqs[j]);
@@ -283,16 +324,16 @@ batch_model::batch_model(std::vector<batch_recording> recordings)
         if (static_cast<i128>(mid.second - lo.second) * sl.run !=
             static_cast<i128>(sl.rise) * (mid.first - lo.first))
           throw preflight_error(
-              fmt::format("{}: the size of {} is not affine in the batch: {} B at batch {}, {} B "
-                          "at batch {}, {} B at batch {} (a + b * batch through the first and "
-                          "last gives {:.1f} B at batch {})",
-                          printable(recordings_[r].name), describe(s, k), lo.second, lo.first,
-                          mid.second, mid.first, hi.second, hi.first,
-                          static_cast<double>(lo.second) +
-                              static_cast<double>(sl.rise) *
-                                  static_cast<double>(mid.first - lo.first) /
-                                  static_cast<double>(sl.run),
-                          mid.first),
+              fmt::format(
+                  "{}: the size of {} is not affine in the batch: {} B at batch {}, {} B "
+                  "at batch {}, {} B at batch {} (a + b * batch through the first and "
+                  "last gives {:.1f} B at batch {})",
+                  printable(recordings_[r].name), describe(s, k), lo.second, lo.first, mid.second,
+                  mid.first, hi.second, hi.first,
+                  static_cast<double>(lo.second) + static_cast<double>(sl.rise) *
+                                                       static_cast<double>(mid.first - lo.first) /
+                                                       static_cast<double>(sl.run),
+                  mid.first),
               s.index[k]);
       }
       grows_ = grows_ || sl.rise > 0;
@@ -329,8 +370,7 @@ std::vector<replay_event> batch_model::trace_at(std::size_t batch) const {
         throw preflight_error(
             fmt::format("at batch {} the allocation of event {} of batch {} ({}) would be {} "
                         "bytes: beyond what a replay holds ({})",
-                        batch, sl.event, recordings_[base].batch,
-                        printable(recordings_[base].name),
+                        batch, sl.event, recordings_[base].batch, printable(recordings_[base].name),
                         size < 0 ? std::string("below 0") : std::string("over 4 TiB"),
                         format_bytes(kMaxReplayBytes)),
             sl.event);

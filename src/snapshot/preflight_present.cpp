@@ -31,7 +31,8 @@ std::vector<presentation::table> preflight_tables(const preflight_report& r) {
                  {"unmatched_events", "not in every other recording"}};
   for (std::size_t i = 0; i < r.files.size(); ++i)
     rec.add_row({printable(r.files[i]), static_cast<std::int64_t>(r.batches[i]),
-                 static_cast<std::int64_t>(r.events[i]), static_cast<std::int64_t>(r.unmatched[i])});
+                 static_cast<std::int64_t>(r.events[i]),
+                 static_cast<std::int64_t>(r.unmatched[i])});
   rec.notes.push_back(
       "Each allocation's size is a + b * batch, fitted from the recordings that have it; a batch "
       "is synthesized from the recording closest to it, in its order, and replayed.");
@@ -57,10 +58,11 @@ std::vector<presentation::table> preflight_tables(const preflight_report& r) {
     presentation::table f;
     f.id = "preflight.largest_batch";
     f.title = fmt::format("The largest batch that fits {} reserved", format_bytes(r.fit->limit));
-    f.columns = {{"which", "policy"}, {"conf", "PYTORCH_CUDA_ALLOC_CONF"}, {"batch", "largest batch"}};
+    f.columns = {
+        {"which", "policy"}, {"conf", "PYTORCH_CUDA_ALLOC_CONF"}, {"batch", "largest batch"}};
     f.add_row({std::string("defaults"), policy_label(""), batch_value(r.fit->defaults)});
-    f.add_row({std::string("recommended"), policy_label(r.fit->policy),
-               batch_value(r.fit->recommended)});
+    f.add_row(
+        {std::string("recommended"), policy_label(r.fit->policy), batch_value(r.fit->recommended)});
     f.notes.push_back(
         "Replayed under the limit with PyTorch's out-of-memory path (free the cache, retry); 0: "
         "not even batch 1 fits.");

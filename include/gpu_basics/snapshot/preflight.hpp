@@ -41,7 +41,7 @@ class preflight_error : public format_error {
 /// and, where the snapshot has them, each allocation's frames.
 struct batch_recording {
   std::size_t batch = 0;
-  std::string name;                 // the file, in messages
+  std::string name;  // the file, in messages
   std::vector<replay_event> events;
   /// Per event: its frames joined ("file:line in function; ..."), empty where there are none
   /// (frees, allocations recorded without stacks). Empty altogether: no frames at all.
@@ -65,7 +65,8 @@ class batch_model {
   /// The trace at `batch` (>= 1): the events of the recording closest to it (the larger of two
   /// equally close), in its order and on its streams, each allocation at its modelled size, each
   /// block a fresh id (1, 2, ...) that its free names.
-  /// @throws preflight_error where a size comes to 0 or less, or beyond kMaxReplayBytes, at `batch`.
+  /// @throws preflight_error where a size comes to 0 or less, or beyond kMaxReplayBytes, at
+  /// `batch`.
   [[nodiscard]] std::vector<replay_event> trace_at(std::size_t batch) const;
 
   [[nodiscard]] const std::vector<batch_recording>& recordings() const noexcept {
@@ -81,12 +82,12 @@ class batch_model {
   struct slot {
     replay_event::op kind = replay_event::op::alloc;
     stream_handle stream = 0;
-    std::uint32_t block = 0;  // the allocation's block: 0 .. blocks - 1
-    std::int64_t size_lo = 0;   // the size at batch_lo
-    std::int64_t rise = 0;      // size at batch_hi - size_lo (0: a constant)
+    std::uint32_t block = 0;   // the allocation's block: 0 .. blocks - 1
+    std::int64_t size_lo = 0;  // the size at batch_lo
+    std::int64_t rise = 0;     // size at batch_hi - size_lo (0: a constant)
     std::int64_t batch_lo = 0;
-    std::int64_t run = 1;       // batch_hi - batch_lo
-    std::size_t event = 0;      // its index in the base recording's events
+    std::int64_t run = 1;   // batch_hi - batch_lo
+    std::size_t event = 0;  // its index in the base recording's events
   };
 
  private:
@@ -102,8 +103,8 @@ class batch_model {
 /// One predicted peak.
 struct preflight_prediction {
   std::size_t batch = 0;
-  std::string which;  // "defaults" or "recommended"
-  std::string policy; // its conf, as advise writes it ("" = the defaults)
+  std::string which;   // "defaults" or "recommended"
+  std::string policy;  // its conf, as advise writes it ("" = the defaults)
   std::size_t peak_allocated = 0;
   std::size_t peak_reserved = 0;
 };
@@ -146,7 +147,8 @@ struct preflight_report {
 /// of `at` under the defaults and the recommendation, and with `fit_limit` the largest batch that
 /// fits it under each; on `threads` threads (0: one per core).
 /// @throws preflight_error as trace_at(); interrupted on Ctrl-C.
-[[nodiscard]] preflight_report run_preflight(const batch_model& m, const std::vector<std::size_t>& at,
+[[nodiscard]] preflight_report run_preflight(const batch_model& m,
+                                             const std::vector<std::size_t>& at,
                                              std::optional<std::size_t> fit_limit,
                                              unsigned threads = 0);
 
