@@ -27,8 +27,9 @@ std::size_t parse_batch(const std::string& text, const std::string& flag) {
   const char* end = text.data() + text.size();
   const auto [p, ec] = std::from_chars(text.data(), end, b);
   if (text.empty() || ec != std::errc() || p != end || b == 0 || b > kMaxBatchArgument)
-    throw format_error(fmt::format("{}: expected a batch size, a whole number from 1 to 2^40, got {}",
-                                   flag, quote_for_message(text)));
+    throw format_error(
+        fmt::format("{}: expected a batch size, a whole number from 1 to 2^40, got {}", flag,
+                    quote_for_message(text)));
   return b;
 }
 

@@ -210,8 +210,7 @@ TEST(Preflight, RecordingsWhoseSequencesPartAreRefusedNamingTheEvent) {
   j.swapped_at = 8;
   const auto [message, event] = model_error(recordings({4, 8}, j));
   ASSERT_NE(message, "");
-  EXPECT_NE(message.find(" part at event " + std::to_string(event)), std::string::npos)
-      << message;
+  EXPECT_NE(message.find(" part at event " + std::to_string(event)), std::string::npos) << message;
   EXPECT_NE(message.find("no consistent alignment"), std::string::npos) << message;
   const auto rec = job_at(4, j);
   ASSERT_LT(event, rec.events.size());
@@ -258,9 +257,8 @@ TEST(Preflight, TheLargestBatchFitsAndTheNextDoesNot) {
     const auto trace = job_at(b).events;
     return gb::replay_under_limit(gb::prepare_trace(trace), o, limit).fits();
   };
-  for (const auto& [found, o] :
-       {std::pair{r.fit->defaults, gb::allocator_options{}},
-        std::pair{r.fit->recommended, options_of(r.recommended)}}) {
+  for (const auto& [found, o] : {std::pair{r.fit->defaults, gb::allocator_options{}},
+                                 std::pair{r.fit->recommended, options_of(r.recommended)}}) {
     ASSERT_TRUE(found);
     EXPECT_GE(*found, 37u);
     EXPECT_TRUE(fits(*found, o)) << *found;
@@ -356,8 +354,7 @@ TEST(Preflight, TheCommandWritesItsJsonAndRefusesBadInput) {
 
   // Bad input: one line, exit 2, nothing written.
   const std::string none = (dir / "none.json").string();
-  EXPECT_EQ(run({files[0], files[1], "--batches", "2,4,8", "--json", none}),
-            gb::cli::exit_usage);
+  EXPECT_EQ(run({files[0], files[1], "--batches", "2,4,8", "--json", none}), gb::cli::exit_usage);
   EXPECT_NE(err.find("3 batches for 2 recordings"), std::string::npos) << err;
   EXPECT_EQ(run({files[0], files[1], "--batches", "4,2"}), gb::cli::exit_usage);
   EXPECT_NE(err.find("must increase"), std::string::npos) << err;
