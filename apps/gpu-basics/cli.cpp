@@ -350,6 +350,13 @@ void add_device_memory_options(CLI::App& app, options& o) {
       ->excludes(size);
 }
 
+/// --json PATH|- of a command on snapshots: its `what` as JSON.
+void add_json_option(CLI::App& app, raw_options& raw, const std::string& what) {
+  app.add_option("--json", raw.json, "Write the " + what + " as JSON to PATH ('-' for stdout)")
+      ->type_name("PATH")
+      ->check(non_empty());
+}
+
 void add_replay_options(CLI::App& rpl, options& o, raw_options& raw, const command&) {
   rpl.add_option("snapshot", o.input_path, "A snapshot pickle recorded with history")
       ->type_name("FILE")
@@ -361,9 +368,7 @@ void add_replay_options(CLI::App& rpl, options& o, raw_options& raw, const comma
       ->type_name("CONF")
       ->allow_extra_args(false)
       ->check(non_empty());
-  rpl.add_option("--json", raw.json, "Write the replay as JSON to PATH ('-' for stdout)")
-      ->type_name("PATH")
-      ->check(non_empty());
+  add_json_option(rpl, raw, "replay");
   add_device_memory_options(rpl, o);
 }
 
@@ -383,9 +388,7 @@ void add_advise_options(CLI::App& adv, options& o, raw_options& raw, const comma
       ->type_name("CONF")
       ->allow_extra_args(false)
       ->check(non_empty());
-  adv.add_option("--json", raw.json, "Write the advice as JSON to PATH ('-' for stdout)")
-      ->type_name("PATH")
-      ->check(non_empty());
+  add_json_option(adv, raw, "advice");
   adv.add_option("--html", raw.html, "Draw the advice as one HTML file at PATH")
       ->type_name("PATH")
       ->check(non_empty());
@@ -416,9 +419,7 @@ void add_preflight_options(CLI::App& pre, options& o, raw_options& raw, const co
       ->type_name("SIZE")
       ->allow_extra_args(false)
       ->check(byte_size());
-  pre.add_option("--json", raw.json, "Write the prediction as JSON to PATH ('-' for stdout)")
-      ->type_name("PATH")
-      ->check(non_empty());
+  add_json_option(pre, raw, "prediction");
 }
 
 /// What CLI11 cannot check of preflight: the batches (one per recording, increasing), --at, and

@@ -14,6 +14,14 @@ presentation::value batch_value(const std::optional<std::size_t>& b) {
   if (!b) return std::string("any (nothing grows with the batch)");
   return static_cast<std::int64_t>(*b);
 }
+presentation::table table_of(std::string id, std::string title,
+                             std::vector<presentation::column> columns) {
+  presentation::table t;
+  t.id = std::move(id);
+  t.title = std::move(title);
+  t.columns = std::move(columns);
+  return t;
+}
 nlohmann::json batch_json(const std::optional<std::size_t>& b) {
   return b ? nlohmann::json(*b) : nlohmann::json(nullptr);
 }
@@ -22,13 +30,12 @@ nlohmann::json batch_json(const std::optional<std::size_t>& b) {
 std::vector<presentation::table> preflight_tables(const preflight_report& r) {
   using presentation::value;
   std::vector<presentation::table> out;
-  presentation::table rec;
-  rec.id = "preflight.recordings";
-  rec.title = "Pre-flight: the recordings, aligned event by event";
-  rec.columns = {{"file", "file"},
-                 {"batch", "batch"},
-                 {"events", "allocs and frees"},
-                 {"unmatched_events", "not in every other recording"}};
+  presentation::table rec =
+      table_of("preflight.recordings", "Pre-flight: the recordings, aligned event by event",
+               {{"file", "file"},
+                {"batch", "batch"},
+                {"events", "allocs and frees"},
+                {"unmatched_events", "not in every other recording"}});
   for (std::size_t i = 0; i < r.files.size(); ++i)
     rec.add_row({printable(r.files[i]), static_cast<std::int64_t>(r.batches[i]),
                  static_cast<std::int64_t>(r.events[i]),
@@ -38,14 +45,12 @@ std::vector<presentation::table> preflight_tables(const preflight_report& r) {
       "is synthesized from the recording closest to it, in its order, and replayed.");
   out.push_back(std::move(rec));
 
-  presentation::table p;
-  p.id = "preflight.predictions";
-  p.title = "Predicted peaks";
-  p.columns = {{"batch", "batch"},
-               {"which", "policy"},
-               {"conf", "PYTORCH_CUDA_ALLOC_CONF"},
-               {"peak_allocated_bytes", "peak allocated MiB", kPerMiB, 1},
-               {"peak_reserved_bytes", "peak reserved MiB", kPerMiB, 1}};
+  presentation::table p = table_of("preflight.predictions", "Predicted peaks",
+                                   {{"batch", "batch"},
+                                    {"which", "policy"},
+                                    {"conf", "PYTORCH_CUDA_ALLOC_CONF"},
+                                    {"peak_allocated_bytes", "peak allocated MiB", kPerMiB, 1},
+                                    {"peak_reserved_bytes", "peak reserved MiB", kPerMiB, 1}});
   for (const auto& x : r.predictions)
     p.add_row({static_cast<std::int64_t>(x.batch), x.which, policy_label(x.policy),
                static_cast<std::int64_t>(x.peak_allocated),
@@ -55,11 +60,10 @@ std::vector<presentation::table> preflight_tables(const preflight_report& r) {
   out.push_back(std::move(p));
 
   if (r.fit) {
-    presentation::table f;
-    f.id = "preflight.largest_batch";
-    f.title = fmt::format("The largest batch that fits {} reserved", format_bytes(r.fit->limit));
-    f.columns = {
-        {"which", "policy"}, {"conf", "PYTORCH_CUDA_ALLOC_CONF"}, {"batch", "largest batch"}};
+    presentation::table f = table_of(
+        "preflight.largest_batch",
+        fmt::format("The largest batch that fits {} reserved", format_bytes(r.fit->limit)),
+        {{"which", "policy"}, {"conf", "PYTORCH_CUDA_ALLOC_CONF"}, {"batch", "largest batch"}});
     f.add_row({std::string("defaults"), policy_label(""), batch_value(r.fit->defaults)});
     f.add_row(
         {std::string("recommended"), policy_label(r.fit->policy), batch_value(r.fit->recommended)});
