@@ -213,19 +213,24 @@ struct alignment {
 }
 
 /// The unmatched events of one recording in a stretch between matches: each must come whole (an
-/// inserted block with its free).
+/// inserted block with its free). `there`: where the other recording's stretch starts (its event
+/// at that place, kNone where it has none).
 void check_whole(const sequence& s, const std::vector<std::size_t>& to_other, std::size_t from,
-                 std::size_t to, const sequence& a, const sequence& b, bool s_is_a) {
+                 std::size_t to, const sequence& a, const sequence& b, std::size_t there) {
+  const sequence& other = &s == &a ? b : a;
   for (std::size_t k = from; k < to; ++k) {
     const std::size_t p = s.partner[k];
     if (p == kNone || to_other[p] == kNone) continue;
-    const sequence& other = s_is_a ? b : a;
+    const std::string instead =
+        there < other.size_n()
+            ? ", where batch " + std::to_string(other.rec->batch) + " has " + describe(other, there)
+            : std::string();
     const std::string why = fmt::format(
-        "{} has no counterpart in batch {}, but its {} does ({}): no consistent alignment",
-        s.is_free[k] ? "this free" : "this allocation", other.rec->batch,
+        "this {} has no counterpart in batch {}, but its {} does ({}): no consistent alignment",
+        s.is_free[k] ? "free" : "allocation", other.rec->batch,
         s.is_free[k] ? "allocation" : "free", describe(other, to_other[p]));
-    throw preflight_error(fmt::format("{} part at {}; {}", names(a, b), describe(s, k), why),
-                          s.index[k]);
+    throw preflight_error(
+        fmt::format("{} part at {}{}; {}", names(a, b), describe(s, k), instead, why), s.index[k]);
   }
 }
 
@@ -254,8 +259,8 @@ alignment align(const sequence& a, const sequence& b) {
                           "alignment",
                           names(a, b), describe(a, p), describe(b, q)),
               a.index[p]);
-    check_whole(a, al.to_b, x, mx, a, b, true);
-    check_whole(b, al.to_a, y, my, a, b, false);
+    check_whole(a, al.to_b, x, mx, a, b, y < my ? y : kNone);
+    check_whole(b, al.to_a, y, my, a, b, x < mx ? x : kNone);
     if (i == pairs.size()) break;
     if (a.is_free[mx] && al.to_b[a.partner[mx]] != b.partner[my])
       part(a, mx, b,

@@ -168,7 +168,8 @@ TEST(Preflight, AffineSizesPredictTheJobsOwnReplayExactly) {
   EXPECT_EQ(at40.peak_allocated, gb::replay_trace(job_at(40).events, {}).peak_allocated);
 }
 
-// The synthesized trace keeps the recording's order and streams, each block a fresh id.
+// The synthesized trace keeps the recording's order and streams, each block a fresh id; at a
+// recorded batch it is that recording.
 TEST(Preflight, TheSynthesizedTraceIsTheJobAtThatBatch) {
   const gb::batch_model m(recordings({2, 4, 8}));
   const auto t = m.trace_at(32);
@@ -184,6 +185,13 @@ TEST(Preflight, TheSynthesizedTraceIsTheJobAtThatBatch) {
     } else {
       EXPECT_EQ(ids.at(t[i].id), want[i].id) << i;
     }
+  }
+  for (const std::size_t b : {2u, 4u, 8u}) {
+    const auto at = m.trace_at(b);
+    const auto& rec = m.recordings()[b == 2 ? 0 : b == 4 ? 1 : 2].events;
+    ASSERT_EQ(at.size(), rec.size());
+    for (std::size_t i = 0; i < at.size(); ++i)
+      EXPECT_EQ(at[i].bytes, rec[i].bytes) << b << " " << i;
   }
 }
 
@@ -212,6 +220,9 @@ TEST(Preflight, RecordingsWhoseSequencesPartAreRefusedNamingTheEvent) {
   ASSERT_NE(message, "");
   EXPECT_NE(message.find(" part at event " + std::to_string(event)), std::string::npos) << message;
   EXPECT_NE(message.find("no consistent alignment"), std::string::npos) << message;
+  EXPECT_NE(message.find("where batch 8 has event " + std::to_string(event) + " of batch 8 (free"),
+            std::string::npos)
+      << message;  // what each recording has there
   const auto rec = job_at(4, j);
   ASSERT_LT(event, rec.events.size());
   EXPECT_EQ(rec.events[event].kind, replay_event::op::free) << message;
