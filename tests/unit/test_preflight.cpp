@@ -168,6 +168,43 @@ TEST(Preflight, AffineSizesPredictTheJobsOwnReplayExactly) {
   EXPECT_EQ(at40.peak_allocated, gb::replay_trace(job_at(40).events, {}).peak_allocated);
 }
 
+// The benchmarks' transformer trace (varying batches, reused ids, a recommendation other than the
+// defaults) scaled as s + s / 64 * batch: the prediction under the recommendation is the scaled
+// trace's replay.
+TEST(Preflight, TheRecommendationIsReplayedAsAdviseNamesIt) {
+  const auto base = gb::transformer_trace(4);
+  const auto at = [&](std::size_t batch) {
+    gb::batch_recording r{batch, "transformer", base, {}};
+    for (auto& e : r.events) e.bytes += e.bytes / 64 * batch;
+    return r;
+  };
+  const gb::batch_model m({at(2), at(4), at(8)});
+  const auto r = gb::run_preflight(m, {32}, std::nullopt, 2);
+  const auto a = gb::advise_snapshot(gb::torch_snapshot_of(at(8).events), "t", 0,
+                                     gb::advise_policies({}), {}, 2);
+  EXPECT_EQ(r.recommended, gb::lines_of(a).conf);
+  EXPECT_NE(r.recommended, "");  // so that the recommendation's own replay is what is checked
+  ASSERT_EQ(r.predictions.size(), 2u);
+  const auto direct = gb::replay_trace(at(32).events, options_of(r.recommended));
+  EXPECT_EQ(r.predictions[1].which, "recommended");
+  EXPECT_EQ(r.predictions[1].policy, r.recommended);
+  EXPECT_EQ(r.predictions[1].peak_reserved, direct.peak_reserved);
+  EXPECT_EQ(r.predictions[1].peak_allocated, direct.peak_allocated);
+  EXPECT_EQ(r.predictions[0].peak_reserved, gb::replay_trace(at(32).events, {}).peak_reserved);
+  // The largest batch under the recommendation: it fits, the next does not.
+  const std::size_t limit = 2 * direct.peak_reserved;
+  const auto fits = [&](std::size_t b) {
+    const auto trace = at(b).events;
+    return gb::replay_under_limit(gb::prepare_trace(trace), options_of(r.recommended), limit)
+        .fits();
+  };
+  const auto found = gb::largest_fitting_batch(m, options_of(r.recommended), limit);
+  ASSERT_TRUE(found);
+  EXPECT_GT(*found, 32u);
+  EXPECT_TRUE(fits(*found)) << *found;
+  EXPECT_FALSE(fits(*found + 1)) << *found;
+}
+
 // The synthesized trace keeps the recording's order and streams, each block a fresh id; at a
 // recorded batch it is that recording.
 TEST(Preflight, TheSynthesizedTraceIsTheJobAtThatBatch) {
