@@ -417,13 +417,14 @@ void add_preflight_options(CLI::App& pre, options& o, raw_options& raw, const co
   pre.add_option("--fit", o.fit_sizes,
                  "The largest batch whose replay fits this reserved limit, e.g. 80GiB")
       ->type_name("SIZE")
-      ->allow_extra_args(false)
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::Throw)
       ->check(byte_size());
   add_json_option(pre, raw, "prediction");
 }
 
-/// What CLI11 cannot check of preflight: the batches (one per recording, increasing), --at, and
-/// a single --fit.
+/// What CLI11 cannot check of preflight: the recordings' count, the batches (one per recording,
+/// increasing) and --at.
 bool validate_preflight(const options& o, std::ostream& err) {
   const auto fail = [&](const std::string& m) {
     err << "gpu-basics: " << message_line(m) << "\n";
@@ -431,8 +432,6 @@ bool validate_preflight(const options& o, std::ostream& err) {
   };
   if (o.input_paths.size() < 2 || o.input_paths.size() > 3)
     return fail("preflight needs 2 or 3 recordings, got " + std::to_string(o.input_paths.size()));
-  if (o.fit_sizes.size() > 1)
-    return fail("--fit: one limit, got " + std::to_string(o.fit_sizes.size()));
   try {
     const auto batches = parse_batches(o.batches);
     if (batches.size() != o.input_paths.size())

@@ -408,6 +408,10 @@ TEST(Preflight, TheCommandWritesItsJsonAndRefusesBadInput) {
   EXPECT_NE(err.find("must increase"), std::string::npos) << err;
   EXPECT_EQ(run({files[0], files[1], "--batches", "2,4", "--fit", "lots"}), gb::cli::exit_usage);
   EXPECT_EQ(run({files[0], files[1], "--batches", "2,4", "--at", "0"}), gb::cli::exit_usage);
+  EXPECT_EQ(run({files[0], "--batches", "2"}), gb::cli::exit_usage);
+  EXPECT_NE(err.find("2 or 3 recordings, got 1"), std::string::npos) << err;
+  EXPECT_EQ(run({files[0], files[1], "--batches", "2,4", "--fit", "1GiB", "--fit", "2GiB"}),
+            gb::cli::exit_usage);
   write_bytes(dir / "x.pickle", "not a pickle at all");
   EXPECT_EQ(run({files[0], (dir / "x.pickle").string(), "--batches", "2,4", "--json", none}),
             gb::cli::exit_usage);
