@@ -65,19 +65,20 @@ class batch_model {
   /// The trace at `batch` (>= 1): the events of the recording closest to it (the larger of two
   /// equally close), in its order and on its streams, each allocation at its modelled size, each
   /// block a fresh id (1, 2, ...) that its free names.
-  /// @throws preflight_error where a size comes to 0 or less, or beyond kMaxReplayBytes, at
-  /// `batch`.
+  /// @throws preflight_error where a size comes below 0, or beyond kMaxReplayBytes, at `batch`;
+  /// logic_error for batch 0.
   [[nodiscard]] std::vector<replay_event> trace_at(std::size_t batch) const;
 
   [[nodiscard]] const std::vector<batch_recording>& recordings() const noexcept {
     return recordings_;
   }
-  /// Events of recording `base` that the other recordings do not have (modelled from those that
-  /// do, or kept at its own size where it alone has them).
+  /// Events of recording `base` that some other recording does not have (modelled from those
+  /// that do, or kept at its own size where it alone has them).
   [[nodiscard]] std::size_t unmatched(std::size_t base) const { return models_.at(base).unmatched; }
   /// Whether some allocation grows with the batch (else every batch needs what the largest needs).
   [[nodiscard]] bool grows() const noexcept { return grows_; }
 
+ private:
   /// One event of a model: an allocation of a modelled size or the free of one.
   struct slot {
     replay_event::op kind = replay_event::op::alloc;
@@ -89,8 +90,6 @@ class batch_model {
     std::int64_t run = 1;   // batch_hi - batch_lo
     std::size_t event = 0;  // its index in the base recording's events
   };
-
- private:
   struct model {
     std::vector<slot> slots;
     std::size_t unmatched = 0;
