@@ -3,7 +3,8 @@
 // two, beside replay's fixed sweep of eight policies on the same trace (the peer: one replay per
 // policy). Then a random trace of a million events, advise against replay (issue 43's target:
 // within 3x of replay's time), and traces of one block on each of N streams (the cost must grow
-// with N, not with its square). Host-only.
+// with N, not with its square). Then pre-flight over three recordings of the transformer trace
+// (issue 48's target: a 100k-event recording predicted in under 10 s on 2 cores). Host-only.
 //   build/default/bench/gpu_basics_bench_advise
 #include <benchmark/benchmark.h>
 
@@ -12,6 +13,7 @@
 #include "gpu_basics/core/thread_pool.hpp"
 #include "gpu_basics/snapshot/advise.hpp"
 #include "gpu_basics/snapshot/policy_sweep.hpp"
+#include "gpu_basics/snapshot/preflight.hpp"
 
 namespace {
 
@@ -99,8 +101,33 @@ void BM_AdviseManyStreams(benchmark::State& state) {
   state.SetComplexityN(state.range(0));
 }
 
+/// The transformer trace recorded at batches 2, 4 and 8: each size s becomes s + s / 64 * batch.
+std::vector<gpu_basics::batch_recording> transformer_recordings() {
+  const auto base = gpu_basics::transformer_trace(220);
+  std::vector<gpu_basics::batch_recording> v;
+  for (const std::size_t batch : {2, 4, 8}) {
+    gpu_basics::batch_recording r{batch, "transformer", base, {}};
+    for (auto& e : r.events) e.bytes += e.bytes / 64 * batch;
+    v.push_back(std::move(r));
+  }
+  return v;
+}
+
+/// The model, peaks at two batches under the defaults and the recommendation (advise on the
+/// largest recording included) and the largest batch under 4x the peak at batch 8, on 2 threads.
+void BM_Preflight(benchmark::State& state) {
+  gpu_basics::preflight_report r;
+  for (auto _ : state) {
+    const gpu_basics::batch_model m(transformer_recordings());
+    const std::size_t limit = 4 * gpu_basics::predict_at(m, 8, {}).peak_reserved;
+    r = gpu_basics::run_preflight(m, {16, 64}, limit, 2);
+  }
+  state.counters["events"] = static_cast<double>(r.events.back());
+}
+
 }  // namespace
 
+BENCHMARK(BM_Preflight)->Unit(benchmark::kSecond)->UseRealTime()->Iterations(1);
 BENCHMARK(BM_AdviseRandom1M)->Unit(benchmark::kSecond)->UseRealTime()->Iterations(1);
 BENCHMARK(BM_ReplayRandom1M)->Unit(benchmark::kSecond)->UseRealTime()->Iterations(1);
 BENCHMARK(BM_ReplayManyStreams)

@@ -350,6 +350,13 @@ void add_device_memory_options(CLI::App& app, options& o) {
       ->excludes(size);
 }
 
+/// --json PATH|- of a command on snapshots: its `what` as JSON.
+void add_json_option(CLI::App& app, raw_options& raw, const std::string& what) {
+  app.add_option("--json", raw.json, "Write the " + what + " as JSON to PATH ('-' for stdout)")
+      ->type_name("PATH")
+      ->check(non_empty());
+}
+
 void add_replay_options(CLI::App& rpl, options& o, raw_options& raw, const command&) {
   rpl.add_option("snapshot", o.input_path, "A snapshot pickle recorded with history")
       ->type_name("FILE")
@@ -361,9 +368,7 @@ void add_replay_options(CLI::App& rpl, options& o, raw_options& raw, const comma
       ->type_name("CONF")
       ->allow_extra_args(false)
       ->check(non_empty());
-  rpl.add_option("--json", raw.json, "Write the replay as JSON to PATH ('-' for stdout)")
-      ->type_name("PATH")
-      ->check(non_empty());
+  add_json_option(rpl, raw, "replay");
   add_device_memory_options(rpl, o);
 }
 
@@ -383,9 +388,7 @@ void add_advise_options(CLI::App& adv, options& o, raw_options& raw, const comma
       ->type_name("CONF")
       ->allow_extra_args(false)
       ->check(non_empty());
-  adv.add_option("--json", raw.json, "Write the advice as JSON to PATH ('-' for stdout)")
-      ->type_name("PATH")
-      ->check(non_empty());
+  add_json_option(adv, raw, "advice");
   adv.add_option("--html", raw.html, "Draw the advice as one HTML file at PATH")
       ->type_name("PATH")
       ->check(non_empty());
@@ -395,6 +398,51 @@ void add_advise_options(CLI::App& adv, options& o, raw_options& raw, const comma
                  "does not know is never printed")
       ->type_name("PYTHON")
       ->check(non_empty());
+}
+
+void add_preflight_options(CLI::App& pre, options& o, raw_options& raw, const command&) {
+  pre.add_option("recordings", o.input_paths,
+                 "Two or three snapshot pickles of the same job, recorded with history at the "
+                 "batches of --batches, in that order")
+      ->type_name("FILE")
+      ->required()
+      ->check(non_empty());
+  pre.add_option("--batches", o.batches, "The batch size of each recording, increasing, e.g. 2,4,8")
+      ->type_name("B,B[,B]")
+      ->required();
+  pre.add_option("--at", o.at_batches,
+                 "Predict the peaks at this batch size (repeatable; default: the recorded ones)")
+      ->type_name("B")
+      ->allow_extra_args(false);
+  pre.add_option("--fit", o.fit_sizes,
+                 "The largest batch whose replay fits this reserved limit, e.g. 80GiB")
+      ->type_name("SIZE")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::Throw)
+      ->check(byte_size());
+  add_json_option(pre, raw, "prediction");
+}
+
+/// What CLI11 cannot check of preflight: the recordings' count, the batches (one per recording,
+/// increasing) and --at.
+bool validate_preflight(const options& o, std::ostream& err) {
+  const auto fail = [&](const std::string& m) {
+    err << "gpu-basics: " << message_line(m) << "\n";
+    return false;
+  };
+  if (o.input_paths.size() < 2 || o.input_paths.size() > 3)
+    return fail("preflight needs 2 or 3 recordings, got " + std::to_string(o.input_paths.size()));
+  try {
+    const auto batches = parse_batches(o.batches);
+    if (batches.size() != o.input_paths.size())
+      return fail("--batches " + quote_for_message(o.batches) + ": " +
+                  std::to_string(batches.size()) + " batches for " +
+                  std::to_string(o.input_paths.size()) + " recordings; give one per recording");
+    for (const auto& a : o.at_batches) (void)parse_batch(a, "--at");
+  } catch (const format_error& e) {
+    return fail(e.what());
+  }
+  return true;
 }
 
 std::vector<command> make_table() {
@@ -434,6 +482,11 @@ std::vector<command> make_table() {
                "which PYTORCH_CUDA_ALLOC_CONF to use (a search over the policy space), and why "
                "reserved memory is free but unused at peak. No GPU needed",
                nullptr, add_advise_options, nullptr, run_advise});
+  t.push_back({"preflight",
+               "Before launch: PyTorch's peak memory at a batch size nobody has run (--at), and "
+               "the largest batch that fits a limit (--fit), from snapshots recorded at two or "
+               "three small batches. No GPU needed",
+               nullptr, add_preflight_options, validate_preflight, run_preflight_command});
   return t;
 }
 

@@ -9,7 +9,8 @@
 namespace gpu_basics::cli {
 
 struct options {
-  std::string command;  // a lesson's name, "all", "show", "report", "compare", "replay" or "advise"
+  std::string command;  // a lesson's name, "all", "show", "report", "compare", "replay", "advise"
+                        // or "preflight"
   std::string config_path;             // empty: the built-in default
   std::vector<std::string> overrides;  // --set key=value, in order
   std::optional<std::string> log_level;
@@ -32,6 +33,9 @@ struct options {
   std::optional<std::string> device_result;  // replay, advise --device RESULT.json (info, all)
   std::optional<std::string> torch_python;   // advise --torch-python PY: PyTorch reads the line
   std::optional<std::string> snapshot_path;  // memory --snapshot: a PyTorch memory snapshot
+  // preflight (preflight.cpp): the recordings are input_paths
+  std::string batches;                  // --batches 2,4,8: one per recording, increasing
+  std::vector<std::string> at_batches;  // --at B, in order
 };
 
 struct parse_result {

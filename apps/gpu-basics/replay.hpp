@@ -7,6 +7,7 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cli.hpp"
 #include "gpu_basics/snapshot/policy_sweep.hpp"
@@ -26,5 +27,14 @@ int run_replay(const options& o, std::ostream& out, std::ostream& err);
 /// `advise`: reads, searches, prints, writes --json and --html. Returns the exit code; never
 /// throws.
 int run_advise(const options& o, std::ostream& out, std::ostream& err);
+/// `preflight`: reads the recordings, models them, predicts, prints, writes --json. Returns the
+/// exit code; never throws.
+int run_preflight_command(const options& o, std::ostream& out, std::ostream& err);
+/// --batches as given ("2,4,8"): positive whole numbers, strictly increasing.
+/// @throws format_error naming the value.
+[[nodiscard]] std::vector<std::size_t> parse_batches(const std::string& text);
+/// One batch (--at): a whole number above 0.
+/// @throws format_error naming `flag` and the value.
+[[nodiscard]] std::size_t parse_batch(const std::string& text, const std::string& flag);
 
 }  // namespace gpu_basics::cli

@@ -31,7 +31,8 @@ TEST(Cli, EverySubcommandParses) {
                    : c == "report"                  ? parse({c, "run.json", "-o", "r.html"})
                    : c == "compare"                 ? parse({c, "a.json", "b.json"})
                    : c == "replay" || c == "advise" ? parse({c, "snapshot.pickle"})
-                                                    : parse({c});
+                   : c == "preflight" ? parse({c, "a.pickle", "b.pickle", "--batches", "2,4"})
+                                      : parse({c});
     ASSERT_TRUE(r.opts) << c;
     EXPECT_EQ(r.opts->command, c);
     EXPECT_TRUE(r.opts->config_path.empty());
@@ -145,9 +146,9 @@ TEST(Cli, AThresholdThatIsNotANumberIsAUsageError) {
 }
 
 TEST(Cli, CommandsComeFromTheRegistry) {
-  EXPECT_EQ(cli::commands(),
-            (std::vector<std::string>{"info", "memory", "transfer", "profile", "unified", "check",
-                                      "all", "show", "report", "compare", "replay", "advise"}));
+  EXPECT_EQ(cli::commands(), (std::vector<std::string>{
+                                 "info", "memory", "transfer", "profile", "unified", "check", "all",
+                                 "show", "report", "compare", "replay", "advise", "preflight"}));
   std::string out;
   (void)parse({"--help"}, &out);
   for (const auto& c : cli::commands()) EXPECT_NE(out.find(c), std::string::npos) << c;
@@ -220,20 +221,20 @@ TEST(Cli, BadArgumentsGetOneLineNamingThem) {
       {{},
        "gpu-basics: a command is required: one of info, memory, transfer, profile, unified, check, "
        "all, "
-       "show, report, compare, replay, advise "
+       "show, report, compare, replay, advise, preflight "
        "(see 'gpu-basics --help')"},
       {{"bogus"},
        "gpu-basics: unknown command \"bogus\"; expected one of info, memory, transfer, profile, "
-       "unified, check, all, show, report, compare, replay, advise"},
+       "unified, check, all, show, report, compare, replay, advise, preflight"},
       {{"INFO"}, "gpu-basics: unknown command \"INFO\"; did you mean 'info'?"},
       {{""},
        "gpu-basics: unknown command \"\"; expected one of info, memory, transfer, profile, "
-       "unified, check, all, show, report, compare, replay, advise"},
+       "unified, check, all, show, report, compare, replay, advise, preflight"},
       {{"--config", "x.yaml", "info"},
        "gpu-basics: \"--config\": options come after the command: gpu-basics <command> [options] "
        "(commands: info, memory, transfer, profile, unified, check, all, show, report, compare, "
        "replay, "
-       "advise)"},
+       "advise, preflight)"},
       {{"info", "x.yaml", "y.yaml"},
        "gpu-basics: unexpected arguments: \"x.yaml\" \"y.yaml\" (see 'gpu-basics --help')"},
       {{"info", "--config", ""},

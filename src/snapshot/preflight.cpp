@@ -1,0 +1,140 @@
+// Pre-flight's predictions: recordings read with their frames, the synthesized trace replayed at
+// each batch asked for, the largest batch that fits a limit (doubling, then bisection), under the
+// defaults and under the policy advise recommends for the largest recording. The model itself is
+// preflight_align.cpp; the tables and JSON preflight_present.cpp.
+#include <chrono>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "gpu_basics/core/interrupt.hpp"
+#include "gpu_basics/core/thread_pool.hpp"
+#include "gpu_basics/snapshot/advise.hpp"
+#include "gpu_basics/snapshot/preflight.hpp"
+#include "gpu_basics/snapshot/snapshot.hpp"
+
+namespace gpu_basics {
+
+namespace {
+/// Where doubling gives up: no job has a batch this large.
+constexpr std::size_t kMaxBatch = std::size_t{1} << 48;
+/// Frames kept per allocation: enough to tell its site, few enough to hold a long trace's.
+constexpr std::size_t kFramesKept = 8;
+}  // namespace
+
+batch_recording read_batch_recording(const std::string& path, std::size_t batch) {
+  batch_recording r;
+  r.batch = batch;
+  r.name = path;
+  const torch_snapshot s = read_torch_snapshot(path);
+  const int device = s.busiest_device();
+  std::size_t rebuilt = 0;
+  r.events = to_replay_trace(s, device, &rebuilt);
+  std::set<std::size_t> ordinals;  // every alloc entry of the trace
+  std::size_t allocs = 0;
+  for (std::size_t i = rebuilt; i < r.events.size(); ++i)
+    if (r.events[i].kind == replay_event::op::alloc) ordinals.insert(allocs++);
+  const alloc_frames found = read_alloc_frames(path, device, ordinals, kFramesKept);
+  if (found.frames.empty()) return r;
+  r.frames.resize(r.events.size());
+  std::size_t ordinal = 0;
+  for (std::size_t i = rebuilt; i < r.events.size(); ++i) {
+    if (r.events[i].kind != replay_event::op::alloc) continue;
+    if (const auto it = found.frames.find(ordinal++); it != found.frames.end())
+      for (const std::string& f : it->second) r.frames[i] += (r.frames[i].empty() ? "" : "; ") + f;
+  }
+  return r;
+}
+
+replay_result predict_at(const batch_model& m, std::size_t batch, const allocator_options& o) {
+  return replay_trace(m.trace_at(batch), o);
+}
+
+namespace {
+/// Whether the trace at `batch` replays within `limit` bytes reserved under `o`.
+bool fits_at(const batch_model& m, std::size_t batch, const allocator_options& o,
+             std::size_t limit) {
+  throw_if_interrupted();
+  std::vector<replay_event> trace;
+  try {
+    trace = m.trace_at(batch);
+  } catch (const preflight_error&) {  // a block beyond what a replay holds: beyond any limit
+    return false;
+  }
+  prepared_trace p;
+  try {
+    p = prepare_trace(trace);
+  } catch (const format_error&) {  // live bytes beyond kMaxReplayBytes
+    return false;
+  }
+  if (p.peak_requested > limit) return false;  // no policy fits below the live bytes
+  return replay_under_limit(p, o, limit).fits();
+}
+}  // namespace
+
+std::optional<std::size_t> largest_fitting_batch(const batch_model& m, const allocator_options& o,
+                                                 std::size_t limit) {
+  std::size_t lo = 0, hi = m.recordings().back().batch;  // lo fits (0: none), hi does not
+  if (fits_at(m, hi, o, limit)) {
+    if (!m.grows()) return std::nullopt;  // every batch needs what this one does
+    lo = hi;
+    for (hi = 2 * lo; fits_at(m, hi, o, limit); hi *= 2) {
+      lo = hi;
+      if (hi >= kMaxBatch) return lo;
+    }
+  }
+  while (hi - lo > 1) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    (fits_at(m, mid, o, limit) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+preflight_report run_preflight(const batch_model& m, const std::vector<std::size_t>& at,
+                               std::optional<std::size_t> fit_limit, unsigned threads) {
+  const auto t0 = std::chrono::steady_clock::now();
+  preflight_report r;
+  for (const auto& rec : m.recordings()) {
+    r.files.push_back(rec.name);
+    r.batches.push_back(rec.batch);
+    r.events.push_back(rec.events.size());
+    r.unmatched.push_back(m.unmatched(r.files.size() - 1));
+  }
+  // The recommendation: advise's for the largest recording, as advise searches it.
+  const std::vector<replay_policy> policies = advise_policies({});
+  const batch_recording& largest = m.recordings().back();
+  const advice a = advise_snapshot(torch_snapshot_of(largest.events), printable(largest.name), 0,
+                                   policies, {}, threads);
+  r.recommended = lines_of(a).conf;
+  const std::vector<std::pair<std::string, replay_policy>> which = {
+      {"defaults", policies.front()}, {"recommended", policies.at(a.recommended)}};
+
+  thread_pool pool(threads ? threads : default_thread_count());
+  // The recommendation may be the defaults: each replay is made once and copied.
+  const bool same = which[0].second.options == which[1].second.options;
+  r.predictions.resize(2 * at.size());
+  pool.parallel_for(r.predictions.size(), [&](std::size_t j) {
+    const std::size_t w = j % 2;
+    if (same && w == 1) return;
+    const replay_result x = predict_at(m, at[j / 2], which[w].second.options);
+    r.predictions[j] = {at[j / 2], which[w].first, which[w].second.conf, x.peak_allocated,
+                        x.peak_reserved};
+  });
+  if (same)
+    for (std::size_t j = 1; j < r.predictions.size(); j += 2) {
+      r.predictions[j] = r.predictions[j - 1];
+      r.predictions[j].which = which[1].first;
+    }
+  if (fit_limit) {
+    std::vector<std::optional<std::size_t>> largest_batch(2);
+    pool.parallel_for(same ? 1 : 2, [&](std::size_t w) {
+      largest_batch[w] = largest_fitting_batch(m, which[w].second.options, *fit_limit);
+    });
+    if (same) largest_batch[1] = largest_batch[0];
+    r.fit = preflight_fit{*fit_limit, largest_batch[0], largest_batch[1], r.recommended};
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace gpu_basics

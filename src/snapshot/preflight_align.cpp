@@ -1,0 +1,389 @@
+// Pre-flight's model: the recordings' traces aligned pairwise as a diff aligns lines (Myers'
+// O((N+M)D) algorithm over a match of action, stream, frames and size class), the alignment
+// checked for consistency (a free aligned only with the free of an aligned block; what one
+// recording inserts is whole: an inserted block's free is inserted too; no allocation of one site
+// replaced by another), then each allocation's size fitted as a + b * batch per base recording.
+#include <algorithm>
+#include <optional>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "gpu_basics/core/units.hpp"
+#include "gpu_basics/snapshot/preflight.hpp"
+
+namespace gpu_basics {
+
+namespace {
+
+constexpr std::size_t kNone = SIZE_MAX;
+/// The events of each recording one diff aligns at a time, and how many of them may differ: beyond
+/// that they are not the same job's steps.
+constexpr std::size_t kWindow = 2048;
+constexpr std::size_t kMaxDifferences = 1024;
+
+__extension__ using i128 = __int128;  // exact products of sizes and batches
+
+/// A recording's events as the alignment sees them: frees of blocks never allocated dropped (the
+/// replay skips them too), each event with its block's size, frames and partner.
+struct sequence {
+  const batch_recording* rec = nullptr;
+  std::vector<std::size_t> index;  // its index in rec->events
+  std::vector<char> is_free;
+  std::vector<std::size_t> partner;   // an alloc's free (kNone: never freed), a free's alloc
+  std::vector<std::uint64_t> size;    // the block's requested size
+  std::vector<std::uint32_t> frames;  // the block's frames, interned (0: none)
+  std::vector<stream_handle> stream;
+  [[nodiscard]] std::size_t size_n() const noexcept { return index.size(); }
+};
+
+sequence sequence_of(const batch_recording& r,
+                     std::unordered_map<std::string, std::uint32_t>& interned) {
+  sequence s;
+  s.rec = &r;
+  std::unordered_map<std::uint64_t, std::size_t> live;  // id -> its alloc
+  for (std::size_t i = 0; i < r.events.size(); ++i) {
+    const replay_event& e = r.events[i];
+    if (e.kind == replay_event::op::alloc) {
+      std::uint32_t f = 0;
+      if (i < r.frames.size() && !r.frames[i].empty())
+        f = interned.emplace(r.frames[i], static_cast<std::uint32_t>(interned.size() + 1))
+                .first->second;
+      live[e.id] = s.size_n();  // an id allocated again leaks its first block, as replayed
+      s.index.push_back(i);
+      s.is_free.push_back(0);
+      s.partner.push_back(kNone);
+      s.size.push_back(e.bytes);
+      s.frames.push_back(f);
+      s.stream.push_back(e.stream);
+      continue;
+    }
+    const auto it = live.find(e.id);
+    if (it == live.end()) continue;
+    const std::size_t a = it->second;
+    live.erase(it);
+    s.partner[a] = s.size_n();
+    s.index.push_back(i);
+    s.is_free.push_back(1);
+    s.partner.push_back(a);
+    s.size.push_back(s.size[a]);
+    s.frames.push_back(s.frames[a]);
+    s.stream.push_back(e.stream);
+  }
+  return s;
+}
+
+/// Whether a block of `sa` bytes at batch `ba` may be one of `sb` bytes at batch `bb` > `ba`: the
+/// same size, or a larger one that grows at most twice as fast as the batch (a + b * batch with
+/// b >= 0 and a not far below 0; whether it is affine is checked against a third recording).
+bool same_size_class(std::uint64_t sa, std::size_t ba, std::uint64_t sb, std::size_t bb) {
+  return sa == sb || (sa < sb && static_cast<i128>(sb) * ba <= 2 * static_cast<i128>(sa) * bb);
+}
+
+/// Whether two events may be the same one of the job, in recordings at batches `a`'s < `b`'s.
+struct matcher {
+  const sequence& a;
+  const sequence& b;
+  bool operator()(std::size_t x, std::size_t y) const {
+    if (a.is_free[x] != b.is_free[y] || a.stream[x] != b.stream[y]) return false;
+    if (a.frames[x] && b.frames[y] && a.frames[x] != b.frames[y]) return false;
+    return same_size_class(a.size[x], a.rec->batch, b.size[y], b.rec->batch);
+  }
+};
+
+std::string frames_text(const sequence& s, std::size_t k) {
+  const std::size_t i = s.index[s.is_free[k] ? s.partner[k] : k];
+  return i < s.rec->frames.size() && !s.rec->frames[i].empty() ? ", frames: " + s.rec->frames[i]
+                                                               : std::string(", no frames");
+}
+
+/// "event 12 of batch 8 (alloc of 4096 B on stream 0, frames: ...)", a free "(free of event 7's
+/// block of 4096 B ...)".
+std::string describe(const sequence& s, std::size_t k) {
+  const std::string what = s.is_free[k]
+                               ? fmt::format("free of event {}'s block of", s.index[s.partner[k]])
+                               : std::string("alloc of");
+  return fmt::format("event {} of batch {} ({} {} B on stream {}{})", s.index[k], s.rec->batch,
+                     what, s.size[k], s.stream[k], frames_text(s, k));
+}
+
+std::string names(const sequence& a, const sequence& b) {
+  return fmt::format("{} (batch {}) and {} (batch {})", printable(a.rec->name), a.rec->batch,
+                     printable(b.rec->name), b.rec->batch);
+}
+
+using pairs_t = std::vector<std::pair<std::size_t, std::size_t>>;
+
+/// The shortest edit script's matched pairs between a[x0, xe) and b[y0, ye), in order; nullopt
+/// where more than `most` events differ.
+std::optional<pairs_t> myers(const matcher& eq, std::size_t x0, std::size_t xe, std::size_t y0,
+                             std::size_t ye, std::size_t most_differences) {
+  const auto n = static_cast<std::int64_t>(xe - x0), m = static_cast<std::int64_t>(ye - y0);
+  const auto most = std::min(static_cast<std::int64_t>(most_differences), n + m);
+  std::vector<std::int64_t> v(static_cast<std::size_t>(2 * most + 3), 0);
+  const auto at = [&](std::int64_t k) -> std::int64_t& {
+    return v[static_cast<std::size_t>(k + most + 1)];
+  };
+  const auto same = [&](std::int64_t x, std::int64_t y) {
+    return eq(x0 + static_cast<std::size_t>(x), y0 + static_cast<std::size_t>(y));
+  };
+  std::vector<std::vector<std::int64_t>> saved;  // per d: v[-d .. d] after step d
+  std::int64_t found = -1;
+  for (std::int64_t d = 0; d <= most && found < 0; ++d) {
+    for (std::int64_t k = -d; k <= d; k += 2) {
+      std::int64_t x = k == -d || (k != d && at(k - 1) < at(k + 1)) ? at(k + 1) : at(k - 1) + 1;
+      std::int64_t y = x - k;
+      while (x < n && y < m && same(x, y)) {
+        ++x;
+        ++y;
+      }
+      at(k) = x;
+      if (x >= n && y >= m) found = d;
+    }
+    saved.emplace_back(v.begin() + (most + 1 - d), v.begin() + (most + 2 + d));
+  }
+  if (found < 0) return std::nullopt;
+  pairs_t pairs;
+  std::int64_t x = n, y = m;
+  for (std::int64_t d = found; d > 0; --d) {
+    const std::vector<std::int64_t>& prev = saved[static_cast<std::size_t>(d - 1)];
+    const auto pv = [&](std::int64_t k) { return prev[static_cast<std::size_t>(k + d - 1)]; };
+    const std::int64_t k = x - y;
+    const std::int64_t pk = k == -d || (k != d && pv(k - 1) < pv(k + 1)) ? k + 1 : k - 1;
+    const std::int64_t px = pv(pk), py = px - pk;
+    for (; x > px && y > py; --x, --y)  // the snake after the edit, back to its start
+      pairs.emplace_back(x0 + static_cast<std::size_t>(x - 1),
+                         y0 + static_cast<std::size_t>(y - 1));
+    x = px;
+    y = py;
+  }
+  for (; x > 0 && y > 0; --x, --y)
+    pairs.emplace_back(x0 + static_cast<std::size_t>(x - 1), y0 + static_cast<std::size_t>(y - 1));
+  std::reverse(pairs.begin(), pairs.end());
+  return pairs;
+}
+
+/// The matched pairs of `a` and `b`: Myers' diff over windows of kWindow events of each, the
+/// first half of each window's script kept (a long trace differs at many places, once per step:
+/// the whole trace in one diff would cost its length times every difference).
+/// @throws preflight_error where more than kMaxDifferences events differ within a window.
+pairs_t diff(const sequence& a, const sequence& b) {
+  const matcher eq{a, b};
+  pairs_t pairs;
+  std::size_t x0 = 0, y0 = 0;
+  while (x0 < a.size_n() && y0 < b.size_n()) {
+    const std::size_t xe = std::min(a.size_n(), x0 + kWindow);
+    const std::size_t ye = std::min(b.size_n(), y0 + kWindow);
+    const auto w = myers(eq, x0, xe, y0, ye, kMaxDifferences);
+    const bool last = xe == a.size_n() && ye == b.size_n();
+    std::size_t kept = 0;
+    if (w)
+      for (const auto& p : *w) {
+        if (!last && (p.first >= x0 + kWindow / 2 || p.second >= y0 + kWindow / 2)) break;
+        pairs.push_back(p);
+        ++kept;
+      }
+    if (last && w) break;
+    if (kept == 0) {
+      std::size_t p = 0;  // the events they share first
+      while (x0 + p < a.size_n() && y0 + p < b.size_n() && eq(x0 + p, y0 + p)) ++p;
+      const std::size_t ia = x0 + p < a.size_n() ? a.index[x0 + p] : a.rec->events.size();
+      const std::size_t ib = y0 + p < b.size_n() ? b.index[y0 + p] : b.rec->events.size();
+      throw preflight_error(
+          fmt::format("{} part at their event {} / {} and more than {} of the next {} events "
+                      "differ: not the same job's steps (record the same steps at every batch)",
+                      names(a, b), ia, ib, kMaxDifferences, kWindow),
+          ia);
+    }
+    x0 = pairs.back().first + 1;
+    y0 = pairs.back().second + 1;
+  }
+  return pairs;
+}
+
+/// Two recordings aligned: per event of each, its counterpart in the other (kNone: none).
+struct alignment {
+  std::vector<std::size_t> to_b, to_a;
+};
+
+[[noreturn]] void part(const sequence& a, std::size_t x, const sequence& b,
+                       const std::string& why) {
+  throw preflight_error(fmt::format("{} part at {}; {}", names(a, b), describe(a, x), why),
+                        a.index[x]);
+}
+
+/// The unmatched events of one recording in a stretch between matches: each must come whole (an
+/// inserted block with its free). `there`: where the other recording's stretch starts (its event
+/// at that place, kNone where it has none).
+void check_whole(const sequence& s, const std::vector<std::size_t>& to_other, std::size_t from,
+                 std::size_t to, const sequence& a, const sequence& b, std::size_t there) {
+  const sequence& other = &s == &a ? b : a;
+  for (std::size_t k = from; k < to; ++k) {
+    const std::size_t p = s.partner[k];
+    if (p == kNone || to_other[p] == kNone) continue;
+    const std::string instead =
+        there < other.size_n()
+            ? ", where batch " + std::to_string(other.rec->batch) + " has " + describe(other, there)
+            : std::string();
+    const std::string why = fmt::format(
+        "this {} has no counterpart in batch {}, but its {} does ({}): no consistent alignment",
+        s.is_free[k] ? "free" : "allocation", other.rec->batch,
+        s.is_free[k] ? "allocation" : "free", describe(other, to_other[p]));
+    throw preflight_error(
+        fmt::format("{} part at {}{}; {}", names(a, b), describe(s, k), instead, why), s.index[k]);
+  }
+}
+
+alignment align(const sequence& a, const sequence& b) {
+  alignment al{std::vector<std::size_t>(a.size_n(), kNone),
+               std::vector<std::size_t>(b.size_n(), kNone)};
+  const auto pairs = diff(a, b);
+  for (const auto& [x, y] : pairs) {
+    al.to_b[x] = y;
+    al.to_a[y] = x;
+  }
+  // In order: each stretch of unmatched events, then the match after it.
+  std::size_t x = 0, y = 0;
+  for (std::size_t i = 0; i <= pairs.size(); ++i) {
+    const std::size_t mx = i < pairs.size() ? pairs[i].first : a.size_n();
+    const std::size_t my = i < pairs.size() ? pairs[i].second : b.size_n();
+    // One site's allocation replaced by another's: its size left the size class.
+    for (std::size_t p = x; p < mx; ++p)
+      for (std::size_t q = y; q < my && !a.is_free[p]; ++q)
+        if (!b.is_free[q] && a.stream[p] == b.stream[q] &&
+            (a.frames[p] == b.frames[q] || !a.frames[p] || !b.frames[q]))
+          throw preflight_error(
+              fmt::format("{} part at {}, where the other has {}: an allocation in place of "
+                          "another whose size does not grow as a + b * batch (b >= 0) from one "
+                          "to the other, or that is not the same allocation; no consistent "
+                          "alignment",
+                          names(a, b), describe(a, p), describe(b, q)),
+              a.index[p]);
+    check_whole(a, al.to_b, x, mx, a, b, y < my ? y : kNone);
+    check_whole(b, al.to_a, y, my, a, b, x < mx ? x : kNone);
+    if (i == pairs.size()) break;
+    if (a.is_free[mx] && al.to_b[a.partner[mx]] != b.partner[my])
+      part(a, mx, b,
+           fmt::format("it stands where batch {} frees another block ({})", b.rec->batch,
+                       describe(b, my)));
+    x = mx + 1;
+    y = my + 1;
+  }
+  return al;
+}
+
+}  // namespace
+
+batch_model::batch_model(std::vector<batch_recording> recordings)
+    : recordings_(std::move(recordings)) {
+  const std::size_t n = recordings_.size();
+  if (n < 2 || n > 3) throw logic_error(fmt::format("preflight: 2 or 3 recordings, got {}", n));
+  for (std::size_t i = 0; i < n; ++i)
+    if (recordings_[i].batch == 0 || (i > 0 && recordings_[i].batch <= recordings_[i - 1].batch))
+      throw logic_error("preflight: the batches must be above 0 and increase");
+  std::unordered_map<std::string, std::uint32_t> interned;
+  std::vector<sequence> seqs;
+  for (const auto& r : recordings_) seqs.push_back(sequence_of(r, interned));
+  // match[i][j]: recording i's events in recording j (kNone: none).
+  std::vector<std::vector<std::vector<std::size_t>>> match(
+      n, std::vector<std::vector<std::size_t>>(n));
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n; ++j) {
+      alignment al = align(seqs[i], seqs[j]);
+      match[i][j] = std::move(al.to_b);
+      match[j][i] = std::move(al.to_a);
+    }
+  models_.resize(n);
+  for (std::size_t r = n; r-- > 0;) {  // the largest first: its messages name its events
+    const sequence& s = seqs[r];
+    model& mo = models_[r];
+    std::vector<std::uint32_t> block_of(s.size_n(), 0);
+    std::uint32_t blocks = 0;
+    for (std::size_t k = 0; k < s.size_n(); ++k) {
+      slot sl;
+      sl.kind = s.is_free[k] ? replay_event::op::free : replay_event::op::alloc;
+      sl.stream = s.stream[k];
+      sl.event = s.index[k];
+      std::vector<std::pair<std::int64_t, std::int64_t>> points{
+          {static_cast<std::int64_t>(recordings_[r].batch), static_cast<std::int64_t>(s.size[k])}};
+      for (std::size_t o = 0; o < n; ++o)
+        if (o != r && match[r][o][k] != kNone)
+          points.emplace_back(static_cast<std::int64_t>(recordings_[o].batch),
+                              static_cast<std::int64_t>(seqs[o].size[match[r][o][k]]));
+      if (points.size() < n) ++mo.unmatched;
+      if (s.is_free[k]) {
+        sl.block = block_of[s.partner[k]];
+        mo.slots.push_back(sl);
+        continue;
+      }
+      sl.block = block_of[k] = blocks++;
+      std::sort(points.begin(), points.end());
+      const auto& lo = points.front();
+      const auto& hi = points.back();
+      sl.size_lo = lo.second;
+      sl.batch_lo = lo.first;
+      sl.rise = hi.second - lo.second;
+      sl.run = std::max<std::int64_t>(1, hi.first - lo.first);
+      if (points.size() == 3) {
+        const auto& mid = points[1];
+        if (static_cast<i128>(mid.second - lo.second) * sl.run !=
+            static_cast<i128>(sl.rise) * (mid.first - lo.first))
+          throw preflight_error(
+              fmt::format(
+                  "{}: the size of {} is not affine in the batch: {} B at batch {}, {} B "
+                  "at batch {}, {} B at batch {} (a + b * batch through the first and "
+                  "last gives {:.1f} B at batch {})",
+                  printable(recordings_[r].name), describe(s, k), lo.second, lo.first, mid.second,
+                  mid.first, hi.second, hi.first,
+                  static_cast<double>(lo.second) + static_cast<double>(sl.rise) *
+                                                       static_cast<double>(mid.first - lo.first) /
+                                                       static_cast<double>(sl.run),
+                  mid.first),
+              s.index[k]);
+      }
+      grows_ = grows_ || sl.rise > 0;
+      mo.slots.push_back(sl);
+    }
+  }
+}
+
+std::vector<replay_event> batch_model::trace_at(std::size_t batch) const {
+  if (batch == 0) throw logic_error("preflight: a batch of 0");
+  // The recording closest to the batch (the larger of two as close).
+  std::size_t base = 0;
+  const auto distance = [&](std::size_t i) {
+    const std::size_t b = recordings_[i].batch;
+    return b > batch ? b - batch : batch - b;
+  };
+  for (std::size_t i = 1; i < recordings_.size(); ++i)
+    if (distance(i) <= distance(base)) base = i;
+  const model& mo = models_[base];
+  std::vector<replay_event> out;
+  out.reserve(mo.slots.size());
+  const auto b = static_cast<i128>(batch);
+  for (const slot& sl : mo.slots) {
+    replay_event e;
+    e.kind = sl.kind;
+    e.stream = sl.stream;
+    e.id = std::uint64_t{sl.block} + 1;
+    if (sl.kind == replay_event::op::alloc) {
+      const i128 num = static_cast<i128>(sl.rise) * (b - sl.batch_lo);
+      i128 q = num / sl.run;
+      if (num > 0 && num % sl.run != 0) ++q;  // a size between whole bytes: the next one up
+      const i128 size = sl.size_lo + q;
+      if (size < 0 || size > static_cast<i128>(kMaxReplayBytes))
+        throw preflight_error(
+            fmt::format("at batch {} the allocation of event {} of batch {} ({}) would be {} "
+                        "bytes: beyond what a replay holds ({})",
+                        batch, sl.event, recordings_[base].batch, printable(recordings_[base].name),
+                        size < 0 ? std::string("below 0") : std::string("over 4 TiB"),
+                        format_bytes(kMaxReplayBytes)),
+            sl.event);
+      e.bytes = static_cast<std::size_t>(size);
+    }
+    out.push_back(e);
+  }
+  return out;
+}
+
+}  // namespace gpu_basics

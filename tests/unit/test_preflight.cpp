@@ -1,0 +1,422 @@
+// Pre-flight: recordings of a synthetic training job whose sizes are affine in the batch by
+// construction (so the trace at any batch is known, and its replay is the prediction's answer),
+// recordings that cannot be modelled (a size not affine, sequences that part), workspaces a larger
+// batch inserts, the largest batch that fits, and `gpu-basics preflight` end to end.
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "gpu_basics/snapshot/advise.hpp"
+#include "gpu_basics/snapshot/pickle.hpp"
+#include "gpu_basics/snapshot/preflight.hpp"
+
+#include "cli.hpp"
+#include "exit_codes.hpp"
+#include "run.hpp"
+#include "snapshot_test_util.hpp"
+
+using namespace snapshot_test;
+using gb::replay_event;
+
+namespace {
+
+/// How the synthetic job varies.
+struct job {
+  int steps = 2;
+  int layers = 12;
+  /// From this batch on, some layers allocate a workspace before their activation (0: never).
+  std::size_t workspaces_from = 0;
+  /// At this batch, layer 2's activation is 4 KiB larger than affine (0: never).
+  std::size_t bent_at = 0;
+  /// At this batch, the first step frees two activations in the other order (0: never).
+  std::size_t swapped_at = 0;
+};
+
+/// A recording of the job at `batch`: parameters and optimizer state (constant, live throughout),
+/// then per step a forward pass keeping activations (a + b * batch, small and large ones), a
+/// backward pass freeing them in reverse with a gradient each (constant), on two streams; the
+/// frames name each allocation's site.
+gb::batch_recording job_at(std::size_t batch, const job& j = {}) {
+  gb::batch_recording r;
+  r.batch = batch;
+  r.name = "job_b" + std::to_string(batch) + ".pickle";
+  std::uint64_t next = 1;
+  const auto alloc = [&](std::size_t bytes, gb::stream_handle stream, const std::string& site) {
+    const std::uint64_t id = (next++) << 12;
+    r.events.push_back({replay_event::op::alloc, id, bytes, stream});
+    r.frames.push_back(site);
+    return id;
+  };
+  const auto free_ = [&](std::uint64_t id, gb::stream_handle stream) {
+    r.events.push_back({replay_event::op::free, id, 0, stream});
+    r.frames.emplace_back();
+  };
+  for (int p = 0; p < 6; ++p)
+    (void)alloc(3 * MiB + static_cast<std::size_t>(p) * 4096, 0,
+                "model.py:" + std::to_string(p) + " in __init__");
+  for (int s = 0; s < j.steps; ++s) {
+    std::vector<std::uint64_t> acts;
+    for (int l = 0; l < j.layers; ++l) {
+      const auto ul = static_cast<std::size_t>(l);
+      if (j.workspaces_from && batch >= j.workspaces_from && l % 4 == 1) {
+        const auto ws = alloc(4 * MiB, 0, "cublas.py:7 in workspace");
+        free_(ws, 0);
+      }
+      std::size_t size = 1000 * ul + 70000 * batch * (ul % 3 + 1) + (l % 2 ? 512 : 0);
+      if (l == 2 && batch == j.bent_at) size += 4096;
+      acts.push_back(alloc(size, l % 5 == 4 ? 7 : 0,
+                           "model.py:" + std::to_string(100 + l) + " in forward; train.py:9"));
+    }
+    for (int l = j.layers - 1; l >= 0; --l) {
+      const auto ul = static_cast<std::size_t>(l);
+      const auto g = alloc(256 * 1024 * (ul % 3 + 1), 0,
+                           "autograd.py:" + std::to_string(200 + l) + " in backward");
+      int which = l;
+      if (s == 0 && batch == j.swapped_at && (l == 6 || l == 5)) which = l == 6 ? 5 : 6;
+      free_(acts[static_cast<std::size_t>(which)], which % 5 == 4 ? 7 : 0);
+      free_(g, 0);
+    }
+  }
+  return r;
+}
+
+/// The recordings at `batches`.
+std::vector<gb::batch_recording> recordings(const std::vector<std::size_t>& batches,
+                                            const job& j = {}) {
+  std::vector<gb::batch_recording> v;
+  for (const std::size_t b : batches) v.push_back(job_at(b, j));
+  return v;
+}
+
+/// The message of the preflight_error that building the model throws ("" if none), and its event.
+std::pair<std::string, std::size_t> model_error(std::vector<gb::batch_recording> recs) {
+  try {
+    const gb::batch_model m(std::move(recs));
+  } catch (const gb::preflight_error& e) {
+    return {e.what(), e.event()};
+  }
+  return {"", 0};
+}
+
+/// The job's trace written as a snapshot pickle, each alloc with its frames.
+void write_job_snapshot(const std::filesystem::path& path, const gb::batch_recording& r) {
+  pk::items events;
+  for (std::size_t i = 0; i < r.events.size(); ++i) {
+    const replay_event& e = r.events[i];
+    std::size_t size = e.bytes;
+    if (e.kind == replay_event::op::free)
+      for (std::size_t k = i; k-- > 0;)
+        if (r.events[k].id == e.id && r.events[k].kind == replay_event::op::alloc) {
+          size = r.events[k].bytes;
+          break;
+        }
+    value ev = value::dict();
+    ev.set("action", value::str(e.kind == replay_event::op::alloc ? "alloc" : "free_requested"));
+    ev.set("addr", value::integer(static_cast<std::int64_t>(e.id)));
+    ev.set("size", value::integer(static_cast<std::int64_t>(size)));
+    ev.set("stream", value::integer(static_cast<std::int64_t>(e.stream)));
+    ev.set("time_us", value::integer(static_cast<std::int64_t>(i)));
+    pk::items frames;
+    if (e.kind == replay_event::op::alloc) {
+      value f = value::dict();
+      f.set("filename", value::str("model.py"));
+      f.set("line", value::integer(static_cast<std::int64_t>(r.frames[i].size())));
+      f.set("name", value::str(r.frames[i]));
+      frames.push_back(std::move(f));
+    }
+    ev.set("frames", value::list(std::move(frames)));
+    events.push_back(std::move(ev));
+  }
+  write_bytes(path, pk::dumps(snapshot_of_trace(std::move(events))));
+}
+
+gb::allocator_options options_of(const std::string& conf) {
+  return gb::parse_allocator_options(conf);
+}
+
+}  // namespace
+
+// (a) Sizes affine by construction: the prediction at batches never recorded (between the
+// recordings and beyond them) is the replay of the job at that batch, byte for byte.
+TEST(Preflight, AffineSizesPredictTheJobsOwnReplayExactly) {
+  const gb::batch_model m(recordings({2, 4, 8}));
+  EXPECT_TRUE(m.grows());
+  for (std::size_t b = 0; b < 3; ++b) EXPECT_EQ(m.unmatched(b), 0u);
+  const gb::preflight_report r = gb::run_preflight(m, {3, 13, 24}, std::nullopt, 2);
+  ASSERT_EQ(r.predictions.size(), 6u);
+  const gb::allocator_options recommended = options_of(r.recommended);
+  for (const auto& p : r.predictions) {
+    const auto& o = p.which == "defaults" ? gb::allocator_options{} : recommended;
+    EXPECT_EQ(p.policy, p.which == "defaults" ? std::string() : r.recommended);
+    const gb::replay_result direct = gb::replay_trace(job_at(p.batch).events, o);
+    EXPECT_EQ(p.peak_reserved, direct.peak_reserved) << p.batch << " " << p.which;
+    EXPECT_EQ(p.peak_allocated, direct.peak_allocated) << p.batch << " " << p.which;
+  }
+  // The peaks grow with the batch (the model is not the largest recording replayed again).
+  EXPECT_LT(r.predictions[2].peak_reserved, r.predictions[4].peak_reserved);
+  // Two recordings suffice.
+  const gb::batch_model two(recordings({4, 8}));
+  const auto at40 = gb::predict_at(two, 40, {});
+  EXPECT_EQ(at40.peak_reserved, gb::replay_trace(job_at(40).events, {}).peak_reserved);
+  EXPECT_EQ(at40.peak_allocated, gb::replay_trace(job_at(40).events, {}).peak_allocated);
+}
+
+// The benchmarks' transformer trace (varying batches, reused ids, a recommendation other than the
+// defaults) scaled as s + s / 64 * batch: the prediction under the recommendation is the scaled
+// trace's replay.
+TEST(Preflight, TheRecommendationIsReplayedAsAdviseNamesIt) {
+  const auto base = gb::transformer_trace(4);
+  const auto at = [&](std::size_t batch) {
+    gb::batch_recording r{batch, "transformer", base, {}};
+    for (auto& e : r.events) e.bytes += e.bytes / 64 * batch;
+    return r;
+  };
+  const gb::batch_model m({at(2), at(4), at(8)});
+  const auto r = gb::run_preflight(m, {32}, std::nullopt, 2);
+  const auto a = gb::advise_snapshot(gb::torch_snapshot_of(at(8).events), "t", 0,
+                                     gb::advise_policies({}), {}, 2);
+  EXPECT_EQ(r.recommended, gb::lines_of(a).conf);
+  EXPECT_NE(r.recommended, "");  // so that the recommendation's own replay is what is checked
+  ASSERT_EQ(r.predictions.size(), 2u);
+  const auto direct = gb::replay_trace(at(32).events, options_of(r.recommended));
+  EXPECT_EQ(r.predictions[1].which, "recommended");
+  EXPECT_EQ(r.predictions[1].policy, r.recommended);
+  EXPECT_EQ(r.predictions[1].peak_reserved, direct.peak_reserved);
+  EXPECT_EQ(r.predictions[1].peak_allocated, direct.peak_allocated);
+  EXPECT_EQ(r.predictions[0].peak_reserved, gb::replay_trace(at(32).events, {}).peak_reserved);
+  // The largest batch under the recommendation: it fits, the next does not.
+  const std::size_t limit = 2 * direct.peak_reserved;
+  const auto fits = [&](std::size_t b) {
+    const auto trace = at(b).events;
+    return gb::replay_under_limit(gb::prepare_trace(trace), options_of(r.recommended), limit)
+        .fits();
+  };
+  const auto found = gb::largest_fitting_batch(m, options_of(r.recommended), limit);
+  ASSERT_TRUE(found);
+  EXPECT_GT(*found, 32u);
+  EXPECT_TRUE(fits(*found)) << *found;
+  EXPECT_FALSE(fits(*found + 1)) << *found;
+}
+
+// The synthesized trace keeps the recording's order and streams, each block a fresh id; at a
+// recorded batch it is that recording.
+TEST(Preflight, TheSynthesizedTraceIsTheJobAtThatBatch) {
+  const gb::batch_model m(recordings({2, 4, 8}));
+  const auto t = m.trace_at(32);
+  const auto want = job_at(32).events;
+  ASSERT_EQ(t.size(), want.size());
+  std::map<std::uint64_t, std::uint64_t> ids;  // ours -> the job's
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    EXPECT_EQ(t[i].kind, want[i].kind) << i;
+    EXPECT_EQ(t[i].stream, want[i].stream) << i;
+    if (t[i].kind == replay_event::op::alloc) {
+      EXPECT_EQ(t[i].bytes, want[i].bytes) << i;
+      EXPECT_TRUE(ids.emplace(t[i].id, want[i].id).second) << "id reused at " << i;
+    } else {
+      EXPECT_EQ(ids.at(t[i].id), want[i].id) << i;
+    }
+  }
+  for (const std::size_t b : {2u, 4u, 8u}) {
+    const auto at = m.trace_at(b);
+    const auto& rec = m.recordings()[b == 2 ? 0 : b == 4 ? 1 : 2].events;
+    ASSERT_EQ(at.size(), rec.size());
+    for (std::size_t i = 0; i < at.size(); ++i)
+      EXPECT_EQ(at[i].bytes, rec[i].bytes) << b << " " << i;
+  }
+}
+
+// (b) One allocation not affine across three recordings: refused, naming it and its frames.
+TEST(Preflight, ASizeThatIsNotAffineIsRefusedNamingTheEventAndItsFrames) {
+  job j;
+  j.bent_at = 8;
+  const auto [message, event] = model_error(recordings({2, 4, 8}, j));
+  ASSERT_NE(message, "");
+  EXPECT_NE(message.find("not affine"), std::string::npos) << message;
+  EXPECT_NE(message.find("model.py:102 in forward"), std::string::npos) << message;
+  const auto rec = job_at(8, j);
+  EXPECT_EQ(rec.frames.at(event), "model.py:102 in forward; train.py:9") << message;
+  EXPECT_NE(message.find("event " + std::to_string(event) + " of batch 8"), std::string::npos)
+      << message;
+  // With two recordings nothing checks it: the same bend is a line through two points.
+  EXPECT_EQ(model_error(recordings({4, 8}, j)).first, "");
+}
+
+// (c) Sequences that part with no consistent alignment (two frees in the other order): refused,
+// naming the event where they part.
+TEST(Preflight, RecordingsWhoseSequencesPartAreRefusedNamingTheEvent) {
+  job j;
+  j.swapped_at = 8;
+  const auto [message, event] = model_error(recordings({4, 8}, j));
+  ASSERT_NE(message, "");
+  EXPECT_NE(message.find(" part at event " + std::to_string(event)), std::string::npos) << message;
+  EXPECT_NE(message.find("no consistent alignment"), std::string::npos) << message;
+  EXPECT_NE(message.find("where batch 8 has event " + std::to_string(event) + " of batch 8 (free"),
+            std::string::npos)
+      << message;  // what each recording has there
+  const auto rec = job_at(4, j);
+  ASSERT_LT(event, rec.events.size());
+  EXPECT_EQ(rec.events[event].kind, replay_event::op::free) << message;
+  // An allocation of another size class in place of one: refused too.
+  auto recs = recordings({4, 8});
+  recs[1].events[10].bytes = recs[0].events[10].bytes / 2;  // smaller at the larger batch
+  const auto [m2, e2] = model_error(std::move(recs));
+  EXPECT_NE(m2.find("in place of another"), std::string::npos) << m2;
+  EXPECT_EQ(e2, 10u) << m2;
+}
+
+// (d) A larger batch inserts workspaces: aligned, kept from the recordings that have them, and
+// predicted exactly on both sides of where they start.
+TEST(Preflight, WorkspacesALargerBatchInsertsAreAlignedAndPredicted) {
+  job j;
+  j.workspaces_from = 8;
+  const gb::batch_model m(recordings({2, 4, 8}, j));
+  const std::size_t inserted = 2 * 3 * 2;  // alloc and free, 3 layers, 2 steps
+  EXPECT_EQ(m.unmatched(2), inserted);
+  EXPECT_EQ(m.unmatched(0), 0u);
+  for (const std::size_t b : {3u, 16u, 50u}) {
+    const auto want = job_at(b, j).events;
+    EXPECT_EQ(m.trace_at(b).size(), want.size()) << b;
+    for (const auto& o : {gb::allocator_options{}, options_of("expandable_segments:True")}) {
+      const auto p = gb::predict_at(m, b, o);
+      const auto d = gb::replay_trace(want, o);
+      EXPECT_EQ(p.peak_reserved, d.peak_reserved) << b;
+      EXPECT_EQ(p.peak_allocated, d.peak_allocated) << b;
+    }
+  }
+}
+
+// (e) The largest batch that fits: it fits, the next does not (replayed directly under the limit),
+// for the defaults and for the recommendation.
+TEST(Preflight, TheLargestBatchFitsAndTheNextDoesNot) {
+  const gb::batch_model m(recordings({2, 4, 8}));
+  const std::size_t limit = gb::replay_trace(job_at(37).events, {}).peak_reserved + 5 * MiB;
+  const auto r = gb::run_preflight(m, {8}, limit, 2);
+  ASSERT_TRUE(r.fit);
+  EXPECT_EQ(r.fit->limit, limit);
+  EXPECT_EQ(r.fit->policy, r.recommended);
+  const auto fits = [&](std::size_t b, const gb::allocator_options& o) {
+    const auto trace = job_at(b).events;
+    return gb::replay_under_limit(gb::prepare_trace(trace), o, limit).fits();
+  };
+  for (const auto& [found, o] : {std::pair{r.fit->defaults, gb::allocator_options{}},
+                                 std::pair{r.fit->recommended, options_of(r.recommended)}}) {
+    ASSERT_TRUE(found);
+    EXPECT_GE(*found, 37u);
+    EXPECT_TRUE(fits(*found, o)) << *found;
+    EXPECT_FALSE(fits(*found + 1, o)) << *found;
+  }
+  // A limit below the smallest batch's need: 0; a job that does not grow: any batch.
+  EXPECT_EQ(gb::largest_fitting_batch(m, {}, 1 * MiB), 0u);
+  auto flat = recordings({2, 4});
+  flat[1].events = flat[0].events;
+  EXPECT_EQ(gb::largest_fitting_batch(gb::batch_model(std::move(flat)), {}, 1024 * MiB),
+            std::nullopt);
+}
+
+// A long recording (about 100k events): still exact. (Its time is a benchmark's matter.)
+TEST(Preflight, AHundredThousandEventRecordingIsPredictedExactly) {
+  job j;
+  j.steps = 1100;
+  j.layers = 30;
+  j.workspaces_from = 8;
+  const auto t0 = std::chrono::steady_clock::now();
+  const gb::batch_model m(recordings({2, 4, 8}, j));
+  ASSERT_GT(m.recordings().back().events.size(), 100000u);
+  const auto p = gb::predict_at(m, 64, {});
+  const auto d = gb::replay_trace(job_at(64, j).events, {});
+  EXPECT_EQ(p.peak_reserved, d.peak_reserved);
+  EXPECT_EQ(p.peak_allocated, d.peak_allocated);
+  const auto found = gb::largest_fitting_batch(m, {}, d.peak_reserved);
+  ASSERT_TRUE(found);
+  EXPECT_GE(*found, 64u);
+  std::cout << "[ preflight ] " << m.recordings().back().events.size()
+            << " events: model, one prediction and the largest batch in "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+            << " s\n";
+}
+
+// (f) `gpu-basics preflight` on snapshot files: its JSON, and bad input as exit 2 with one line,
+// nothing written.
+TEST(Preflight, TheCommandWritesItsJsonAndRefusesBadInput) {
+  const auto dir = scratch("preflight_cli");
+  job j;
+  j.workspaces_from = 8;
+  std::vector<std::string> files;
+  for (const std::size_t b : {2u, 4u, 8u}) {
+    files.push_back((dir / ("b" + std::to_string(b) + ".pickle")).string());
+    write_job_snapshot(files.back(), job_at(b, j));
+  }
+  const std::size_t limit = 256 * MiB;
+  std::string out, err;
+  const auto run = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> argv{"gpu-basics", "preflight"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::ostringstream po, pe, so, se;
+    const auto parsed = gb::cli::parse(argv, po, pe);
+    if (!parsed.opts) {
+      out = po.str();
+      err = pe.str();
+      return parsed.exit_code;
+    }
+    const int rc = gb::cli::run(*parsed.opts, so, se);
+    out = so.str();
+    err = se.str();
+    return rc;
+  };
+  const std::string json = (dir / "p.json").string();
+  ASSERT_EQ(run({files[0], files[1], files[2], "--batches", "2,4,8", "--at", "16", "--at", "5",
+                 "--fit", "256MiB", "--json", json}),
+            gb::cli::exit_ok)
+      << err;
+  EXPECT_NE(out.find("Predicted peaks"), std::string::npos) << out;
+  const auto j2 = nlohmann::json::parse(read_bytes(json));
+  ASSERT_EQ(j2["predictions"].size(), 4u);
+  for (const auto& p : j2["predictions"]) {
+    for (const char* k : {"batch", "policy", "peak_allocated_bytes", "peak_reserved_bytes"})
+      EXPECT_TRUE(p.contains(k)) << k;
+  }
+  EXPECT_EQ(j2["predictions"][0]["batch"], 16);
+  EXPECT_EQ(j2["predictions"][0]["policy"], "");
+  EXPECT_EQ(j2["predictions"][0]["peak_reserved_bytes"],
+            gb::replay_trace(job_at(16, j).events, {}).peak_reserved);
+  EXPECT_EQ(j2["predictions"][2]["batch"], 5);
+  const auto& lb = j2["largest_batch"];
+  EXPECT_EQ(lb["limit_bytes"], limit);
+  EXPECT_EQ(lb["policy"], j2["recommended_policy"]);
+  ASSERT_TRUE(lb["defaults"].is_number()) << lb;
+  const auto b = lb["defaults"].get<std::size_t>();
+  const auto fits = [&](std::size_t n) {
+    const auto trace = job_at(n, j).events;
+    return gb::replay_under_limit(gb::prepare_trace(trace), {}, limit).fits();
+  };
+  EXPECT_TRUE(fits(b));
+  EXPECT_FALSE(fits(b + 1));
+  ASSERT_TRUE(lb["recommended"].is_number()) << lb;
+
+  // Bad input: one line, exit 2, nothing written.
+  const std::string none = (dir / "none.json").string();
+  EXPECT_EQ(run({files[0], files[1], "--batches", "2,4,8", "--json", none}), gb::cli::exit_usage);
+  EXPECT_NE(err.find("3 batches for 2 recordings"), std::string::npos) << err;
+  EXPECT_EQ(run({files[0], files[1], "--batches", "4,2"}), gb::cli::exit_usage);
+  EXPECT_NE(err.find("must increase"), std::string::npos) << err;
+  EXPECT_EQ(run({files[0], files[1], "--batches", "2,4", "--fit", "lots"}), gb::cli::exit_usage);
+  EXPECT_EQ(run({files[0], files[1], "--batches", "2,4", "--at", "0"}), gb::cli::exit_usage);
+  EXPECT_EQ(run({files[0], "--batches", "2"}), gb::cli::exit_usage);
+  EXPECT_NE(err.find("2 or 3 recordings, got 1"), std::string::npos) << err;
+  EXPECT_EQ(run({files[0], files[1], "--batches", "2,4", "--fit", "1GiB", "--fit", "2GiB"}),
+            gb::cli::exit_usage);
+  write_bytes(dir / "x.pickle", "not a pickle at all");
+  EXPECT_EQ(run({files[0], (dir / "x.pickle").string(), "--batches", "2,4", "--json", none}),
+            gb::cli::exit_usage);
+  EXPECT_EQ(err.rfind("gpu-basics: ", 0), 0u) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("x.pickle"), std::string::npos) << err;
+  EXPECT_FALSE(std::filesystem::exists(none));
+}
