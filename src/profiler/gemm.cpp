@@ -70,6 +70,23 @@ double gemm_tolerance(gemm_precision p) noexcept {
   return 0;
 }
 
+std::vector<std::vector<double>> time_candidates_interleaved(
+    int candidates, int rounds, const std::function<std::optional<double>(int)>& time_once) {
+  std::vector<std::vector<double>> times(static_cast<std::size_t>(std::max(candidates, 0)));
+  std::vector<bool> failed(times.size(), false);
+  for (int round = 0; round < rounds; ++round)
+    for (std::size_t c = 0; c < times.size(); ++c) {
+      if (failed[c]) continue;
+      if (const auto t = time_once(static_cast<int>(c))) {
+        times[c].push_back(*t);
+      } else {
+        failed[c] = true;
+        times[c].clear();
+      }
+    }
+  return times;
+}
+
 int fastest_candidate(const std::vector<std::vector<double>>& seconds) {
   int best = -1;
   double best_t = HUGE_VAL;

@@ -46,6 +46,42 @@ TEST(Gemm, FastestCandidateByMedianSkippingOnesThatDidNotRun) {
   EXPECT_EQ(fastest_candidate({}), -1);
 }
 
+TEST(Gemm, InterleavedTuningPicksTheFastestDespiteAClockRamp) {
+  // Candidate 2 is truly fastest (1.33 ms); the others run at 1.36-1.43 ms. The GPU's clocks
+  // settle over the first 12 runs: each run until then is slower by a share that shrinks as the
+  // runs go on, as the candidate times of one H100 run suggest (the first ones timed slowest).
+  const std::vector<double> truth = {1.40, 1.36, 1.33, 1.43, 1.38, 1.41};
+  int runs = 0;
+  const auto time_once = [&](int c) -> std::optional<double> {
+    const double ramp = runs < 12 ? 0.12 * (12 - runs) / 12.0 : 0.0;
+    ++runs;
+    return truth[static_cast<std::size_t>(c)] * 1e-3 * (1 + ramp);
+  };
+  // One after the other (3 runs each, as before), the candidates timed last look fastest.
+  std::vector<std::vector<double>> sequential;
+  for (int c = 0; c < 6; ++c) {
+    sequential.emplace_back();
+    for (int i = 0; i < 3; ++i) sequential.back().push_back(*time_once(c));
+  }
+  EXPECT_NE(fastest_candidate(sequential), 2);
+  runs = 0;
+  const auto times = time_candidates_interleaved(6, kTuneRounds, time_once);
+  ASSERT_EQ(times.size(), 6u);
+  for (const auto& t : times) EXPECT_EQ(t.size(), static_cast<std::size_t>(kTuneRounds));
+  EXPECT_EQ(fastest_candidate(times), 2);
+  EXPECT_EQ(runs, 6 * kTuneRounds);
+  // A candidate that cannot run (in any round) is dropped and not called again.
+  int calls_of_1 = 0;
+  const auto broken = time_candidates_interleaved(3, 4, [&](int c) -> std::optional<double> {
+    if (c == 1 && ++calls_of_1 == 2) return std::nullopt;
+    return 1e-3 * (c + 1);
+  });
+  EXPECT_TRUE(broken[1].empty());
+  EXPECT_EQ(calls_of_1, 2);
+  EXPECT_EQ(broken[2].size(), 4u);
+  EXPECT_EQ(fastest_candidate(broken), 0);
+}
+
 TEST(ProfilerConfig, KeysParseAndBadValuesNameTheKey) {
   config c = parse_config(
       "profiler:\n  sample_interval_ms: 50\n  matmul:\n    shapes: [[4096, 2048, 1024]]\n"

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -39,5 +40,16 @@ struct gemm_shape {
 /// Index of the candidate with the smallest median time (candidates with no times are skipped);
 /// -1 if none has times.
 [[nodiscard]] int fastest_candidate(const std::vector<std::vector<double>>& seconds);
+
+/// Rounds of autotuning: each candidate is timed once per round.
+inline constexpr int kTuneRounds = 4;
+
+/// The times of `candidates` candidates over `rounds` interleaved rounds: one call of
+/// `time_once(c)` per candidate per round, candidate 0 first in every round, so that a clock ramp
+/// or drift while tuning (a GPU boosting as the GEMMs begin) slows every candidate alike rather
+/// than those timed first. `time_once` returns the seconds of one run, or nullopt when the
+/// candidate cannot run: it is then left out of later rounds and its times are dropped.
+[[nodiscard]] std::vector<std::vector<double>> time_candidates_interleaved(
+    int candidates, int rounds, const std::function<std::optional<double>(int)>& time_once);
 
 }  // namespace gpu_basics
