@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -112,6 +114,21 @@ const collective_figure* figure_of(const collective_size& s, const std::string& 
   return nullptr;
 }
 
+/// How many runs each median took: the samples the stopping rule kept, where the cells say
+/// ("16 to 20" when it stopped some sooner), else benchmark.iterations (results written before
+/// the rule).
+std::string nccl_runs(const nccl_result& n) {
+  std::uint64_t lo = std::numeric_limits<std::uint64_t>::max(), hi = 0;
+  for (const auto& s : n.sizes)
+    for (const auto& c : s.ops)
+      if (c.sampling) {
+        lo = std::min(lo, c.sampling->samples);
+        hi = std::max(hi, c.sampling->samples);
+      }
+  if (hi == 0) return fmt::format("{}", n.iterations);
+  return lo == hi ? fmt::format("{}", hi) : fmt::format("{} to {}", lo, hi);
+}
+
 table nccl_table(const nccl_result& n) {
   table t;
   t.id = "nccl";
@@ -127,11 +144,11 @@ table nccl_table(const nccl_result& n) {
   t.title = bus ? fmt::format(
                       "NCCL {} collectives on {} rank(s), float32 (median of {}; algbw = "
                       "bytes / time, busbw as nccl-tests)",
-                      n.version, n.ranks, n.iterations)
+                      n.version, n.ranks, nccl_runs(n))
                 : fmt::format(
                       "NCCL {} collectives on 1 rank, float32 (median of {}; algbw = "
                       "bytes / time)",
-                      n.version, n.iterations);
+                      n.version, nccl_runs(n));
   t.columns = {{"bytes", "size"}};
   for (const auto& k : n.ops) {
     t.columns.push_back({k + "_time_s", k + " (us)", 1e6, 1});

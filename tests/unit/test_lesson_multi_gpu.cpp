@@ -264,6 +264,16 @@ TEST(LessonMultiGpu, OneRankShowsNoBusBandwidth) {
   EXPECT_EQ(one.title,
             "NCCL 2.27.3 collectives on 1 rank, float32 (median of 17; algbw = bytes / time)");
   EXPECT_EQ(one.columns.size(), 7u);  // size, then time and algbw per collective
+  // Sampled by the stopping rule: the title says how many runs the medians took.
+  auto sampled = r;
+  for (auto& size : sampled.nccl->sizes)
+    for (auto& c : size.ops) c.sampling = sampling_outcome{20, 0.01, stop_reason::max_samples, 0.1};
+  sampled.nccl->sizes[1].ops[2].sampling->samples = 16;
+  EXPECT_EQ(table_named(present_multi_gpu(sampled), "nccl").title,
+            "NCCL 2.27.3 collectives on 1 rank, float32 (median of 16 to 20; algbw = bytes / "
+            "time)");
+  sampled.nccl->sizes[1].ops[2].sampling->samples = 20;
+  EXPECT_TRUE(has(table_named(present_multi_gpu(sampled), "nccl").title, "(median of 20;"));
   for (const auto& c : one.columns) EXPECT_FALSE(has(c.key, "_bus_")) << c.key;
   EXPECT_DOUBLE_EQ(std::get<double>(one.rows[2][column_of(one, "all_gather_alg_bytes_per_s")]),
                    r.nccl->sizes[2].ops[1].alg_bytes_per_s);
