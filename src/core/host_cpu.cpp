@@ -8,9 +8,6 @@
 
 #include <sys/resource.h>
 #include <unistd.h>
-#include <nlohmann/json.hpp>
-
-#include "gpu_basics/core/json.hpp"
 
 namespace gpu_basics {
 
@@ -46,26 +43,6 @@ host_cpu_load load_between(const cpu_ticks& a, const cpu_ticks& b, double self_s
   l.self = std::min(share(self_s * ticks_per_s), l.busy);
   l.others = l.busy - l.self;
   return l;
-}
-
-void to_json(nlohmann::json& j, const host_cpu_load& l) {
-  j = {{"cpus", l.cpus},
-       {"steal", l.steal},
-       {"busy", l.busy},
-       {"self", l.self},
-       {"others", l.others}};
-  if (l.load_1m) j["load_1m"] = *l.load_1m;
-}
-
-void from_json(const nlohmann::json& j, host_cpu_load& l) {
-  require_json_object(j);
-  l = {};
-  read_member(j, "cpus", l.cpus);
-  read_member(j, "steal", l.steal);
-  read_member(j, "busy", l.busy);
-  read_member(j, "self", l.self);
-  read_member(j, "others", l.others);
-  read_member(j, "load_1m", l.load_1m);
 }
 
 namespace {

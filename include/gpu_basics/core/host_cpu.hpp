@@ -8,7 +8,7 @@
 #include <optional>
 #include <string_view>
 
-#include <nlohmann/json_fwd.hpp>
+#include "gpu_basics/core/json.hpp"
 
 namespace gpu_basics {
 
@@ -36,11 +36,9 @@ struct host_cpu_load {
   bool operator==(const host_cpu_load&) const = default;
 };
 
-/// {"cpus", "steal", "busy", "self", "others", "load_1m" (when known)}.
-void to_json(nlohmann::json& j, const host_cpu_load& l);
-/// Reads what to_json wrote; a missing key keeps its default.
-/// @throws json_path_error on a value of the wrong type.
-void from_json(const nlohmann::json& j, host_cpu_load& l);
+/// {"cpus", "steal", "busy", "self", "others", "load_1m" (null when unknown)}; reading keeps a
+/// missing key's default and throws json_path_error on a value of the wrong type.
+GPU_BASICS_JSON(host_cpu_load, cpus, steal, busy, self, others, load_1m)
 
 /// The load between two readings; `self_s` is this process's CPU seconds in between and
 /// `ticks_per_s` the kernel's clock tick rate. Shares are 0 when no tick passed.
