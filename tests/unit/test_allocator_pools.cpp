@@ -100,7 +100,7 @@ TEST_P(AllocatorPools, PoolsAddUpToBothAtEveryStepOfARandomRunOnTwoStreams) {
     const auto r = rng() % 100;
     if (r < 42 || blocks.empty()) {
       const bool want_small = rng() % 2;
-      const std::size_t n = want_small ? 1 + rng() % (1 * MiB)                  // up to 1 MiB
+      const std::size_t n = want_small ? 1 + rng() % (1 * MiB)              // up to 1 MiB
                                        : 1 * MiB + 1 + rng() % (40 * MiB);  // above it
       const stream_handle s = 1 + rng() % 2;
       void* p = a.allocate(n, s);
@@ -126,8 +126,8 @@ TEST_P(AllocatorPools, PoolsAddUpToBothAtEveryStepOfARandomRunOnTwoStreams) {
       void* p = a.allocate(b.requested, s);
       blocks[addr(p)] = {a.block_size(p), b.requested, b.small};
       stream_of[addr(p)] = s;
-      bytes[b.small] += static_cast<std::int64_t>(blocks[addr(p)].size) -
-                        static_cast<std::int64_t>(b.size);
+      bytes[b.small] +=
+          static_cast<std::int64_t>(blocks[addr(p)].size) - static_cast<std::int64_t>(b.size);
       peak[b.small] = std::max(peak[b.small], bytes[b.small]);
     } else if (r < 95) {
       auto it = blocks.begin();
@@ -164,8 +164,8 @@ TEST_P(AllocatorPools, PoolsAddUpToBothAtEveryStepOfARandomRunOnTwoStreams) {
   const auto s = a.stats();
   EXPECT_GT(s.small_pool.segment_count.allocated, 0);
   EXPECT_GT(s.large_pool.segment_count.allocated, 0);
-  EXPECT_GT(s.large_pool.inactive_split_count.allocated + s.small_pool.inactive_split_count.allocated,
-            0);
+  EXPECT_GT(
+      s.large_pool.inactive_split_count.allocated + s.small_pool.inactive_split_count.allocated, 0);
   EXPECT_EQ(s.allocated_bytes.peak, peak_both);
   EXPECT_LT(peak_both, peak[0] + peak[1]);  // the pools peaked at different times
 }
