@@ -151,8 +151,9 @@ GPU_BASICS_TORCH_API int gpu_basics_torch_check_conf(const char* conf, char* buf
  * "ignored": false}, ...]; "ignored": PyTorch's key, accepted and without effect here. */
 GPU_BASICS_TORCH_API int gpu_basics_torch_conf_keys(char* buf, size_t len);
 /* `device`'s statistics as JSON (every counter with current/peak/allocated/freed, device calls,
- * the reserved limit and options; null before its first allocation) into buf; returns the full
- * length (call again with a larger buf when it is >= len). */
+ * the reserved limit and options; the same counters of each pool apart under "small_pool" and
+ * "large_pool"; null before its first allocation) into buf; returns the full length (call again
+ * with a larger buf when it is >= len). */
 GPU_BASICS_TORCH_API int gpu_basics_torch_stats_json(int device, char* buf, size_t len);
 /* Keeps the last `max_events` allocator events of `device` from now on (0: stops, and drops
  * them), as torch.cuda.memory._record_memory_history(max_entries=...); before the device's first

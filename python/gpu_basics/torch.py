@@ -193,16 +193,29 @@ _TORCH_NAMES = [  # ours -> PyTorch's memory_stats() name
 _ZERO = {"current": 0, "peak": 0, "allocated": 0, "freed": 0}
 
 
+_POOLS = ("small_pool", "large_pool")  # as PyTorch names them, and as the JSON does
+
+
 def torch_stats(ours: Optional[dict]) -> "collections.OrderedDict[str, int]":
     """PyTorch's memory_stats() dict from the library's statistics JSON (None: nothing allocated
-    yet, all zero). Pools are not counted apart: only the ".all." keys are there, as in
-    PyTorch's dict; gpu-basics' own figures come under "gpu_basics.*"."""
+    yet, all zero). Each counter has its ".all." keys and, as in PyTorch's dict, its
+    ".small_pool." and ".large_pool." ones, counted apart by the allocator (small: blocks for
+    requests up to 1 MiB, large: the rest, expandable segments included; current, allocated and
+    freed of ".all." are their sums, each peak is its pool's own). A library older than the pool
+    counters writes no "small_pool" / "large_pool" in its JSON: the pool keys are then left out,
+    not made up. gpu-basics' own figures come under "gpu_basics.*"."""
+    pools = [("all", ours or {})]
+    if ours is None:
+        pools += [(pool, {}) for pool in _POOLS]
+    else:
+        pools += [(pool, ours[pool]) for pool in _POOLS if isinstance(ours.get(pool), dict)]
     ours = ours or {}
     out = {}
     for mine, theirs in _TORCH_NAMES:
-        stat = ours.get(mine, _ZERO)
-        for k in ("current", "peak", "allocated", "freed"):
-            out[f"{theirs}.all.{k}"] = int(stat[k])
+        for pool, counters in pools:
+            stat = counters.get(mine, _ZERO)
+            for k in ("current", "peak", "allocated", "freed"):
+                out[f"{theirs}.{pool}.{k}"] = int(stat[k])
     out["num_alloc_retries"] = int(ours.get("alloc_retries", 0))
     out["num_ooms"] = int(ours.get("ooms", 0))
     out["num_sync_all_streams"] = int(ours.get("device_syncs", 0))
@@ -292,8 +305,8 @@ def _format_count(n: int) -> str:  # PyTorch's _format_count
 
 
 def summary_text(stats: dict, device: int = 0, conf: str = "") -> str:
-    """memory_summary()'s table from a memory_stats() dict (PyTorch's layout, one row per metric:
-    pools are not counted apart)."""
+    """memory_summary()'s table from a memory_stats() dict (PyTorch's layout, one row per metric,
+    both pools together: PyTorch's abbreviated summary)."""
     rule = "|" + "=" * 75 + "|"
     line = "|" + "-" * 75 + "|"
     out = [rule, "| " + f"gpu-basics CUDA memory summary, device ID {device}".center(73) + " |",

@@ -177,6 +177,8 @@ def test_statistics_carry_pytorchs_key_names(monkeypatch):
             "device_syncs": 4, "max_split_size_bytes": None, "largest_free_block_bytes": 1536,
             "fragmentation": 0.25, "device_call_ns": 5_000_000, "cached_free_bytes": 2048,
             "cache_claims": 7, "cache_claim_ns": 21_000}
+    counters = {k: v for k, v in ours.items() if isinstance(v, dict)}
+    ours.update(small_pool=counters, large_pool={k: stat(0, 0, 0, 0) for k in counters})
     s = gbt.torch_stats(ours)
     assert (s["gpu_basics.cache_claims"], s["gpu_basics.cache_claim_ns"]) == (7, 21_000)
     assert s["allocated_bytes.all.current"] == 512
@@ -196,6 +198,54 @@ def test_statistics_carry_pytorchs_key_names(monkeypatch):
     assert "CUDA OOMs: 1" in text and "cudaMalloc retries: 2" in text
     assert any(line.startswith("| GPU reserved memory   |   2048 KiB |   4096 KiB |") for line in lines)
     assert "expandable_segments:True" in text
+
+
+# PyTorch's memory_stats() names (torch/cuda/memory.py), written out here rather than taken from
+# the package, so that a renamed or missing key fails.
+_PYTORCH_STATS = ("allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes",
+                  "requested_bytes", "allocation", "segment", "active", "inactive_split")
+_PYTORCH_POOLS = ("all", "small_pool", "large_pool")
+_PYTORCH_FIELDS = ("current", "peak", "allocated", "freed")
+_OUR_STATS = ("allocated_bytes", "reserved_bytes", "active_bytes", "inactive_split_bytes",
+              "requested_bytes", "allocation_count", "segment_count", "active_count",
+              "inactive_split_count")  # the library's JSON, in the order of _PYTORCH_STATS
+
+
+def _pool_json(seed):
+    """Counters as the library writes them, each value distinct: seed, stat, field."""
+    return {mine: {f: seed * 10000 + i * 10 + j for j, f in enumerate(_PYTORCH_FIELDS)}
+            for i, mine in enumerate(_OUR_STATS)}
+
+
+def test_pool_keys_are_pytorchs_and_carry_the_librarys_pool_counters(monkeypatch):
+    gbt = _stub_torch(monkeypatch)
+    small, large = _pool_json(1), _pool_json(2)
+    ours = _pool_json(3)  # both pools' counters (the library writes their sums there)
+    ours.update(small_pool=small, large_pool=large, alloc_retries=0, ooms=0)
+    s = gbt.torch_stats(json.loads(json.dumps(ours)))
+    want = {f"{stat}.{pool}.{f}" for stat in _PYTORCH_STATS for pool in _PYTORCH_POOLS
+            for f in _PYTORCH_FIELDS}
+    have = {k for k in s if k.split(".")[0] in _PYTORCH_STATS}
+    assert have == want, (sorted(have - want), sorted(want - have))
+    for theirs, mine in zip(_PYTORCH_STATS, _OUR_STATS):
+        for pool, counters in (("all", ours), ("small_pool", small), ("large_pool", large)):
+            for f in _PYTORCH_FIELDS:
+                assert s[f"{theirs}.{pool}.{f}"] == counters[mine][f], (theirs, pool, f)
+    assert list(s) == sorted(s)
+    # Nothing allocated yet: every key, pools included, at zero.
+    zero = gbt.torch_stats(None)
+    assert set(zero) == set(s)
+    assert zero["allocated_bytes.small_pool.peak"] == zero["segment.large_pool.current"] == 0
+
+
+def test_a_library_without_pool_counters_gives_only_the_all_keys(monkeypatch):
+    gbt = _stub_torch(monkeypatch)
+    old = _pool_json(3)  # a library older than the pool counters writes no small/large_pool
+    s = gbt.torch_stats(old)
+    assert not [k for k in s if ".small_pool." in k or ".large_pool." in k]
+    assert s["allocated_bytes.all.peak"] == old["allocated_bytes"]["peak"]
+    assert s["inactive_split.all.freed"] == old["inactive_split_count"]["freed"]
+    assert len([k for k in s if ".all." in k]) == len(_PYTORCH_STATS) * len(_PYTORCH_FIELDS)
 
 
 def _no_control_characters(text):

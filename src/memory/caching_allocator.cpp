@@ -345,8 +345,8 @@ block* caching_allocator::impl::new_segment(std::size_t rounded, bool small, str
   block* b = new_block(p, seg, stream, small);
   b->segment_bytes = seg;
   segments.insert(b);
-  add_reserved(seg);
-  st.segment_count.add(1);
+  add_reserved(seg, small);
+  count(small, [](pool_stats& s) { s.segment_count.add(1); });
   ++st.device_allocations;
   record(history_kind::segment_alloc, p, seg, stream);
   return b;
@@ -429,11 +429,13 @@ void* caching_allocator::impl::allocate_slow(std::size_t bytes, stream_handle st
   b->allocated = true;
   b->requested = bytes;
   active.insert(b->ptr, b);
-  st.allocated_bytes.add(static_cast<std::int64_t>(b->size));
-  st.requested_bytes.add(static_cast<std::int64_t>(bytes));
-  st.active_bytes.add(static_cast<std::int64_t>(b->size));
-  st.allocation_count.add(1);
-  st.active_count.add(1);
+  count(small, [&](pool_stats& s) {
+    s.allocated_bytes.add(static_cast<std::int64_t>(b->size));
+    s.requested_bytes.add(static_cast<std::int64_t>(bytes));
+    s.active_bytes.add(static_cast<std::int64_t>(b->size));
+    s.allocation_count.add(1);
+    s.active_count.add(1);
+  });
   record(history_kind::alloc, b->ptr, b->size, stream);
   if (trace)
     trace({bytes, rounded, small, stream, source, st.allocated_bytes.current,
@@ -447,9 +449,11 @@ void caching_allocator::impl::deallocate_slow(std::uintptr_t p) {
   if (!b)
     throw logic_error(fmt::format("deallocate({:#x}): not a live allocation of this allocator", p));
   active.erase(p);
-  st.allocated_bytes.sub(static_cast<std::int64_t>(b->size));
-  st.requested_bytes.sub(static_cast<std::int64_t>(b->requested));
-  st.allocation_count.sub(1);
+  count(b->small, [&](pool_stats& s) {
+    s.allocated_bytes.sub(static_cast<std::int64_t>(b->size));
+    s.requested_bytes.sub(static_cast<std::int64_t>(b->requested));
+    s.allocation_count.sub(1);
+  });
   b->allocated = false;
   record(history_kind::free, b->ptr, b->size, b->stream);
   if (!b->stream_uses.empty()) {
@@ -466,8 +470,10 @@ void caching_allocator::impl::deallocate_slow(std::uintptr_t p) {
   if (b->small && !traced.load(std::memory_order_relaxed) && cacheable(b)) {
     if (thread_cache* c = my_cache_or_new()) {  // the caller's own: the lock held keeps others out
       if (c->n_cached + c->n_out < c->capacity) {
-        st.active_bytes.sub(static_cast<std::int64_t>(b->size));
-        st.active_count.sub(1);
+        count(true, [&](pool_stats& s) {
+          s.active_bytes.sub(static_cast<std::int64_t>(b->size));
+          s.active_count.sub(1);
+        });
         b->owner = c;
         c->cached[c->n_cached] = b;
         c->set_cached(c->n_cached + 1);

@@ -27,7 +27,7 @@ expandable_range* caching_allocator::impl::new_range(stream_handle stream, bool 
   r->head = b;
   unmapped_of(b).insert(b);
   ranges.push_back(std::move(r));
-  st.segment_count.add(1);
+  count(small, [](pool_stats& s) { s.segment_count.add(1); });
   return ranges.back().get();
 }
 
@@ -156,7 +156,7 @@ void caching_allocator::impl::unmap_pages(expandable_range& r, std::size_t first
   for (std::size_t i = first; i < last; ++i) r.pages[i] = page_state::none;
   const std::size_t n = (last - first) * r.page;
   r.mapped_bytes -= n;
-  st.reserved_bytes.sub(static_cast<std::int64_t>(n));
+  count(r.small, [&](pool_stats& s) { s.reserved_bytes.sub(static_cast<std::int64_t>(n)); });
   ++st.device_frees;
   record(history_kind::segment_unmap, r.base + first * r.page, n, r.stream);
 }
@@ -242,7 +242,7 @@ bool caching_allocator::impl::make_resident(block* b, bool& mapped_any) {
   }
   for (std::size_t i : done) r.pages[i] = page_state::resident;
   r.mapped_bytes += need;
-  add_reserved(need);
+  add_reserved(need, r.small);
   ++st.device_allocations;
   for (std::size_t k = 0; k < done.size();) {  // one history event per run of pages
     std::size_t j = k;

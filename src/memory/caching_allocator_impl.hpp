@@ -278,6 +278,14 @@ struct caching_allocator::impl {
     return o.garbage_collection_threshold > 0 && o.reserved_limit != SIZE_MAX;
   }
 
+  /// Calls f on the counters of both pools and on those of the small or the large pool: every
+  /// change of a counter goes through here, so that both = small + large at every moment.
+  template <class F>
+  void count(bool small, F&& f) {
+    f(static_cast<pool_stats&>(st));
+    f(small ? st.small_pool : st.large_pool);
+  }
+
   void record(history_kind k, std::uintptr_t p, std::size_t n, stream_handle s) {
     if (o.history_capacity == 0) return;
     if (hist.size() == o.history_capacity) hist.pop_front();
@@ -295,8 +303,10 @@ struct caching_allocator::impl {
     b->in_free_set = true;
     b->gc_count_base = lookups_of(b->small);
     if (b->is_split()) {
-      st.inactive_split_bytes.add(static_cast<std::int64_t>(b->size));
-      st.inactive_split_count.add(1);
+      count(b->small, [&](pool_stats& s) {
+        s.inactive_split_bytes.add(static_cast<std::int64_t>(b->size));
+        s.inactive_split_count.add(1);
+      });
     }
   }
 
@@ -305,8 +315,10 @@ struct caching_allocator::impl {
     b->free_node = p.extract(b);
     b->in_free_set = false;
     if (b->is_split()) {
-      st.inactive_split_bytes.sub(static_cast<std::int64_t>(b->size));
-      st.inactive_split_count.sub(1);
+      count(b->small, [&](pool_stats& s) {
+        s.inactive_split_bytes.sub(static_cast<std::int64_t>(b->size));
+        s.inactive_split_count.sub(1);
+      });
     }
   }
 
@@ -323,8 +335,10 @@ struct caching_allocator::impl {
   /// free_block), so the cache always holds the largest blocks it can: deferring the merge lets
   /// later requests split fragments that a merged block would have served whole.
   void free_block(block* b) {
-    st.active_bytes.sub(static_cast<std::int64_t>(b->size));
-    st.active_count.sub(1);
+    count(b->small, [&](pool_stats& s) {
+      s.active_bytes.sub(static_cast<std::int64_t>(b->size));
+      s.active_count.sub(1);
+    });
     merge_and_insert(b);
   }
 
@@ -421,12 +435,14 @@ struct caching_allocator::impl {
 
   void fold(thread_cache& c) {
     // The fast path hands out and takes back blocks with no pending events: active moves with
-    // allocated.
-    c.bytes.apply_to(st.allocated_bytes);
-    c.bytes.apply_to(st.active_bytes);
-    c.requested.apply_to(st.requested_bytes);
-    c.count.apply_to(st.allocation_count);
-    c.count.apply_to(st.active_count);
+    // allocated. Its blocks are all of the small pool (deallocate_slow caches no other).
+    count(true, [&](pool_stats& s) {
+      c.bytes.apply_to(s.allocated_bytes);
+      c.bytes.apply_to(s.active_bytes);
+      c.requested.apply_to(s.requested_bytes);
+      c.count.apply_to(s.allocation_count);
+      c.count.apply_to(s.active_count);
+    });
     c.bytes = c.requested = c.count = {};
   }
 
@@ -476,9 +492,10 @@ struct caching_allocator::impl {
 
   // ---- segments and expandable ranges -----------------------------------------------------
 
-  /// Counts `bytes` more reserved, and the highest mark reserved has reached.
-  void add_reserved(std::size_t bytes) {
-    st.reserved_bytes.add(static_cast<std::int64_t>(bytes));
+  /// Counts `bytes` more reserved in the small or the large pool, and the highest mark reserved
+  /// has reached.
+  void add_reserved(std::size_t bytes, bool small) {
+    count(small, [&](pool_stats& s) { s.reserved_bytes.add(static_cast<std::int64_t>(bytes)); });
     reserved_high = std::max(reserved_high, static_cast<std::size_t>(st.reserved_bytes.current));
   }
 

@@ -86,10 +86,11 @@ void caching_allocator::reset_peak_stats() {
   auto& m = *impl_;
   std::lock_guard lock(m.mutex);
   m.sweep_caches(impl::sweep_mode::fold);
-  for (memory_stat* s : {&m.st.allocated_bytes, &m.st.requested_bytes, &m.st.reserved_bytes,
-                         &m.st.active_bytes, &m.st.inactive_split_bytes, &m.st.allocation_count,
-                         &m.st.segment_count, &m.st.active_count, &m.st.inactive_split_count})
-    s->peak = s->current;
+  for (pool_stats* p : {static_cast<pool_stats*>(&m.st), &m.st.small_pool, &m.st.large_pool})
+    for (memory_stat* s : {&p->allocated_bytes, &p->requested_bytes, &p->reserved_bytes,
+                           &p->active_bytes, &p->inactive_split_bytes, &p->allocation_count,
+                           &p->segment_count, &p->active_count, &p->inactive_split_count})
+      s->peak = s->current;
 }
 
 std::vector<history_event> caching_allocator::history() const {
@@ -163,7 +164,7 @@ void to_json(nlohmann::json& j, const memory_stat& s) {
   j = {{"current", s.current}, {"peak", s.peak}, {"allocated", s.allocated}, {"freed", s.freed}};
 }
 
-void to_json(nlohmann::json& j, const allocator_stats& s) {
+void to_json(nlohmann::json& j, const pool_stats& s) {
   j = {{"allocated_bytes", s.allocated_bytes},
        {"requested_bytes", s.requested_bytes},
        {"reserved_bytes", s.reserved_bytes},
@@ -172,20 +173,24 @@ void to_json(nlohmann::json& j, const allocator_stats& s) {
        {"allocation_count", s.allocation_count},
        {"segment_count", s.segment_count},
        {"active_count", s.active_count},
-       {"inactive_split_count", s.inactive_split_count},
-       {"device_allocations", s.device_allocations},
-       {"device_frees", s.device_frees},
-       {"alloc_retries", s.alloc_retries},
-       {"ooms", s.ooms},
-       {"device_syncs", s.device_syncs},
-       {"device_call_ns", s.device_call_ns},
-       {"pages_retired", s.pages_retired},
-       {"pages_reclaimed", s.pages_reclaimed},
-       {"cache_claims", s.cache_claims},
-       {"cache_claim_ns", s.cache_claim_ns},
-       {"cached_free_bytes", s.cached_free_bytes},
-       {"largest_free_block_bytes", s.largest_free_block},
-       {"fragmentation", s.fragmentation}};
+       {"inactive_split_count", s.inactive_split_count}};
+}
+
+void to_json(nlohmann::json& j, const allocator_stats& s) {
+  to_json(j, static_cast<const pool_stats&>(s));
+  j.update(nlohmann::json{{"device_allocations", s.device_allocations},
+                          {"device_frees", s.device_frees},
+                          {"alloc_retries", s.alloc_retries},
+                          {"ooms", s.ooms},
+                          {"device_syncs", s.device_syncs},
+                          {"device_call_ns", s.device_call_ns},
+                          {"pages_retired", s.pages_retired},
+                          {"pages_reclaimed", s.pages_reclaimed},
+                          {"cache_claims", s.cache_claims},
+                          {"cache_claim_ns", s.cache_claim_ns},
+                          {"cached_free_bytes", s.cached_free_bytes},
+                          {"largest_free_block_bytes", s.largest_free_block},
+                          {"fragmentation", s.fragmentation}});
 }
 
 void to_json(nlohmann::json& j, const empty_cache_report& r) {

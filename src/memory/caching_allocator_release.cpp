@@ -9,8 +9,10 @@ namespace gpu_basics {
 void caching_allocator::impl::release_segment(block* h) {
   remove_free(h);
   timed([&] { backend.deallocate(reinterpret_cast<void*>(h->ptr), h->segment_bytes); });
-  st.reserved_bytes.sub(static_cast<std::int64_t>(h->segment_bytes));
-  st.segment_count.sub(1);
+  count(h->small, [&](pool_stats& s) {
+    s.reserved_bytes.sub(static_cast<std::int64_t>(h->segment_bytes));
+    s.segment_count.sub(1);
+  });
   ++st.device_frees;
   record(history_kind::segment_free, h->ptr, h->segment_bytes, h->stream);
   segments.erase(h);

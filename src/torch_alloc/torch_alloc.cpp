@@ -570,7 +570,10 @@ GPU_BASICS_TORCH_API int gpu_basics_torch_stats_json(int device, char* buf, size
     check_device(device);
     nlohmann::json j;
     if (caching_allocator* a = existing(device)) {
-      j = a->stats();
+      const gpu_basics::allocator_stats s = a->stats();
+      j = s;
+      j["small_pool"] = s.small_pool;  // PyTorch's small_pool and large_pool, counted apart
+      j["large_pool"] = s.large_pool;
       j["reserved_limit_bytes"] = a->options().reserved_limit == SIZE_MAX
                                       ? nlohmann::json(nullptr)
                                       : nlohmann::json(a->options().reserved_limit);

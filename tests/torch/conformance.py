@@ -380,12 +380,13 @@ def case_package(args):
         print(f"{k:<34} {ours[k]:>14} {native[k]:>14}")
     for k in ("allocated_bytes.all.current", "allocated_bytes.all.peak",
               "requested_bytes.all.peak", "allocation.all.allocated", "peak_after_reset",
-              "history_allocs", "memory_allocated"):
+              "history_allocs", "memory_allocated") + POOL_KEYS:
         expect(ours[k] == native[k], f"{k}: {ours[k]} vs PyTorch's {native[k]}")
     # history_alloc_bytes: PyTorch's trace gives the sizes asked, ours the blocks' sizes (a
     # remainder too small to split stays with a block).
     for k in ("reserved_bytes.all.peak", "max_memory_reserved", "reserved_after_empty_cache",
-              "snapshot_segment_bytes", "history_alloc_bytes"):
+              "snapshot_segment_bytes", "history_alloc_bytes", "reserved_bytes.small_pool.peak",
+              "reserved_bytes.large_pool.peak"):
         expect(abs(ours[k] - native[k]) <= page, f"{k}: {ours[k]} vs {native[k]}: over a page apart")
     summary = live["summary"]
     print(summary)
@@ -397,6 +398,13 @@ def case_package(args):
     expect(held > 0 and snap["device_traces"][0], "the snapshot holds no segments or no trace")
     print(f"snapshot written while the workload was live: {path} ({len(snap['segments'])} "
           f"segments, {held / MIB:.0f} MiB, {len(snap['device_traces'][0])} trace events)")
+
+
+# Each pool's figures, counted apart by both allocators (PyTorch's small pool: requests up to
+# 1 MiB, the large one the rest): equal where the .all. ones are.
+POOL_KEYS = tuple(f"{stat}.{pool}.{k}" for pool in ("small_pool", "large_pool")
+                  for stat, k in (("allocated_bytes", "current"), ("allocated_bytes", "peak"),
+                                  ("requested_bytes", "peak"), ("allocation", "allocated")))
 
 
 def workload(torch, api, while_live=None):
@@ -415,7 +423,8 @@ def workload(torch, api, while_live=None):
     torch.cuda.synchronize()
     s = api.memory_stats()
     for k in ("allocated_bytes.all.current", "allocated_bytes.all.peak", "requested_bytes.all.peak",
-              "reserved_bytes.all.peak", "allocation.all.allocated"):
+              "reserved_bytes.all.peak", "allocation.all.allocated", "reserved_bytes.small_pool.peak",
+              "reserved_bytes.large_pool.peak") + POOL_KEYS:
         out[k] = s[k]
     out["memory_allocated"] = api.memory_allocated()
     out["max_memory_reserved"] = api.max_memory_reserved()

@@ -1,5 +1,6 @@
 // What the caching allocator's tests share: sizes and addresses, a shadow of the live blocks and
-// the invariants its statistics must keep against it, and the multi-threaded stress run.
+// the invariants its statistics must keep against it (the pools' counters adding up to both's
+// too), and the multi-threaded stress run.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -33,6 +34,26 @@ struct live_block {
 /// Live blocks by address.
 using live_blocks = std::map<std::uintptr_t, live_block>;
 
+/// Every counter of both pools (allocator_stats's pool_stats base) as the two pools' sum for
+/// current, allocated and freed; each peak at least its current, and the peak of both no higher
+/// than the pools' peaks added. Call it through ASSERT_NO_FATAL_FAILURE.
+inline void check_pool_sums(const allocator_stats& s) {
+  const pool_stats& all = s;
+  for (auto m :
+       {&pool_stats::allocated_bytes, &pool_stats::requested_bytes, &pool_stats::reserved_bytes,
+        &pool_stats::active_bytes, &pool_stats::inactive_split_bytes, &pool_stats::allocation_count,
+        &pool_stats::segment_count, &pool_stats::active_count, &pool_stats::inactive_split_count}) {
+    const memory_stat &a = all.*m, &sm = s.small_pool.*m, &lg = s.large_pool.*m;
+    ASSERT_EQ(a.current, sm.current + lg.current);
+    ASSERT_EQ(a.allocated, sm.allocated + lg.allocated);
+    ASSERT_EQ(a.freed, sm.freed + lg.freed);
+    ASSERT_GE(sm.peak, sm.current);
+    ASSERT_GE(lg.peak, lg.current);
+    ASSERT_LE(a.peak, sm.peak + lg.peak);
+    ASSERT_GE(a.peak, a.current);
+  }
+}
+
 /// The invariants every state keeps: no two live blocks overlap, the counters add up to the live
 /// blocks, reserved bytes are the backend's, and reserved = active + cached free. Call it through
 /// ASSERT_NO_FATAL_FAILURE.
@@ -55,6 +76,7 @@ inline void check_invariants(const caching_allocator& a, const fake_backend& be,
   ASSERT_EQ(static_cast<std::size_t>(s.reserved_bytes.current),
             static_cast<std::size_t>(s.active_bytes.current) + s.cached_free_bytes);
   ASSERT_GE(s.allocated_bytes.peak, s.allocated_bytes.current);
+  ASSERT_NO_FATAL_FAILURE(check_pool_sums(s));
 }
 
 /// Frees a thread's remaining blocks, taking each out of the shared shadow first.

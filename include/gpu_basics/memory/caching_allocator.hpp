@@ -131,7 +131,8 @@ struct memory_stat {
   bool operator==(const memory_stat&) const = default;
 };
 
-struct allocator_stats {
+/// The counters of one pool, or of both together (allocator_stats's own).
+struct pool_stats {
   memory_stat allocated_bytes;       // rounded sizes of blocks handed out
   memory_stat requested_bytes;       // sizes as asked
   memory_stat reserved_bytes;        // segments held from the backend
@@ -141,6 +142,16 @@ struct allocator_stats {
   memory_stat segment_count;
   memory_stat active_count;
   memory_stat inactive_split_count;
+  bool operator==(const pool_stats&) const = default;
+};
+
+/// The counters of both pools (the pool_stats base, PyTorch's ".all."), of each pool apart, and
+/// the allocator's own. A block belongs to the pool its request chose (is_small_request: PyTorch's
+/// small pool up to 1 MiB, large above), expandable ranges included, so for current, allocated
+/// and freed the base is small_pool + large_pool at every moment; each peak is its own pool's.
+struct allocator_stats : pool_stats {
+  pool_stats small_pool;
+  pool_stats large_pool;
   std::int64_t device_allocations = 0;  // backend allocate() calls that succeeded
   std::int64_t device_frees = 0;
   std::int64_t alloc_retries = 0;  // allocations that needed the cache freed first
@@ -338,6 +349,10 @@ class caching_allocator {
 
 /// JSON of the allocator's records for results files (kinds as their to_string names).
 void to_json(nlohmann::json& j, const memory_stat& s);
+/// The counters by name ("allocated_bytes", ...), as allocator_stats's JSON names them.
+void to_json(nlohmann::json& j, const pool_stats& s);
+/// The counters of both pools and the allocator's own; the pools apart are left out (results files
+/// keep their keys): write small_pool and large_pool as pool_stats where they are wanted.
 void to_json(nlohmann::json& j, const allocator_stats& s);
 void to_json(nlohmann::json& j, const empty_cache_report& r);
 void to_json(nlohmann::json& j, const history_event& e);
