@@ -21,6 +21,9 @@ constexpr std::size_t kNone = SIZE_MAX;
 /// that they are not the same job's steps.
 constexpr std::size_t kWindow = 2048;
 constexpr std::size_t kMaxDifferences = 1024;
+/// The share of the longest recording's events a recording may have unmatched (a larger batch's
+/// workspaces); beyond it the recordings are not the same steps.
+constexpr std::size_t kMaxUnmatchedPercent = 50;
 
 __extension__ using i128 = __int128;  // exact products of sizes and batches
 
@@ -183,7 +186,7 @@ pairs_t diff(const sequence& a, const sequence& b) {
         pairs.push_back(p);
         ++kept;
       }
-    if (last && w) break;
+    if (last && w) return pairs;
     if (kept == 0) {
       std::size_t p = 0;  // the events they share first
       while (x0 + p < a.size_n() && y0 + p < b.size_n() && eq(x0 + p, y0 + p)) ++p;
@@ -197,6 +200,17 @@ pairs_t diff(const sequence& a, const sequence& b) {
     }
     x0 = pairs.back().first + 1;
     y0 = pairs.back().second + 1;
+  }
+  // One ran out: what the other has left differs too, under the same limit.
+  if (const std::size_t tail = (a.size_n() - x0) + (b.size_n() - y0); tail > kMaxDifferences) {
+    const std::size_t ia = x0 < a.size_n() ? a.index[x0] : a.rec->events.size();
+    const std::size_t ib = y0 < b.size_n() ? b.index[y0] : b.rec->events.size();
+    throw preflight_error(
+        fmt::format("{} part at their event {} / {}: one ends there and the other has {} more "
+                    "events, more than {} differences: not the same job's steps (record the same "
+                    "steps at every batch)",
+                    names(a, b), ia, ib, tail, kMaxDifferences),
+        ia);
   }
   return pairs;
 }
@@ -283,7 +297,17 @@ batch_model::batch_model(std::vector<batch_recording> recordings)
       throw logic_error("preflight: the batches must be above 0 and increase");
   std::unordered_map<std::string, std::uint32_t> interned;
   std::vector<sequence> seqs;
-  for (const auto& r : recordings_) seqs.push_back(sequence_of(r, interned));
+  std::size_t longest = 0;
+  for (const auto& r : recordings_) {
+    seqs.push_back(sequence_of(r, interned));
+    if (seqs.back().size_n() == 0)
+      throw preflight_error(
+          fmt::format("{} (batch {}): no allocations in its trace to model (was the snapshot "
+                      "recorded with _record_memory_history while the steps ran?)",
+                      printable(r.name), r.batch),
+          0);
+    longest = std::max(longest, seqs.back().size_n());
+  }
   // match[i][j]: recording i's events in recording j (kNone: none).
   std::vector<std::vector<std::vector<std::size_t>>> match(
       n, std::vector<std::vector<std::size_t>>(n));
@@ -344,6 +368,15 @@ batch_model::batch_model(std::vector<batch_recording> recordings)
       grows_ = grows_ || sl.rise > 0;
       mo.slots.push_back(sl);
     }
+    // Most of it unmatched: not the same steps (the model would be the recording itself).
+    if (mo.unmatched > longest * kMaxUnmatchedPercent / 100)
+      throw preflight_error(
+          fmt::format("{} (batch {}): {} of its {} events have no counterpart in another "
+                      "recording, more than {}% of the longest ({} events): not the same job's "
+                      "steps (record the same steps at every batch)",
+                      printable(recordings_[r].name), recordings_[r].batch, mo.unmatched,
+                      s.size_n(), kMaxUnmatchedPercent, longest),
+          0);
   }
 }
 

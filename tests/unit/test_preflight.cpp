@@ -420,3 +420,42 @@ TEST(Preflight, TheCommandWritesItsJsonAndRefusesBadInput) {
   EXPECT_NE(err.find("x.pickle"), std::string::npos) << err;
   EXPECT_FALSE(std::filesystem::exists(none));
 }
+
+namespace {
+/// One event of a hand-written recording: 'a' (alloc of `bytes` with `frames`) or 'f' (free).
+struct ev {
+  char kind;
+  std::uint64_t id;
+  std::size_t bytes = 0;
+  std::string frames;
+};
+[[maybe_unused]] gb::batch_recording recording_of(std::size_t batch,
+                                                  const std::vector<ev>& events) {
+  gb::batch_recording r;
+  r.batch = batch;
+  r.name = "hand_b" + std::to_string(batch) + ".pickle";
+  for (const ev& e : events) {
+    r.events.push_back(
+        {e.kind == 'a' ? replay_event::op::alloc : replay_event::op::free, e.id, e.bytes, 0});
+    r.frames.push_back(e.kind == 'a' ? e.frames : std::string());
+  }
+  return r;
+}
+}  // namespace
+
+// Recordings of different steps: one step against ten is refused (most of the longer one has no
+// counterpart), and so is a recording with nothing to model.
+TEST(Preflight, RecordingsOfDifferentStepsOrNoEventsAreRefused) {
+  job one, ten;
+  one.steps = 1;
+  ten.steps = 10;
+  const auto [message, event] = model_error({job_at(4, one), job_at(8, ten)});
+  ASSERT_NE(message, "");
+  EXPECT_NE(message.find("job_b8.pickle (batch 8)"), std::string::npos) << message;
+  EXPECT_NE(message.find("not the same job's steps"), std::string::npos) << message;
+  // The same number of steps: accepted.
+  EXPECT_EQ(model_error({job_at(4, ten), job_at(8, ten)}).first, "");
+  gb::batch_recording empty{2, "empty.pickle", {}, {}};
+  const auto [m2, e2] = model_error({empty, job_at(8)});
+  EXPECT_NE(m2.find("empty.pickle (batch 2): no allocations"), std::string::npos) << m2;
+}
