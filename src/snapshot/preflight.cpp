@@ -76,7 +76,8 @@ std::optional<std::size_t> largest_fitting_batch(const batch_model& m, const all
                                                  std::size_t limit) {
   std::size_t lo = 0, hi = m.recordings().back().batch;  // lo fits (0: none), hi does not
   if (fits_at(m, hi, o, limit)) {
-    if (!m.grows()) return std::nullopt;  // every batch needs what this one does
+    // The batches above it are its model's: where nothing of it grows, each needs what it does.
+    if (!m.grows(m.recordings().size() - 1)) return std::nullopt;
     lo = hi;
     for (hi = 2 * lo; fits_at(m, hi, o, limit); hi *= 2) {
       lo = hi;

@@ -365,7 +365,7 @@ batch_model::batch_model(std::vector<batch_recording> recordings)
                   mid.first),
               s.index[k]);
       }
-      grows_ = grows_ || sl.rise > 0;
+      mo.grows = mo.grows || sl.rise > 0;
       mo.slots.push_back(sl);
     }
     // Most of it unmatched: not the same steps (the model would be the recording itself).

@@ -147,7 +147,7 @@ gb::allocator_options options_of(const std::string& conf) {
 // recordings and beyond them) is the replay of the job at that batch, byte for byte.
 TEST(Preflight, AffineSizesPredictTheJobsOwnReplayExactly) {
   const gb::batch_model m(recordings({2, 4, 8}));
-  EXPECT_TRUE(m.grows());
+  EXPECT_TRUE(m.grows(2));
   for (std::size_t b = 0; b < 3; ++b) EXPECT_EQ(m.unmatched(b), 0u);
   const gb::preflight_report r = gb::run_preflight(m, {3, 13, 24}, std::nullopt, 2);
   ASSERT_EQ(r.predictions.size(), 6u);
@@ -429,8 +429,7 @@ struct ev {
   std::size_t bytes = 0;
   std::string frames;
 };
-[[maybe_unused]] gb::batch_recording recording_of(std::size_t batch,
-                                                  const std::vector<ev>& events) {
+gb::batch_recording recording_of(std::size_t batch, const std::vector<ev>& events) {
   gb::batch_recording r;
   r.batch = batch;
   r.name = "hand_b" + std::to_string(batch) + ".pickle";
@@ -458,4 +457,19 @@ TEST(Preflight, RecordingsOfDifferentStepsOrNoEventsAreRefused) {
   gb::batch_recording empty{2, "empty.pickle", {}, {}};
   const auto [m2, e2] = model_error({empty, job_at(8)});
   EXPECT_NE(m2.find("empty.pickle (batch 2): no allocations"), std::string::npos) << m2;
+}
+
+// An allocation that grows between the two smaller recordings but that the largest does not have:
+// the batches above the largest are its model's, which does not grow, so every batch fits (not
+// the search's cap).
+TEST(Preflight, WhatGrowsIsTheLargestRecordingsModelAboveIt) {
+  const ev k{'a', 2, 4 * MiB, "k.py:2 in step"};
+  const ev fk{'f', 2, 0, ""};
+  const gb::batch_model m(
+      {recording_of(2, {{'a', 1, 1 * MiB, "a.py:1 in step"}, {'f', 1, 0, ""}, k, fk}),
+       recording_of(4, {{'a', 1, 2 * MiB, "a.py:1 in step"}, {'f', 1, 0, ""}, k, fk}),
+       recording_of(8, {k, fk})});
+  EXPECT_TRUE(m.grows(0));
+  EXPECT_FALSE(m.grows(2));
+  EXPECT_EQ(gb::largest_fitting_batch(m, {}, 1024 * MiB), std::nullopt);
 }

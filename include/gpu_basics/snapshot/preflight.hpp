@@ -75,8 +75,10 @@ class batch_model {
   /// Events of recording `base` that some other recording does not have (modelled from those
   /// that do, or kept at its own size where it alone has them).
   [[nodiscard]] std::size_t unmatched(std::size_t base) const { return models_.at(base).unmatched; }
-  /// Whether some allocation grows with the batch (else every batch needs what the largest needs).
-  [[nodiscard]] bool grows() const noexcept { return grows_; }
+  /// Whether some allocation of recording `base`'s model grows with the batch (else every batch
+  /// that model synthesizes needs what `base` needs). The batches above the largest recording are
+  /// its model's: grows(recordings().size() - 1).
+  [[nodiscard]] bool grows(std::size_t base) const { return models_.at(base).grows; }
 
  private:
   /// One event of a model: an allocation of a modelled size or the free of one.
@@ -93,10 +95,10 @@ class batch_model {
   struct model {
     std::vector<slot> slots;
     std::size_t unmatched = 0;
+    bool grows = false;
   };
   std::vector<batch_recording> recordings_;
   std::vector<model> models_;  // one per recording as the base
-  bool grows_ = false;
 };
 
 /// One predicted peak.
