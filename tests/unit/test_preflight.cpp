@@ -412,6 +412,11 @@ TEST(Preflight, TheCommandWritesItsJsonAndRefusesBadInput) {
   EXPECT_NE(err.find("2 or 3 recordings, got 1"), std::string::npos) << err;
   EXPECT_EQ(run({files[0], files[1], "--batches", "2,4", "--fit", "1GiB", "--fit", "2GiB"}),
             gb::cli::exit_usage);
+  // A limit no replay can hold: refused, not answered at the replay's cap.
+  EXPECT_EQ(run({files[0], files[1], "--batches", "2,4", "--fit", "4TiB", "--json", none}),
+            gb::cli::exit_usage);
+  EXPECT_NE(err.find("--fit \"4TiB\": a limit below 4 TiB"), std::string::npos) << err;
+  EXPECT_EQ(run({files[0], files[1], "--batches", "2,4", "--fit", "5TiB"}), gb::cli::exit_usage);
   write_bytes(dir / "x.pickle", "not a pickle at all");
   EXPECT_EQ(run({files[0], (dir / "x.pickle").string(), "--batches", "2,4", "--json", none}),
             gb::cli::exit_usage);
