@@ -365,6 +365,21 @@ batch_model::batch_model(std::vector<batch_recording> recordings)
                   mid.first),
               s.index[k]);
       }
+      // The smallest batch's size (rise >= 0: batch 1's is the least): below 0, the fit is
+      // wrong there, and a prediction at small batches would be too. Refused once, here.
+      if (const i128 at1 = static_cast<i128>(sl.size_lo) -
+                           static_cast<i128>(sl.rise) * (sl.batch_lo - 1) / sl.run;
+          at1 < 0)
+        throw preflight_error(
+            fmt::format("{}: the size of {} would be below 0 at batch 1 ({} B at batch {}, {} B "
+                        "at batch {}: a + b * batch with a = {:.0f} B); it grows faster than in "
+                        "proportion to the batch, not affine (record smaller batches)",
+                        printable(recordings_[r].name), describe(s, k), lo.second, lo.first,
+                        hi.second, hi.first,
+                        static_cast<double>(lo.second) - static_cast<double>(sl.rise) *
+                                                             static_cast<double>(lo.first) /
+                                                             static_cast<double>(sl.run)),
+            s.index[k]);
       mo.grows = mo.grows || sl.rise > 0;
       mo.slots.push_back(sl);
     }

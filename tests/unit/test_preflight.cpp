@@ -478,3 +478,22 @@ TEST(Preflight, WhatGrowsIsTheLargestRecordingsModelAboveIt) {
   EXPECT_FALSE(m.grows(2));
   EXPECT_EQ(gb::largest_fitting_batch(m, {}, 1024 * MiB), std::nullopt);
 }
+
+// A size whose line through two recordings comes below 0 at small batches (1 MiB at batch 4,
+// 4 MiB at batch 8): refused once, when the model is built, naming the event; not read as "does not
+// fit" inside the search, nor refused only at `--at 1`.
+TEST(Preflight, ASizeBelowZeroAtBatchOneIsRefusedWhenTheModelIsBuilt) {
+  const auto [message, event] =
+      model_error({recording_of(4, {{'a', 1, 1 * MiB, "x.py:3 in f"}, {'f', 1, 0, ""}}),
+                   recording_of(8, {{'a', 1, 4 * MiB, "x.py:3 in f"}, {'f', 1, 0, ""}})});
+  EXPECT_NE(message.find("below 0 at batch 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("event 0 of batch 8 (alloc of 4194304 B on stream 0, frames: x.py:3"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(event, 0u);
+  // Exactly 0 at batch 1 (1 MiB at batch 2, 3 MiB at batch 4): accepted.
+  EXPECT_EQ(model_error({recording_of(2, {{'a', 1, 1 * MiB, ""}, {'f', 1, 0, ""}}),
+                         recording_of(4, {{'a', 1, 3 * MiB, ""}, {'f', 1, 0, ""}})})
+                .first,
+            "");
+}
