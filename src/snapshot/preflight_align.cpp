@@ -21,6 +21,8 @@ constexpr std::size_t kNone = SIZE_MAX;
 /// that they are not the same job's steps.
 constexpr std::size_t kWindow = 2048;
 constexpr std::size_t kMaxDifferences = 1024;
+/// How far ahead a diff looks for a match of the same size before matching two sizes.
+constexpr std::size_t kLookahead = 4;
 /// The share of the longest recording's events a recording may have unmatched (a larger batch's
 /// workspaces); beyond it the recordings are not the same steps.
 constexpr std::size_t kMaxUnmatchedPercent = 50;
@@ -92,6 +94,21 @@ struct matcher {
     if (a.frames[x] && b.frames[y] && a.frames[x] != b.frames[y]) return false;
     return same_size_class(a.size[x], a.rec->batch, b.size[y], b.rec->batch);
   }
+  /// A match of the same size (a constant).
+  [[nodiscard]] bool exact(std::size_t x, std::size_t y) const {
+    return a.size[x] == b.size[y] && (*this)(x, y);
+  }
+  /// Whether a diff's snake may take the match (x, y): an exact one, or one of two sizes with no
+  /// exact match for either within kLookahead events of the other (an inserted workspace of the
+  /// same site before a constant: the constant is matched with itself, not with the workspace).
+  [[nodiscard]] bool takes(std::size_t x, std::size_t y) const {
+    if (!(*this)(x, y)) return false;
+    if (a.size[x] == b.size[y]) return true;
+    for (std::size_t j = 1; j <= kLookahead; ++j)
+      if ((y + j < b.size_n() && exact(x, y + j)) || (x + j < a.size_n() && exact(x + j, y)))
+        return false;
+    return true;
+  }
 };
 
 std::string frames_text(const sequence& s, std::size_t k) {
@@ -128,7 +145,7 @@ std::optional<pairs_t> myers(const matcher& eq, std::size_t x0, std::size_t xe, 
     return v[static_cast<std::size_t>(k + most + 1)];
   };
   const auto same = [&](std::int64_t x, std::int64_t y) {
-    return eq(x0 + static_cast<std::size_t>(x), y0 + static_cast<std::size_t>(y));
+    return eq.takes(x0 + static_cast<std::size_t>(x), y0 + static_cast<std::size_t>(y));
   };
   std::vector<std::vector<std::int64_t>> saved;  // per d: v[-d .. d] after step d
   std::int64_t found = -1;

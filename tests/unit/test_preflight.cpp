@@ -497,3 +497,21 @@ TEST(Preflight, ASizeBelowZeroAtBatchOneIsRefusedWhenTheModelIsBuilt) {
                 .first,
             "");
 }
+
+// A constant allocation after an inserted workspace of another size (the same frames as it, or
+// none): matched with itself (constant at every batch), the workspace kept at its size.
+TEST(Preflight, AConstantIsMatchedWithItselfNotWithAnInsertedWorkspace) {
+  for (const std::string frames : {"k.py:5 in step", ""}) {
+    const gb::batch_model m({recording_of(4, {{'a', 1, 4 * MiB, frames}, {'f', 1, 0, ""}}),
+                             recording_of(8, {{'a', 2, 6 * MiB, frames},
+                                              {'a', 1, 4 * MiB, frames},
+                                              {'f', 2, 0, ""},
+                                              {'f', 1, 0, ""}})});
+    EXPECT_FALSE(m.grows(1)) << frames;
+    const auto t = m.trace_at(1024);
+    ASSERT_EQ(t.size(), 4u);
+    EXPECT_EQ(t[0].bytes, 6 * MiB) << frames;
+    EXPECT_EQ(t[1].bytes, 4 * MiB) << frames;
+    EXPECT_EQ(m.unmatched(1), 2u);
+  }
+}
