@@ -515,3 +515,35 @@ TEST(Preflight, AConstantIsMatchedWithItselfNotWithAnInsertedWorkspace) {
     EXPECT_EQ(m.unmatched(1), 2u);
   }
 }
+
+// The model is piecewise (each batch is its closest recording's): batch 2's recording has a
+// 200 MiB workspace batch 8's does not, so batches 1 to 4 never fit 60 MiB while 5 and 6 do. The
+// search finds 6 (not 0, which one bisection over 0 .. 8 gives) and says the fit is not monotone.
+TEST(Preflight, TheLargestBatchIsSearchedInEachRecordingsRangeOfBatches) {
+  const gb::batch_model m({recording_of(2, {{'a', 1, 20 * MiB, "a.py:1 in f"},
+                                            {'f', 1, 0, ""},
+                                            {'a', 2, 200 * MiB, "w.py:2 in g"},
+                                            {'f', 2, 0, ""}}),
+                           recording_of(8, {{'a', 1, 80 * MiB, "a.py:1 in f"}, {'f', 1, 0, ""}})});
+  const std::size_t limit = 60 * MiB;
+  const auto fits = [&](std::size_t b) {
+    const auto trace = m.trace_at(b);
+    return gb::replay_under_limit(gb::prepare_trace(trace), {}, limit).fits();
+  };
+  bool monotone = true;
+  const auto found = gb::largest_fitting_batch(m, {}, limit, &monotone);
+  ASSERT_TRUE(found);
+  EXPECT_GE(*found, 5u);
+  EXPECT_TRUE(fits(*found)) << *found;
+  EXPECT_FALSE(fits(*found + 1)) << *found;
+  EXPECT_FALSE(fits(4));
+  EXPECT_FALSE(monotone);
+  const auto r = gb::run_preflight(m, {5}, limit, 2);
+  ASSERT_TRUE(r.fit);
+  EXPECT_FALSE(r.fit->monotone);
+  EXPECT_EQ(gb::to_json(r)["largest_batch"]["monotone"], false);
+  // A monotone one says so.
+  bool m2 = false;
+  (void)gb::largest_fitting_batch(gb::batch_model(recordings({2, 4, 8})), {}, 64 * MiB, &m2);
+  EXPECT_TRUE(m2);
+}

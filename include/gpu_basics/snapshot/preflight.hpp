@@ -118,6 +118,9 @@ struct preflight_fit {
   std::optional<std::size_t> defaults;
   std::optional<std::size_t> recommended;
   std::string policy;  // the recommendation's conf
+  /// False where a batch fits above one that does not (the model switches recordings between
+  /// them: each recording's range of batches is searched on its own).
+  bool monotone = true;
 };
 
 struct preflight_report {
@@ -135,14 +138,17 @@ struct preflight_report {
 [[nodiscard]] replay_result predict_at(const batch_model& m, std::size_t batch,
                                        const allocator_options& o);
 
-/// The largest batch whose trace replays under `o` within `limit` bytes reserved: doubling from
-/// the largest recording's batch, then bisection (a larger batch is assumed to need no less).
-/// 0 where batch 1 does not fit; nullopt where nothing grows with the batch and the largest
-/// recording fits (every batch does).
+/// The largest batch whose trace replays under `o` within `limit` bytes reserved, searched in
+/// each recording's range of batches (those it is the closest to) on its own: bisection within
+/// it, doubling above the largest recording's batch (within one range a larger batch is assumed
+/// to need no less). 0 where no batch fits; nullopt where nothing of the largest recording's model
+/// grows with the batch and it fits (every batch above does). With `monotone`, whether no batch
+/// fits above one that does not.
 /// @throws interrupted on Ctrl-C.
 [[nodiscard]] std::optional<std::size_t> largest_fitting_batch(const batch_model& m,
                                                                const allocator_options& o,
-                                                               std::size_t limit);
+                                                               std::size_t limit,
+                                                               bool* monotone = nullptr);
 
 /// The whole pre-flight: the recommendation (advise on the largest recording), the peaks at each
 /// of `at` under the defaults and the recommendation, and with `fit_limit` the largest batch that
@@ -157,7 +163,7 @@ struct preflight_report {
 [[nodiscard]] std::vector<presentation::table> preflight_tables(const preflight_report& r);
 /// The report as JSON: "predictions" (batch, which, policy, peak_allocated_bytes,
 /// peak_reserved_bytes), and with a limit "largest_batch" (limit_bytes, defaults, recommended,
-/// policy).
+/// policy, monotone).
 [[nodiscard]] nlohmann::json to_json(const preflight_report& r);
 
 }  // namespace gpu_basics
