@@ -547,3 +547,20 @@ TEST(Preflight, TheLargestBatchIsSearchedInEachRecordingsRangeOfBatches) {
   (void)gb::largest_fitting_batch(gb::batch_model(recordings({2, 4, 8})), {}, 64 * MiB, &m2);
   EXPECT_TRUE(m2);
 }
+
+// One recording ends and the other goes on for more than the differences' limit (512 steps of one
+// allocation against 5120): refused where they part, not kept as one unchecked inserted stretch.
+TEST(Preflight, ATailPastTheOtherRecordingsEndIsRefused) {
+  const auto steps = [](std::size_t batch, std::uint64_t n) {
+    std::vector<ev> v;
+    for (std::uint64_t i = 1; i <= n; ++i) {
+      v.push_back({'a', i, 4096, "x.py:1 in step"});
+      v.push_back({'f', i, 0, ""});
+    }
+    return recording_of(batch, v);
+  };
+  const auto [message, event] = model_error({steps(1, 512), steps(2, 5120)});
+  EXPECT_NE(message.find("part at their event 1024 / 1024: one ends there"), std::string::npos)
+      << message;
+  EXPECT_EQ(event, 1024u);
+}

@@ -59,7 +59,9 @@ class batch_model {
  public:
   /// Aligns and fits `recordings` (2 or 3, batches strictly increasing).
   /// @throws logic_error for another count of recordings or batches that do not increase;
-  /// preflight_error where the sequences part with no consistent alignment or a size is not affine.
+  /// preflight_error where the sequences part with no consistent alignment, a recording has no
+  /// events or more than half the longest one's unmatched, a size is not affine, or a size's line
+  /// comes below 0 at batch 1.
   explicit batch_model(std::vector<batch_recording> recordings);
 
   /// The trace at `batch` (>= 1): the events of the recording closest to it (the larger of two
