@@ -1,8 +1,9 @@
-// Pre-flight's model: the recordings' traces aligned pairwise as a diff aligns lines (Myers'
-// O((N+M)D) algorithm over a match of action, stream, frames and size class), the alignment
-// checked for consistency (a free aligned only with the free of an aligned block; what one
-// recording inserts is whole: an inserted block's free is inserted too; no allocation of one site
-// replaced by another), then each allocation's size fitted as a + b * batch per base recording.
+// Pre-flight's model: the recordings' allocations aligned pairwise as a diff aligns lines (Myers'
+// O((N+M)D) algorithm over a match of stream, frames and size class, a match of the same size
+// first), each free aligned with its block's counterpart's free, the alignment checked for
+// consistency (matched events in the same order in both; a block freed in both or neither; no
+// allocation of one site replaced by another), then each allocation's size fitted as a + b * batch
+// per base recording.
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
@@ -17,8 +18,8 @@ namespace gpu_basics {
 namespace {
 
 constexpr std::size_t kNone = SIZE_MAX;
-/// The events of each recording one diff aligns at a time, and how many of them may differ: beyond
-/// that they are not the same job's steps.
+/// The allocations of each recording one diff aligns at a time, and how many of them may differ:
+/// beyond that they are not the same job's steps.
 constexpr std::size_t kWindow = 2048;
 constexpr std::size_t kMaxDifferences = 1024;
 /// How far ahead a diff looks for a match of the same size before matching two sizes.
@@ -186,7 +187,7 @@ std::optional<pairs_t> myers(const matcher& eq, std::size_t x0, std::size_t xe, 
 /// The matched pairs of `a` and `b`: Myers' diff over windows of kWindow events of each, the
 /// first half of each window's script kept (a long trace differs at many places, once per step:
 /// the whole trace in one diff would cost its length times every difference).
-/// @throws preflight_error where more than kMaxDifferences events differ within a window.
+/// @throws preflight_error where more than kMaxDifferences allocations differ within a window.
 pairs_t diff(const sequence& a, const sequence& b) {
   const matcher eq{a, b};
   pairs_t pairs;
@@ -210,9 +211,10 @@ pairs_t diff(const sequence& a, const sequence& b) {
       const std::size_t ia = x0 + p < a.size_n() ? a.index[x0 + p] : a.rec->events.size();
       const std::size_t ib = y0 + p < b.size_n() ? b.index[y0 + p] : b.rec->events.size();
       throw preflight_error(
-          fmt::format("{} part at their event {} / {} and more than {} of the next {} events "
-                      "differ: not the same job's steps (record the same steps at every batch)",
-                      names(a, b), ia, ib, kMaxDifferences, kWindow),
+          fmt::format(
+              "{} part at their event {} / {} and more than {} of the next {} "
+              "allocations differ: not the same job's steps (record the same steps at every batch)",
+              names(a, b), ia, ib, kMaxDifferences, kWindow),
           ia);
     }
     x0 = pairs.back().first + 1;
@@ -223,10 +225,11 @@ pairs_t diff(const sequence& a, const sequence& b) {
     const std::size_t ia = x0 < a.size_n() ? a.index[x0] : a.rec->events.size();
     const std::size_t ib = y0 < b.size_n() ? b.index[y0] : b.rec->events.size();
     throw preflight_error(
-        fmt::format("{} part at their event {} / {}: one ends there and the other has {} more "
-                    "events, more than {} differences: not the same job's steps (record the same "
-                    "steps at every batch)",
-                    names(a, b), ia, ib, tail, kMaxDifferences),
+        fmt::format(
+            "{} part at their event {} / {}: one ends there and the other has {} more "
+            "allocations, more than {} differences: not the same job's steps (record the same "
+            "steps at every batch)",
+            names(a, b), ia, ib, tail, kMaxDifferences),
         ia);
   }
   return pairs;
@@ -243,29 +246,9 @@ struct alignment {
                         a.index[x]);
 }
 
-/// The unmatched events of one recording in a stretch between matches: each must come whole (an
-/// inserted block with its free). `there`: where the other recording's stretch starts (its event
-/// at that place, kNone where it has none).
-void check_whole(const sequence& s, const std::vector<std::size_t>& to_other, std::size_t from,
-                 std::size_t to, const sequence& a, const sequence& b, std::size_t there) {
-  const sequence& other = &s == &a ? b : a;
-  for (std::size_t k = from; k < to; ++k) {
-    const std::size_t p = s.partner[k];
-    if (p == kNone || to_other[p] == kNone) continue;
-    const std::string instead =
-        there < other.size_n()
-            ? ", where batch " + std::to_string(other.rec->batch) + " has " + describe(other, there)
-            : std::string();
-    const std::string why = fmt::format(
-        "this {} has no counterpart in batch {}, but its {} does ({}): no consistent alignment",
-        s.is_free[k] ? "free" : "allocation", other.rec->batch,
-        s.is_free[k] ? "allocation" : "free", describe(other, to_other[p]));
-    throw preflight_error(
-        fmt::format("{} part at {}{}; {}", names(a, b), describe(s, k), instead, why), s.index[k]);
-  }
-}
-
-alignment align(const sequence& a, const sequence& b) {
+/// Two recordings' allocations aligned: a diff, then no allocation of one site in place of
+/// another's.
+alignment align_events(const sequence& a, const sequence& b) {
   alignment al{std::vector<std::size_t>(a.size_n(), kNone),
                std::vector<std::size_t>(b.size_n(), kNone)};
   const auto pairs = diff(a, b);
@@ -290,15 +273,73 @@ alignment align(const sequence& a, const sequence& b) {
                           "alignment",
                           names(a, b), describe(a, p), describe(b, q)),
               a.index[p]);
-    check_whole(a, al.to_b, x, mx, a, b, y < my ? y : kNone);
-    check_whole(b, al.to_a, y, my, a, b, x < mx ? x : kNone);
     if (i == pairs.size()) break;
-    if (a.is_free[mx] && al.to_b[a.partner[mx]] != b.partner[my])
-      part(a, mx, b,
-           fmt::format("it stands where batch {} frees another block ({})", b.rec->batch,
-                       describe(b, my)));
     x = mx + 1;
     y = my + 1;
+  }
+  return al;
+}
+
+/// `s`'s allocations alone (each event's index kept; no partners: a free follows its allocation).
+sequence allocations_of(const sequence& s, std::vector<std::size_t>& origin) {
+  sequence o;
+  o.rec = s.rec;
+  for (std::size_t k = 0; k < s.size_n(); ++k) {
+    if (s.is_free[k]) continue;
+    origin.push_back(k);
+    o.index.push_back(s.index[k]);
+    o.is_free.push_back(0);
+    o.partner.push_back(kNone);
+    o.size.push_back(s.size[k]);
+    o.frames.push_back(s.frames[k]);
+    o.stream.push_back(s.stream[k]);
+  }
+  return o;
+}
+
+/// The allocations aligned (a diff over them alone), each free with its block's counterpart's free,
+/// then the order checked: matched events come in the same order in both recordings.
+alignment align(const sequence& a, const sequence& b) {
+  std::vector<std::size_t> oa, ob;
+  const sequence aa = allocations_of(a, oa), bb = allocations_of(b, ob);
+  const alignment allocs = align_events(aa, bb);
+  alignment al{std::vector<std::size_t>(a.size_n(), kNone),
+               std::vector<std::size_t>(b.size_n(), kNone)};
+  for (std::size_t x = 0; x < aa.size_n(); ++x) {
+    if (allocs.to_b[x] == kNone) continue;
+    const std::size_t px = oa[x], py = ob[allocs.to_b[x]];
+    al.to_b[px] = py;
+    al.to_a[py] = px;
+    const std::size_t fx = a.partner[px], fy = b.partner[py];
+    if ((fx == kNone) != (fy == kNone)) {
+      const bool a_frees = fx != kNone;
+      const sequence& s = a_frees ? a : b;
+      const sequence& o = a_frees ? b : a;
+      throw preflight_error(
+          fmt::format("{} part at {}: batch {} never frees its counterpart ({}); no consistent "
+                      "alignment",
+                      names(a, b), describe(s, a_frees ? fx : fy), o.rec->batch,
+                      describe(o, a_frees ? py : px)),
+          s.index[a_frees ? fx : fy]);
+    }
+    if (fx != kNone) {
+      al.to_b[fx] = fy;
+      al.to_a[fy] = fx;
+    }
+  }
+  // The same order in both: a matched event of `a` whose counterpart comes before the previous
+  // one's (frees in another order).
+  std::size_t prev = kNone, prev_x = kNone;
+  for (std::size_t x = 0; x < a.size_n(); ++x) {
+    const std::size_t y = al.to_b[x];
+    if (y == kNone) continue;
+    if (prev != kNone && y < prev)
+      part(a, x, b,
+           fmt::format("where batch {} has {} before {}, the counterpart of {}: the events come "
+                       "in another order; no consistent alignment",
+                       b.rec->batch, describe(b, y), describe(b, prev), describe(a, prev_x)));
+    prev = y;
+    prev_x = x;
   }
   return al;
 }

@@ -69,7 +69,7 @@ std::vector<presentation::table> preflight_tables(const preflight_report& r) {
         {std::string("recommended"), policy_label(r.fit->policy), batch_value(r.fit->recommended)});
     f.notes.push_back(
         "Replayed under the limit with PyTorch's out-of-memory path (free the cache, retry); 0: "
-        "not even batch 1 fits.");
+        "no batch fits.");
     if (!r.fit->monotone)
       f.notes.push_back(
           "Not monotone: a smaller batch does not fit where a larger one does (the model switches "

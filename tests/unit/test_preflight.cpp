@@ -548,8 +548,9 @@ TEST(Preflight, TheLargestBatchIsSearchedInEachRecordingsRangeOfBatches) {
   EXPECT_TRUE(m2);
 }
 
-// One recording ends and the other goes on for more than the differences' limit (512 steps of one
-// allocation against 5120): refused where they part, not kept as one unchecked inserted stretch.
+// One recording ends and the other goes on for more than the differences' limit (1024 steps of
+// one allocation against 10240): refused where they part, not kept as one unchecked inserted
+// stretch.
 TEST(Preflight, ATailPastTheOtherRecordingsEndIsRefused) {
   const auto steps = [](std::size_t batch, std::uint64_t n) {
     std::vector<ev> v;
@@ -559,8 +560,24 @@ TEST(Preflight, ATailPastTheOtherRecordingsEndIsRefused) {
     }
     return recording_of(batch, v);
   };
-  const auto [message, event] = model_error({steps(1, 512), steps(2, 5120)});
-  EXPECT_NE(message.find("part at their event 1024 / 1024: one ends there"), std::string::npos)
+  const auto [message, event] = model_error({steps(1, 1024), steps(2, 10240)});
+  EXPECT_NE(message.find("part at their event 2048 / 2048: one ends there"), std::string::npos)
       << message;
-  EXPECT_EQ(event, 1024u);
+  EXPECT_EQ(event, 2048u);
+}
+
+// Frees in LIFO order around an inserted workspace of the same size and site as a constant (batch
+// 8 [alloc W, alloc K, free K, free W] against batch 4 [alloc K, free K]): aligned (the
+// allocations alone, each free with its block's), not refused.
+TEST(Preflight, AnInsertionWithLifoFreesIsAligned) {
+  for (const std::string frames : {"k.py:5 in step", ""}) {
+    const gb::batch_model m({recording_of(4, {{'a', 1, 4 * MiB, frames}, {'f', 1, 0, ""}}),
+                             recording_of(8, {{'a', 2, 4 * MiB, frames},
+                                              {'a', 1, 4 * MiB, frames},
+                                              {'f', 1, 0, ""},
+                                              {'f', 2, 0, ""}})});
+    EXPECT_EQ(m.unmatched(1), 2u) << frames;
+    EXPECT_FALSE(m.grows(1)) << frames;
+    EXPECT_EQ(gb::predict_at(m, 64, {}).peak_allocated, 8 * MiB) << frames;
+  }
 }

@@ -1,6 +1,6 @@
 // Pre-flight: PyTorch's peak memory at a batch size nobody has run, from snapshots of the same job
-// recorded at two or three small batch sizes. The recordings' allocation traces are aligned event
-// by event as a diff aligns lines (by action, stream, frames and size class); each aligned
+// recorded at two or three small batch sizes. The recordings' allocations are aligned as a diff
+// aligns lines (by stream, frames and size class), each free with its block's; each aligned
 // allocation's requested size is modelled as a + b * batch (fitted from two recordings, checked
 // exactly against a third); the trace is synthesized at any batch and replayed through the one
 // replay engine, under PyTorch's defaults and the policy advise recommends; the largest batch that
