@@ -581,3 +581,16 @@ TEST(Preflight, AnInsertionWithLifoFreesIsAligned) {
     EXPECT_EQ(gb::predict_at(m, 64, {}).peak_allocated, 8 * MiB) << frames;
   }
 }
+
+// A frame's text is bounded (a snapshot of long file names and functions would otherwise hold
+// every allocation's frames whole): cut at 512 characters, "..." after it.
+TEST(Preflight, LongFramesAreCutWhenRead) {
+  const auto dir = scratch("preflight_frames");
+  auto r = recording_of(2, {{'a', 1, 4096, std::string(5000, 'n')}, {'f', 1, 0, ""}});
+  write_job_snapshot(dir / "long.pickle", r);
+  const gb::batch_recording read = gb::read_batch_recording((dir / "long.pickle").string(), 2);
+  ASSERT_EQ(read.frames.size(), 2u);
+  EXPECT_EQ(read.frames[0].size(), 512u + 3u) << read.frames[0].substr(0, 40);
+  EXPECT_EQ(read.frames[0].substr(0, 14), "model.py:5000 ");
+  EXPECT_EQ(read.frames[0].substr(512), "...");
+}
