@@ -10,6 +10,7 @@
 #include "gpu_basics/core/config.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/interrupt.hpp"
+#include "gpu_basics/core/units.hpp"
 #include "gpu_basics/snapshot/preflight.hpp"
 #include "replay.hpp"
 #include "run.hpp"
@@ -60,6 +61,10 @@ int run_preflight_command(const options& o, std::ostream& out, std::ostream& err
     if (at.empty()) at = batches;  // the recorded batches: the model replays them as recorded
     std::optional<std::size_t> limit;
     if (!o.fit_sizes.empty()) limit = *parse_byte_size(o.fit_sizes.front());  // checked by CLI11
+    if (limit && *limit >= kMaxReplayBytes)  // a replay holds less: the answer would be its cap's
+      throw format_error(fmt::format("--fit {}: a limit below {} (what a replay holds), got {} B",
+                                     quote_for_message(o.fit_sizes.front()),
+                                     format_bytes(kMaxReplayBytes), *limit));
     std::vector<batch_recording> recs;
     for (std::size_t i = 0; i < o.input_paths.size(); ++i) {
       throw_if_interrupted();

@@ -17,6 +17,10 @@ namespace {
 
 using pickle::value;
 
+/// The most characters of one frame's "file:line in name" kept (a longer one is cut, "..." after
+/// it): what names a site, bounded, whatever the snapshot's strings.
+constexpr std::size_t kMaxFrameChars = 512;
+
 /// "file:line in name" per frame of a trace entry (innermost first, as PyTorch records them),
 /// at most `most`: its Python frames (files ending in .py), or where it has none, whatever frames
 /// it has (PyTorch's default stacks="all" puts C++ frames first, which would hide the Python
@@ -34,6 +38,10 @@ std::vector<std::string> frames_of(const value& entry, std::size_t most) {
     std::string s = file->as_str();
     if (line && line->is(value::type::integer)) s += fmt::format(":{}", line->as_int());
     if (name && name->is(value::type::str)) s += " in " + name->as_str();
+    if (s.size() > kMaxFrameChars) {  // a frame's text bounded: a trace holds many of them
+      s.resize(kMaxFrameChars);
+      s += "...";
+    }
     if (file->as_str().ends_with(".py"))
       out.push_back(std::move(s));
     else if (other.size() < most)

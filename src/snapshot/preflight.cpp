@@ -73,21 +73,61 @@ bool fits_at(const batch_model& m, std::size_t batch, const allocator_options& o
 }  // namespace
 
 std::optional<std::size_t> largest_fitting_batch(const batch_model& m, const allocator_options& o,
-                                                 std::size_t limit) {
-  std::size_t lo = 0, hi = m.recordings().back().batch;  // lo fits (0: none), hi does not
-  if (fits_at(m, hi, o, limit)) {
-    if (!m.grows()) return std::nullopt;  // every batch needs what this one does
-    lo = hi;
-    for (hi = 2 * lo; fits_at(m, hi, o, limit); hi *= 2) {
-      lo = hi;
-      if (hi >= kMaxBatch) return lo;
+                                                 std::size_t limit, bool* monotone) {
+  // The trace at a batch is the closest recording's model: bisection holds within each one's range
+  // of batches ([from, to], the last one's without end), not across them.
+  const auto& recs = m.recordings();
+  const std::size_t n = recs.size();
+  std::size_t found = 0;        // the largest batch found to fit (0: none)
+  bool gap = false;             // a range that stops fitting before its end
+  bool fits_after_gap = false;  // and a larger batch that fits again
+  std::size_t from = 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool last = i + 1 == n;
+    // Batch B is i's while 2B < its batch + the next one's (the larger of two as close).
+    const std::size_t to = last ? kMaxBatch : (recs[i].batch + recs[i + 1].batch - 1) / 2;
+    if (to < from) continue;
+    std::size_t lo = 0, hi = 0;  // lo fits (0: none yet), hi does not (0: not found)
+    if (!fits_at(m, from, o, limit)) {
+      gap = true;
+      from = to + 1;
+      continue;
     }
+    lo = from;
+    if (!last) {
+      if (fits_at(m, to, o, limit))
+        lo = to;
+      else
+        hi = to;
+    } else {
+      const std::size_t start = std::max(from, recs[i].batch);
+      if (fits_at(m, start, o, limit)) {
+        if (!m.grows(i)) {  // every batch above needs what this one does
+          if (monotone) *monotone = !gap;
+          return std::nullopt;
+        }
+        lo = start;
+        for (hi = 2 * lo; fits_at(m, hi, o, limit); hi *= 2) {
+          lo = hi;
+          if (hi >= kMaxBatch) break;
+        }
+        if (lo >= kMaxBatch) hi = 0;
+      } else {
+        hi = start;
+      }
+    }
+    if (hi != 0)
+      while (hi - lo > 1) {
+        const std::size_t mid = lo + (hi - lo) / 2;
+        (fits_at(m, mid, o, limit) ? lo : hi) = mid;
+      }
+    if (gap) fits_after_gap = true;
+    if (hi != 0 && !last) gap = true;  // it stops fitting inside this range
+    found = lo;
+    from = to + 1;
   }
-  while (hi - lo > 1) {
-    const std::size_t mid = lo + (hi - lo) / 2;
-    (fits_at(m, mid, o, limit) ? lo : hi) = mid;
-  }
-  return lo;
+  if (monotone) *monotone = !fits_after_gap;
+  return found;
 }
 
 preflight_report run_preflight(const batch_model& m, const std::vector<std::size_t>& at,
@@ -127,11 +167,17 @@ preflight_report run_preflight(const batch_model& m, const std::vector<std::size
     }
   if (fit_limit) {
     std::vector<std::optional<std::size_t>> largest_batch(2);
+    bool monotone[2] = {true, true};
     pool.parallel_for(same ? 1 : 2, [&](std::size_t w) {
-      largest_batch[w] = largest_fitting_batch(m, which[w].second.options, *fit_limit);
+      largest_batch[w] =
+          largest_fitting_batch(m, which[w].second.options, *fit_limit, &monotone[w]);
     });
-    if (same) largest_batch[1] = largest_batch[0];
-    r.fit = preflight_fit{*fit_limit, largest_batch[0], largest_batch[1], r.recommended};
+    if (same) {
+      largest_batch[1] = largest_batch[0];
+      monotone[1] = monotone[0];
+    }
+    r.fit = preflight_fit{*fit_limit, largest_batch[0], largest_batch[1], r.recommended,
+                          monotone[0] && monotone[1]};
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;

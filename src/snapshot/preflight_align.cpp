@@ -1,8 +1,9 @@
-// Pre-flight's model: the recordings' traces aligned pairwise as a diff aligns lines (Myers'
-// O((N+M)D) algorithm over a match of action, stream, frames and size class), the alignment
-// checked for consistency (a free aligned only with the free of an aligned block; what one
-// recording inserts is whole: an inserted block's free is inserted too; no allocation of one site
-// replaced by another), then each allocation's size fitted as a + b * batch per base recording.
+// Pre-flight's model: the recordings' allocations aligned pairwise as a diff aligns lines (Myers'
+// O((N+M)D) algorithm over a match of stream, frames and size class, a match of the same size
+// first), each free aligned with its block's counterpart's free, the alignment checked for
+// consistency (matched events in the same order in both; a block freed in both or neither; no
+// allocation of one site replaced by another), then each allocation's size fitted as a + b * batch
+// per base recording.
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
@@ -17,10 +18,15 @@ namespace gpu_basics {
 namespace {
 
 constexpr std::size_t kNone = SIZE_MAX;
-/// The events of each recording one diff aligns at a time, and how many of them may differ: beyond
-/// that they are not the same job's steps.
+/// The allocations of each recording one diff aligns at a time, and how many of them may differ:
+/// beyond that they are not the same job's steps.
 constexpr std::size_t kWindow = 2048;
 constexpr std::size_t kMaxDifferences = 1024;
+/// How far ahead a diff looks for a match of the same size before matching two sizes.
+constexpr std::size_t kLookahead = 4;
+/// The share of the longest recording's events a recording may have unmatched (a larger batch's
+/// workspaces); beyond it the recordings are not the same steps.
+constexpr std::size_t kMaxUnmatchedPercent = 50;
 
 __extension__ using i128 = __int128;  // exact products of sizes and batches
 
@@ -89,6 +95,21 @@ struct matcher {
     if (a.frames[x] && b.frames[y] && a.frames[x] != b.frames[y]) return false;
     return same_size_class(a.size[x], a.rec->batch, b.size[y], b.rec->batch);
   }
+  /// A match of the same size (a constant).
+  [[nodiscard]] bool exact(std::size_t x, std::size_t y) const {
+    return a.size[x] == b.size[y] && (*this)(x, y);
+  }
+  /// Whether a diff's snake may take the match (x, y): an exact one, or one of two sizes with no
+  /// exact match for either within kLookahead events of the other (an inserted workspace of the
+  /// same site before a constant: the constant is matched with itself, not with the workspace).
+  [[nodiscard]] bool takes(std::size_t x, std::size_t y) const {
+    if (!(*this)(x, y)) return false;
+    if (a.size[x] == b.size[y]) return true;
+    for (std::size_t j = 1; j <= kLookahead; ++j)
+      if ((y + j < b.size_n() && exact(x, y + j)) || (x + j < a.size_n() && exact(x + j, y)))
+        return false;
+    return true;
+  }
 };
 
 std::string frames_text(const sequence& s, std::size_t k) {
@@ -125,7 +146,7 @@ std::optional<pairs_t> myers(const matcher& eq, std::size_t x0, std::size_t xe, 
     return v[static_cast<std::size_t>(k + most + 1)];
   };
   const auto same = [&](std::int64_t x, std::int64_t y) {
-    return eq(x0 + static_cast<std::size_t>(x), y0 + static_cast<std::size_t>(y));
+    return eq.takes(x0 + static_cast<std::size_t>(x), y0 + static_cast<std::size_t>(y));
   };
   std::vector<std::vector<std::int64_t>> saved;  // per d: v[-d .. d] after step d
   std::int64_t found = -1;
@@ -166,7 +187,7 @@ std::optional<pairs_t> myers(const matcher& eq, std::size_t x0, std::size_t xe, 
 /// The matched pairs of `a` and `b`: Myers' diff over windows of kWindow events of each, the
 /// first half of each window's script kept (a long trace differs at many places, once per step:
 /// the whole trace in one diff would cost its length times every difference).
-/// @throws preflight_error where more than kMaxDifferences events differ within a window.
+/// @throws preflight_error where more than kMaxDifferences allocations differ within a window.
 pairs_t diff(const sequence& a, const sequence& b) {
   const matcher eq{a, b};
   pairs_t pairs;
@@ -183,20 +204,33 @@ pairs_t diff(const sequence& a, const sequence& b) {
         pairs.push_back(p);
         ++kept;
       }
-    if (last && w) break;
+    if (last && w) return pairs;
     if (kept == 0) {
       std::size_t p = 0;  // the events they share first
       while (x0 + p < a.size_n() && y0 + p < b.size_n() && eq(x0 + p, y0 + p)) ++p;
       const std::size_t ia = x0 + p < a.size_n() ? a.index[x0 + p] : a.rec->events.size();
       const std::size_t ib = y0 + p < b.size_n() ? b.index[y0 + p] : b.rec->events.size();
       throw preflight_error(
-          fmt::format("{} part at their event {} / {} and more than {} of the next {} events "
-                      "differ: not the same job's steps (record the same steps at every batch)",
-                      names(a, b), ia, ib, kMaxDifferences, kWindow),
+          fmt::format(
+              "{} part at their event {} / {} and more than {} of the next {} "
+              "allocations differ: not the same job's steps (record the same steps at every batch)",
+              names(a, b), ia, ib, kMaxDifferences, kWindow),
           ia);
     }
     x0 = pairs.back().first + 1;
     y0 = pairs.back().second + 1;
+  }
+  // One ran out: what the other has left differs too, under the same limit.
+  if (const std::size_t tail = (a.size_n() - x0) + (b.size_n() - y0); tail > kMaxDifferences) {
+    const std::size_t ia = x0 < a.size_n() ? a.index[x0] : a.rec->events.size();
+    const std::size_t ib = y0 < b.size_n() ? b.index[y0] : b.rec->events.size();
+    throw preflight_error(
+        fmt::format(
+            "{} part at their event {} / {}: one ends there and the other has {} more "
+            "allocations, more than {} differences: not the same job's steps (record the same "
+            "steps at every batch)",
+            names(a, b), ia, ib, tail, kMaxDifferences),
+        ia);
   }
   return pairs;
 }
@@ -212,29 +246,9 @@ struct alignment {
                         a.index[x]);
 }
 
-/// The unmatched events of one recording in a stretch between matches: each must come whole (an
-/// inserted block with its free). `there`: where the other recording's stretch starts (its event
-/// at that place, kNone where it has none).
-void check_whole(const sequence& s, const std::vector<std::size_t>& to_other, std::size_t from,
-                 std::size_t to, const sequence& a, const sequence& b, std::size_t there) {
-  const sequence& other = &s == &a ? b : a;
-  for (std::size_t k = from; k < to; ++k) {
-    const std::size_t p = s.partner[k];
-    if (p == kNone || to_other[p] == kNone) continue;
-    const std::string instead =
-        there < other.size_n()
-            ? ", where batch " + std::to_string(other.rec->batch) + " has " + describe(other, there)
-            : std::string();
-    const std::string why = fmt::format(
-        "this {} has no counterpart in batch {}, but its {} does ({}): no consistent alignment",
-        s.is_free[k] ? "free" : "allocation", other.rec->batch,
-        s.is_free[k] ? "allocation" : "free", describe(other, to_other[p]));
-    throw preflight_error(
-        fmt::format("{} part at {}{}; {}", names(a, b), describe(s, k), instead, why), s.index[k]);
-  }
-}
-
-alignment align(const sequence& a, const sequence& b) {
+/// Two recordings' allocations aligned: a diff, then no allocation of one site in place of
+/// another's.
+alignment align_events(const sequence& a, const sequence& b) {
   alignment al{std::vector<std::size_t>(a.size_n(), kNone),
                std::vector<std::size_t>(b.size_n(), kNone)};
   const auto pairs = diff(a, b);
@@ -259,15 +273,73 @@ alignment align(const sequence& a, const sequence& b) {
                           "alignment",
                           names(a, b), describe(a, p), describe(b, q)),
               a.index[p]);
-    check_whole(a, al.to_b, x, mx, a, b, y < my ? y : kNone);
-    check_whole(b, al.to_a, y, my, a, b, x < mx ? x : kNone);
     if (i == pairs.size()) break;
-    if (a.is_free[mx] && al.to_b[a.partner[mx]] != b.partner[my])
-      part(a, mx, b,
-           fmt::format("it stands where batch {} frees another block ({})", b.rec->batch,
-                       describe(b, my)));
     x = mx + 1;
     y = my + 1;
+  }
+  return al;
+}
+
+/// `s`'s allocations alone (each event's index kept; no partners: a free follows its allocation).
+sequence allocations_of(const sequence& s, std::vector<std::size_t>& origin) {
+  sequence o;
+  o.rec = s.rec;
+  for (std::size_t k = 0; k < s.size_n(); ++k) {
+    if (s.is_free[k]) continue;
+    origin.push_back(k);
+    o.index.push_back(s.index[k]);
+    o.is_free.push_back(0);
+    o.partner.push_back(kNone);
+    o.size.push_back(s.size[k]);
+    o.frames.push_back(s.frames[k]);
+    o.stream.push_back(s.stream[k]);
+  }
+  return o;
+}
+
+/// The allocations aligned (a diff over them alone), each free with its block's counterpart's free,
+/// then the order checked: matched events come in the same order in both recordings.
+alignment align(const sequence& a, const sequence& b) {
+  std::vector<std::size_t> oa, ob;
+  const sequence aa = allocations_of(a, oa), bb = allocations_of(b, ob);
+  const alignment allocs = align_events(aa, bb);
+  alignment al{std::vector<std::size_t>(a.size_n(), kNone),
+               std::vector<std::size_t>(b.size_n(), kNone)};
+  for (std::size_t x = 0; x < aa.size_n(); ++x) {
+    if (allocs.to_b[x] == kNone) continue;
+    const std::size_t px = oa[x], py = ob[allocs.to_b[x]];
+    al.to_b[px] = py;
+    al.to_a[py] = px;
+    const std::size_t fx = a.partner[px], fy = b.partner[py];
+    if ((fx == kNone) != (fy == kNone)) {
+      const bool a_frees = fx != kNone;
+      const sequence& s = a_frees ? a : b;
+      const sequence& o = a_frees ? b : a;
+      throw preflight_error(
+          fmt::format("{} part at {}: batch {} never frees its counterpart ({}); no consistent "
+                      "alignment",
+                      names(a, b), describe(s, a_frees ? fx : fy), o.rec->batch,
+                      describe(o, a_frees ? py : px)),
+          s.index[a_frees ? fx : fy]);
+    }
+    if (fx != kNone) {
+      al.to_b[fx] = fy;
+      al.to_a[fy] = fx;
+    }
+  }
+  // The same order in both: a matched event of `a` whose counterpart comes before the previous
+  // one's (frees in another order).
+  std::size_t prev = kNone, prev_x = kNone;
+  for (std::size_t x = 0; x < a.size_n(); ++x) {
+    const std::size_t y = al.to_b[x];
+    if (y == kNone) continue;
+    if (prev != kNone && y < prev)
+      part(a, x, b,
+           fmt::format("where batch {} has {} before {}, the counterpart of {}: the events come "
+                       "in another order; no consistent alignment",
+                       b.rec->batch, describe(b, y), describe(b, prev), describe(a, prev_x)));
+    prev = y;
+    prev_x = x;
   }
   return al;
 }
@@ -283,7 +355,17 @@ batch_model::batch_model(std::vector<batch_recording> recordings)
       throw logic_error("preflight: the batches must be above 0 and increase");
   std::unordered_map<std::string, std::uint32_t> interned;
   std::vector<sequence> seqs;
-  for (const auto& r : recordings_) seqs.push_back(sequence_of(r, interned));
+  std::size_t longest = 0;
+  for (const auto& r : recordings_) {
+    seqs.push_back(sequence_of(r, interned));
+    if (seqs.back().size_n() == 0)
+      throw preflight_error(
+          fmt::format("{} (batch {}): no allocations in its trace to model (was the snapshot "
+                      "recorded with _record_memory_history while the steps ran?)",
+                      printable(r.name), r.batch),
+          0);
+    longest = std::max(longest, seqs.back().size_n());
+  }
   // match[i][j]: recording i's events in recording j (kNone: none).
   std::vector<std::vector<std::vector<std::size_t>>> match(
       n, std::vector<std::vector<std::size_t>>(n));
@@ -341,9 +423,33 @@ batch_model::batch_model(std::vector<batch_recording> recordings)
                   mid.first),
               s.index[k]);
       }
-      grows_ = grows_ || sl.rise > 0;
+      // The smallest batch's size (rise >= 0: batch 1's is the least): below 0, the fit is
+      // wrong there, and a prediction at small batches would be too. Refused once, here.
+      if (const i128 at1 = static_cast<i128>(sl.size_lo) -
+                           static_cast<i128>(sl.rise) * (sl.batch_lo - 1) / sl.run;
+          at1 < 0)
+        throw preflight_error(
+            fmt::format("{}: the size of {} would be below 0 at batch 1 ({} B at batch {}, {} B "
+                        "at batch {}: a + b * batch with a = {:.0f} B); it grows faster than in "
+                        "proportion to the batch, not affine (record smaller batches)",
+                        printable(recordings_[r].name), describe(s, k), lo.second, lo.first,
+                        hi.second, hi.first,
+                        static_cast<double>(lo.second) - static_cast<double>(sl.rise) *
+                                                             static_cast<double>(lo.first) /
+                                                             static_cast<double>(sl.run)),
+            s.index[k]);
+      mo.grows = mo.grows || sl.rise > 0;
       mo.slots.push_back(sl);
     }
+    // Most of it unmatched: not the same steps (the model would be the recording itself).
+    if (mo.unmatched > longest * kMaxUnmatchedPercent / 100)
+      throw preflight_error(
+          fmt::format("{} (batch {}): {} of its {} events have no counterpart in another "
+                      "recording, more than {}% of the longest ({} events): not the same job's "
+                      "steps (record the same steps at every batch)",
+                      printable(recordings_[r].name), recordings_[r].batch, mo.unmatched,
+                      s.size_n(), kMaxUnmatchedPercent, longest),
+          0);
   }
 }
 

@@ -69,7 +69,11 @@ std::vector<presentation::table> preflight_tables(const preflight_report& r) {
         {std::string("recommended"), policy_label(r.fit->policy), batch_value(r.fit->recommended)});
     f.notes.push_back(
         "Replayed under the limit with PyTorch's out-of-memory path (free the cache, retry); 0: "
-        "not even batch 1 fits.");
+        "no batch fits.");
+    if (!r.fit->monotone)
+      f.notes.push_back(
+          "Not monotone: a smaller batch does not fit where a larger one does (the model switches "
+          "recordings between them); this is the largest that fits.");
     out.push_back(std::move(f));
   }
   return out;
@@ -93,7 +97,8 @@ nlohmann::json to_json(const preflight_report& r) {
     j["largest_batch"] = {{"limit_bytes", r.fit->limit},
                           {"defaults", batch_json(r.fit->defaults)},
                           {"recommended", batch_json(r.fit->recommended)},
-                          {"policy", r.fit->policy}};
+                          {"policy", r.fit->policy},
+                          {"monotone", r.fit->monotone}};
   j["seconds"] = r.seconds;
   return j;
 }

@@ -147,7 +147,7 @@ gb::allocator_options options_of(const std::string& conf) {
 // recordings and beyond them) is the replay of the job at that batch, byte for byte.
 TEST(Preflight, AffineSizesPredictTheJobsOwnReplayExactly) {
   const gb::batch_model m(recordings({2, 4, 8}));
-  EXPECT_TRUE(m.grows());
+  EXPECT_TRUE(m.grows(2));
   for (std::size_t b = 0; b < 3; ++b) EXPECT_EQ(m.unmatched(b), 0u);
   const gb::preflight_report r = gb::run_preflight(m, {3, 13, 24}, std::nullopt, 2);
   ASSERT_EQ(r.predictions.size(), 6u);
@@ -412,6 +412,11 @@ TEST(Preflight, TheCommandWritesItsJsonAndRefusesBadInput) {
   EXPECT_NE(err.find("2 or 3 recordings, got 1"), std::string::npos) << err;
   EXPECT_EQ(run({files[0], files[1], "--batches", "2,4", "--fit", "1GiB", "--fit", "2GiB"}),
             gb::cli::exit_usage);
+  // A limit no replay can hold: refused, not answered at the replay's cap.
+  EXPECT_EQ(run({files[0], files[1], "--batches", "2,4", "--fit", "4TiB", "--json", none}),
+            gb::cli::exit_usage);
+  EXPECT_NE(err.find("--fit \"4TiB\": a limit below 4 TiB"), std::string::npos) << err;
+  EXPECT_EQ(run({files[0], files[1], "--batches", "2,4", "--fit", "5TiB"}), gb::cli::exit_usage);
   write_bytes(dir / "x.pickle", "not a pickle at all");
   EXPECT_EQ(run({files[0], (dir / "x.pickle").string(), "--batches", "2,4", "--json", none}),
             gb::cli::exit_usage);
@@ -419,4 +424,173 @@ TEST(Preflight, TheCommandWritesItsJsonAndRefusesBadInput) {
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   EXPECT_NE(err.find("x.pickle"), std::string::npos) << err;
   EXPECT_FALSE(std::filesystem::exists(none));
+}
+
+namespace {
+/// One event of a hand-written recording: 'a' (alloc of `bytes` with `frames`) or 'f' (free).
+struct ev {
+  char kind;
+  std::uint64_t id;
+  std::size_t bytes = 0;
+  std::string frames;
+};
+gb::batch_recording recording_of(std::size_t batch, const std::vector<ev>& events) {
+  gb::batch_recording r;
+  r.batch = batch;
+  r.name = "hand_b" + std::to_string(batch) + ".pickle";
+  for (const ev& e : events) {
+    r.events.push_back(
+        {e.kind == 'a' ? replay_event::op::alloc : replay_event::op::free, e.id, e.bytes, 0});
+    r.frames.push_back(e.kind == 'a' ? e.frames : std::string());
+  }
+  return r;
+}
+}  // namespace
+
+// Recordings of different steps: one step against ten is refused (most of the longer one has no
+// counterpart), and so is a recording with nothing to model.
+TEST(Preflight, RecordingsOfDifferentStepsOrNoEventsAreRefused) {
+  job one, ten;
+  one.steps = 1;
+  ten.steps = 10;
+  const auto [message, event] = model_error({job_at(4, one), job_at(8, ten)});
+  ASSERT_NE(message, "");
+  EXPECT_NE(message.find("job_b8.pickle (batch 8)"), std::string::npos) << message;
+  EXPECT_NE(message.find("not the same job's steps"), std::string::npos) << message;
+  // The same number of steps: accepted.
+  EXPECT_EQ(model_error({job_at(4, ten), job_at(8, ten)}).first, "");
+  gb::batch_recording empty{2, "empty.pickle", {}, {}};
+  const auto [m2, e2] = model_error({empty, job_at(8)});
+  EXPECT_NE(m2.find("empty.pickle (batch 2): no allocations"), std::string::npos) << m2;
+}
+
+// An allocation that grows between the two smaller recordings but that the largest does not have:
+// the batches above the largest are its model's, which does not grow, so every batch fits (not
+// the search's cap).
+TEST(Preflight, WhatGrowsIsTheLargestRecordingsModelAboveIt) {
+  const ev k{'a', 2, 4 * MiB, "k.py:2 in step"};
+  const ev fk{'f', 2, 0, ""};
+  const gb::batch_model m(
+      {recording_of(2, {{'a', 1, 1 * MiB, "a.py:1 in step"}, {'f', 1, 0, ""}, k, fk}),
+       recording_of(4, {{'a', 1, 2 * MiB, "a.py:1 in step"}, {'f', 1, 0, ""}, k, fk}),
+       recording_of(8, {k, fk})});
+  EXPECT_TRUE(m.grows(0));
+  EXPECT_FALSE(m.grows(2));
+  EXPECT_EQ(gb::largest_fitting_batch(m, {}, 1024 * MiB), std::nullopt);
+}
+
+// A size whose line through two recordings comes below 0 at small batches (1 MiB at batch 4,
+// 4 MiB at batch 8): refused once, when the model is built, naming the event; not read as "does not
+// fit" inside the search, nor refused only at `--at 1`.
+TEST(Preflight, ASizeBelowZeroAtBatchOneIsRefusedWhenTheModelIsBuilt) {
+  const auto [message, event] =
+      model_error({recording_of(4, {{'a', 1, 1 * MiB, "x.py:3 in f"}, {'f', 1, 0, ""}}),
+                   recording_of(8, {{'a', 1, 4 * MiB, "x.py:3 in f"}, {'f', 1, 0, ""}})});
+  EXPECT_NE(message.find("below 0 at batch 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("event 0 of batch 8 (alloc of 4194304 B on stream 0, frames: x.py:3"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(event, 0u);
+  // Exactly 0 at batch 1 (1 MiB at batch 2, 3 MiB at batch 4): accepted.
+  EXPECT_EQ(model_error({recording_of(2, {{'a', 1, 1 * MiB, ""}, {'f', 1, 0, ""}}),
+                         recording_of(4, {{'a', 1, 3 * MiB, ""}, {'f', 1, 0, ""}})})
+                .first,
+            "");
+}
+
+// A constant allocation after an inserted workspace of another size (the same frames as it, or
+// none): matched with itself (constant at every batch), the workspace kept at its size.
+TEST(Preflight, AConstantIsMatchedWithItselfNotWithAnInsertedWorkspace) {
+  for (const std::string frames : {"k.py:5 in step", ""}) {
+    const gb::batch_model m({recording_of(4, {{'a', 1, 4 * MiB, frames}, {'f', 1, 0, ""}}),
+                             recording_of(8, {{'a', 2, 6 * MiB, frames},
+                                              {'a', 1, 4 * MiB, frames},
+                                              {'f', 2, 0, ""},
+                                              {'f', 1, 0, ""}})});
+    EXPECT_FALSE(m.grows(1)) << frames;
+    const auto t = m.trace_at(1024);
+    ASSERT_EQ(t.size(), 4u);
+    EXPECT_EQ(t[0].bytes, 6 * MiB) << frames;
+    EXPECT_EQ(t[1].bytes, 4 * MiB) << frames;
+    EXPECT_EQ(m.unmatched(1), 2u);
+  }
+}
+
+// The model is piecewise (each batch is its closest recording's): batch 2's recording has a
+// 200 MiB workspace batch 8's does not, so batches 1 to 4 never fit 60 MiB while 5 and 6 do. The
+// search finds 6 (not 0, which one bisection over 0 .. 8 gives) and says the fit is not monotone.
+TEST(Preflight, TheLargestBatchIsSearchedInEachRecordingsRangeOfBatches) {
+  const gb::batch_model m({recording_of(2, {{'a', 1, 20 * MiB, "a.py:1 in f"},
+                                            {'f', 1, 0, ""},
+                                            {'a', 2, 200 * MiB, "w.py:2 in g"},
+                                            {'f', 2, 0, ""}}),
+                           recording_of(8, {{'a', 1, 80 * MiB, "a.py:1 in f"}, {'f', 1, 0, ""}})});
+  const std::size_t limit = 60 * MiB;
+  const auto fits = [&](std::size_t b) {
+    const auto trace = m.trace_at(b);
+    return gb::replay_under_limit(gb::prepare_trace(trace), {}, limit).fits();
+  };
+  bool monotone = true;
+  const auto found = gb::largest_fitting_batch(m, {}, limit, &monotone);
+  ASSERT_TRUE(found);
+  EXPECT_GE(*found, 5u);
+  EXPECT_TRUE(fits(*found)) << *found;
+  EXPECT_FALSE(fits(*found + 1)) << *found;
+  EXPECT_FALSE(fits(4));
+  EXPECT_FALSE(monotone);
+  const auto r = gb::run_preflight(m, {5}, limit, 2);
+  ASSERT_TRUE(r.fit);
+  EXPECT_FALSE(r.fit->monotone);
+  EXPECT_EQ(gb::to_json(r)["largest_batch"]["monotone"], false);
+  // A monotone one says so.
+  bool m2 = false;
+  (void)gb::largest_fitting_batch(gb::batch_model(recordings({2, 4, 8})), {}, 64 * MiB, &m2);
+  EXPECT_TRUE(m2);
+}
+
+// One recording ends and the other goes on for more than the differences' limit (1024 steps of
+// one allocation against 10240): refused where they part, not kept as one unchecked inserted
+// stretch.
+TEST(Preflight, ATailPastTheOtherRecordingsEndIsRefused) {
+  const auto steps = [](std::size_t batch, std::uint64_t n) {
+    std::vector<ev> v;
+    for (std::uint64_t i = 1; i <= n; ++i) {
+      v.push_back({'a', i, 4096, "x.py:1 in step"});
+      v.push_back({'f', i, 0, ""});
+    }
+    return recording_of(batch, v);
+  };
+  const auto [message, event] = model_error({steps(1, 1024), steps(2, 10240)});
+  EXPECT_NE(message.find("part at their event 2048 / 2048: one ends there"), std::string::npos)
+      << message;
+  EXPECT_EQ(event, 2048u);
+}
+
+// Frees in LIFO order around an inserted workspace of the same size and site as a constant (batch
+// 8 [alloc W, alloc K, free K, free W] against batch 4 [alloc K, free K]): aligned (the
+// allocations alone, each free with its block's), not refused.
+TEST(Preflight, AnInsertionWithLifoFreesIsAligned) {
+  for (const std::string frames : {"k.py:5 in step", ""}) {
+    const gb::batch_model m({recording_of(4, {{'a', 1, 4 * MiB, frames}, {'f', 1, 0, ""}}),
+                             recording_of(8, {{'a', 2, 4 * MiB, frames},
+                                              {'a', 1, 4 * MiB, frames},
+                                              {'f', 1, 0, ""},
+                                              {'f', 2, 0, ""}})});
+    EXPECT_EQ(m.unmatched(1), 2u) << frames;
+    EXPECT_FALSE(m.grows(1)) << frames;
+    EXPECT_EQ(gb::predict_at(m, 64, {}).peak_allocated, 8 * MiB) << frames;
+  }
+}
+
+// A frame's text is bounded (a snapshot of long file names and functions would otherwise hold
+// every allocation's frames whole): cut at 512 characters, "..." after it.
+TEST(Preflight, LongFramesAreCutWhenRead) {
+  const auto dir = scratch("preflight_frames");
+  auto r = recording_of(2, {{'a', 1, 4096, std::string(5000, 'n')}, {'f', 1, 0, ""}});
+  write_job_snapshot(dir / "long.pickle", r);
+  const gb::batch_recording read = gb::read_batch_recording((dir / "long.pickle").string(), 2);
+  ASSERT_EQ(read.frames.size(), 2u);
+  EXPECT_EQ(read.frames[0].size(), 512u + 3u) << read.frames[0].substr(0, 40);
+  EXPECT_EQ(read.frames[0].substr(0, 14), "model.py:5000 ");
+  EXPECT_EQ(read.frames[0].substr(512), "...");
 }

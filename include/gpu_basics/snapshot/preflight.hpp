@@ -1,6 +1,6 @@
 // Pre-flight: PyTorch's peak memory at a batch size nobody has run, from snapshots of the same job
-// recorded at two or three small batch sizes. The recordings' allocation traces are aligned event
-// by event as a diff aligns lines (by action, stream, frames and size class); each aligned
+// recorded at two or three small batch sizes. The recordings' allocations are aligned as a diff
+// aligns lines (by stream, frames and size class), each free with its block's; each aligned
 // allocation's requested size is modelled as a + b * batch (fitted from two recordings, checked
 // exactly against a third); the trace is synthesized at any batch and replayed through the one
 // replay engine, under PyTorch's defaults and the policy advise recommends; the largest batch that
@@ -59,7 +59,9 @@ class batch_model {
  public:
   /// Aligns and fits `recordings` (2 or 3, batches strictly increasing).
   /// @throws logic_error for another count of recordings or batches that do not increase;
-  /// preflight_error where the sequences part with no consistent alignment or a size is not affine.
+  /// preflight_error where the sequences part with no consistent alignment, a recording has no
+  /// events or more than half the longest one's unmatched, a size is not affine, or a size's line
+  /// comes below 0 at batch 1.
   explicit batch_model(std::vector<batch_recording> recordings);
 
   /// The trace at `batch` (>= 1): the events of the recording closest to it (the larger of two
@@ -75,8 +77,10 @@ class batch_model {
   /// Events of recording `base` that some other recording does not have (modelled from those
   /// that do, or kept at its own size where it alone has them).
   [[nodiscard]] std::size_t unmatched(std::size_t base) const { return models_.at(base).unmatched; }
-  /// Whether some allocation grows with the batch (else every batch needs what the largest needs).
-  [[nodiscard]] bool grows() const noexcept { return grows_; }
+  /// Whether some allocation of recording `base`'s model grows with the batch (else every batch
+  /// that model synthesizes needs what `base` needs). The batches above the largest recording are
+  /// its model's: grows(recordings().size() - 1).
+  [[nodiscard]] bool grows(std::size_t base) const { return models_.at(base).grows; }
 
  private:
   /// One event of a model: an allocation of a modelled size or the free of one.
@@ -93,10 +97,10 @@ class batch_model {
   struct model {
     std::vector<slot> slots;
     std::size_t unmatched = 0;
+    bool grows = false;
   };
   std::vector<batch_recording> recordings_;
   std::vector<model> models_;  // one per recording as the base
-  bool grows_ = false;
 };
 
 /// One predicted peak.
@@ -116,6 +120,9 @@ struct preflight_fit {
   std::optional<std::size_t> defaults;
   std::optional<std::size_t> recommended;
   std::string policy;  // the recommendation's conf
+  /// False where a batch fits above one that does not (the model switches recordings between
+  /// them: each recording's range of batches is searched on its own).
+  bool monotone = true;
 };
 
 struct preflight_report {
@@ -133,14 +140,17 @@ struct preflight_report {
 [[nodiscard]] replay_result predict_at(const batch_model& m, std::size_t batch,
                                        const allocator_options& o);
 
-/// The largest batch whose trace replays under `o` within `limit` bytes reserved: doubling from
-/// the largest recording's batch, then bisection (a larger batch is assumed to need no less).
-/// 0 where batch 1 does not fit; nullopt where nothing grows with the batch and the largest
-/// recording fits (every batch does).
+/// The largest batch whose trace replays under `o` within `limit` bytes reserved, searched in
+/// each recording's range of batches (those it is the closest to) on its own: bisection within
+/// it, doubling above the largest recording's batch (within one range a larger batch is assumed
+/// to need no less). 0 where no batch fits; nullopt where nothing of the largest recording's model
+/// grows with the batch and it fits (every batch above does). With `monotone`, whether no batch
+/// fits above one that does not.
 /// @throws interrupted on Ctrl-C.
 [[nodiscard]] std::optional<std::size_t> largest_fitting_batch(const batch_model& m,
                                                                const allocator_options& o,
-                                                               std::size_t limit);
+                                                               std::size_t limit,
+                                                               bool* monotone = nullptr);
 
 /// The whole pre-flight: the recommendation (advise on the largest recording), the peaks at each
 /// of `at` under the defaults and the recommendation, and with `fit_limit` the largest batch that
@@ -155,7 +165,7 @@ struct preflight_report {
 [[nodiscard]] std::vector<presentation::table> preflight_tables(const preflight_report& r);
 /// The report as JSON: "predictions" (batch, which, policy, peak_allocated_bytes,
 /// peak_reserved_bytes), and with a limit "largest_batch" (limit_bytes, defaults, recommended,
-/// policy).
+/// policy, monotone).
 [[nodiscard]] nlohmann::json to_json(const preflight_report& r);
 
 }  // namespace gpu_basics
