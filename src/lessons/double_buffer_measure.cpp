@@ -28,6 +28,9 @@ namespace gpu_basics::lessons {
 
 namespace {
 
+/// The fewest runs of a pipeline mode (and compute-time samples) before one may stop as precise.
+constexpr int kPipelineMinRuns = 3;
+
 /// What every ratio shares: the pinned source batches, the checksum slots, the host threads.
 struct workload {
   std::size_t bytes;
@@ -228,10 +231,15 @@ std::optional<double_buffer_result> measure_double_buffer(context& ctx) {
   r.copy_s = bench.copy(copy_direction::h2d, host_memory::pinned, db.batch_bytes).time_s.median;
   // The rules: each mode's runs at most `repetitions` times, each compute time at most 5 times,
   // under benchmark.*'s rule, without warm-up runs of their own (the model warms up itself).
+  // These figures are not compare's gates, and a pipeline's total varies by well under 1% from
+  // run to run: each stops after kPipelineMinRuns once its median is known within
+  // benchmark.max_noise (half of the lesson's time went to runs that changed nothing).
   stopping_rule runs_rule = capped(ctx.cfg.benchmark.rule(), *r.repetitions);
   runs_rule.warmup = 0;
+  runs_rule.min_samples = std::min(runs_rule.min_samples, kPipelineMinRuns);
   stopping_rule compute_rule = capped(ctx.cfg.benchmark.rule(), 5);
   compute_rule.warmup = 0;
+  compute_rule.min_samples = std::min(compute_rule.min_samples, kPipelineMinRuns);
   compute_model model(w, 1, compute_rule);
 
   const int total = static_cast<int>(db.compute_to_copy.size());

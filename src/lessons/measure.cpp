@@ -3,8 +3,11 @@
 #include <string_view>
 #include <utility>
 
+#include <spdlog/spdlog.h>
+
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/lessons/registry.hpp"
+#include "timed_part.hpp"
 
 namespace gpu_basics::lessons {
 
@@ -36,6 +39,10 @@ const std::vector<lesson>& measuring_registry() {
     return out;
   }();
   return all;
+}
+
+void log_part_time(const char* lesson, const char* name, double seconds) {
+  spdlog::debug("{}: {} took {:.2f} s", lesson, name, seconds);
 }
 
 }  // namespace gpu_basics::lessons

@@ -15,6 +15,7 @@
 #include "gpu_basics/transfer/copy_bench.hpp"
 #include "gpu_basics/transfer/plan.hpp"
 #include "gpu_basics/transfer/staged_copy.hpp"
+#include "timed_part.hpp"
 
 namespace gpu_basics::lessons {
 
@@ -328,20 +329,27 @@ transfer_result measure_transfer(context& ctx) {
   if (const auto sheet = find_datasheet(dev.name)) r.hbm_bytes_per_s = sheet->hbm_bytes_per_s;
 
   {  // the bench's buffers are freed before the double-buffering part allocates its own
+    const char* t = "transfer";
     copy_bench bench(cfg.benchmark.rule());
-    measure_bandwidth(ctx, bench, shapes, r);
-    measure_d2d(ctx, bench, shapes, r);
-    measure_sync_async(ctx, bench, r);
-    if (r.use_pinned_memory) r.streams = measure_streams(ctx, bench, shapes.back().bytes);
-    r.pageable_upload = measure_staging(ctx, bench);
+    timed_part(t, "shapes", [&] { measure_bandwidth(ctx, bench, shapes, r); });
+    timed_part(t, "d2d", [&] { measure_d2d(ctx, bench, shapes, r); });
+    timed_part(t, "sync vs async", [&] { measure_sync_async(ctx, bench, r); });
     if (r.use_pinned_memory)
-      r.host_register = measure_host_register(ctx, bench, cfg.transfer.large_copy_bytes);
-    if (sweep) r.sweep = measure_sweep(ctx, bench);
+      r.streams = timed_part(t, "streams",
+                             [&] { return measure_streams(ctx, bench, shapes.back().bytes); });
+    r.pageable_upload =
+        timed_part(t, "pageable copies", [&] { return measure_staging(ctx, bench); });
+    if (r.use_pinned_memory)
+      r.host_register = timed_part(t, "cudaHostRegister", [&] {
+        return measure_host_register(ctx, bench, cfg.transfer.large_copy_bytes);
+      });
+    if (sweep) r.sweep = timed_part(t, "sweep", [&] { return measure_sweep(ctx, bench); });
   }
   spdlog::debug("transfer: host<->device copies measured");
 
-  r.double_buffer = measure_double_buffer(ctx);
-  r.multi_gpu = measure_multi_gpu(ctx);
+  r.double_buffer =
+      timed_part("transfer", "double-buffering", [&] { return measure_double_buffer(ctx); });
+  r.multi_gpu = timed_part("transfer", "between GPUs", [&] { return measure_multi_gpu(ctx); });
   return r;
 }
 

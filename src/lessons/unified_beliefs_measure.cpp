@@ -19,6 +19,7 @@
 #include "gpu_basics/core/pattern_kernels.hpp"
 #include "gpu_basics/core/sampling.hpp"
 #include "gpu_basics/core/units.hpp"
+#include "timed_part.hpp"
 #include "unified_kernels.hpp"
 #include "unified_measure.hpp"
 
@@ -216,7 +217,7 @@ std::optional<nvml_util_belief> measure_nvml_util(const context& ctx, cuda_strea
   nvml_util_belief b;
   b.idle_allocation_bytes = ctx.cfg.unified.beliefs.idle_allocation_bytes;
   b.busy_copy_bytes = kGiB;
-  b.samples = 20;
+  b.samples = 10;  // 50 ms apart: the median of half a second of NVML's windowed figure
   std::size_t free = 0, total = 0;
   GPU_BASICS_CUDA_TRY(cudaMemGetInfo(&free, &total));
   // The point (an idle allocation shows no memory utilisation) holds at any size: on a device
@@ -296,11 +297,13 @@ d2d_belief measure_d2d(const context& ctx, cuda_stream& s, device_counter& wrong
 beliefs_result measure_beliefs(context& ctx, cuda_stream& s, device_counter& wrong,
                                std::vector<memory_step>& steps) {
   beliefs_result b;
-  b.pin = timed_part("belief pin", [&] { return measure_pin(ctx.cfg, s, wrong); });
-  b.stale_read = timed_part("belief stale read", [&] { return measure_stale_read(ctx.cfg, s); });
-  b.pool = timed_part("belief pool", [&] { return measure_pool(ctx.cfg, s, wrong); });
-  b.nvml_util = timed_part("belief nvml", [&] { return measure_nvml_util(ctx, s, wrong, steps); });
-  b.d2d = timed_part("belief d2d", [&] { return measure_d2d(ctx, s, wrong); });
+  b.pin = timed_part("unified", "belief pin", [&] { return measure_pin(ctx.cfg, s, wrong); });
+  b.stale_read =
+      timed_part("unified", "belief stale read", [&] { return measure_stale_read(ctx.cfg, s); });
+  b.pool = timed_part("unified", "belief pool", [&] { return measure_pool(ctx.cfg, s, wrong); });
+  b.nvml_util =
+      timed_part("unified", "belief nvml", [&] { return measure_nvml_util(ctx, s, wrong, steps); });
+  b.d2d = timed_part("unified", "belief d2d", [&] { return measure_d2d(ctx, s, wrong); });
   return b;
 }
 

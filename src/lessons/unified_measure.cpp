@@ -1,7 +1,9 @@
 // Measuring the unified lesson: managed memory (first touch, the way back, oversubscription) and
 // zero-copy; the ledger is in ledger_probe.cpp, the beliefs in unified_beliefs_measure.cpp.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <vector>
 
 #include <unistd.h>
@@ -16,8 +18,10 @@
 #include "gpu_basics/core/pattern.hpp"
 #include "gpu_basics/core/pattern_kernels.hpp"
 #include "gpu_basics/core/sampling.hpp"
+#include "gpu_basics/core/thread_pool.hpp"
 #include "gpu_basics/core/units.hpp"
 #include "gpu_basics/lessons/measure.hpp"
+#include "timed_part.hpp"
 #include "unified_kernels.hpp"
 #include "unified_measure.hpp"
 
@@ -36,10 +40,6 @@ stopping_rule rule_of_at_most(const config& cfg, int most) {
   stopping_rule rule = capped(cfg.benchmark.rule(), most);
   rule.warmup = 0;
   return rule;
-}
-
-void log_part_time(const char* name, double seconds) {
-  spdlog::debug("unified: {} took {:.2f} s", name, seconds);
 }
 
 void fail_key(const config& cfg, const std::string& key, const std::string& message) {
@@ -107,11 +107,28 @@ constexpr std::uint32_t kSeed = 0x5eed2026u;
 
 // ---- managed: first touch ---------------------------------------------------------------------
 
+// The pattern written and checked on the host by every thread: untimed set-up and checks, which
+// on one thread took most of a second per 512 MiB buffer (its page faults included) and most of
+// the managed part's time.
+void fill_on_host(thread_pool& pool, void* p, std::size_t bytes) {
+  pool.parallel_ranges(bytes, 4, [&](std::size_t off, std::size_t n) {
+    fill_pattern_host(static_cast<std::byte*>(p) + off, n, kSeed, off);
+  });
+}
+
+std::size_t mismatches_on_host(thread_pool& pool, const void* p, std::size_t bytes) {
+  std::atomic<std::size_t> bad{0};
+  pool.parallel_ranges(bytes, 4, [&](std::size_t off, std::size_t n) {
+    bad += count_pattern_mismatches_host(static_cast<const std::byte*>(p) + off, n, kSeed, off);
+  });
+  return bad.load();
+}
+
 /// A buffer filled on the CPU, then read by a kernel after `placement`'s preparation.
 managed_touch touch_on_gpu(int device, std::size_t bytes, const std::string& placement,
-                           cuda_stream& s, device_counter& wrong) {
+                           cuda_stream& s, device_counter& wrong, thread_pool& pool) {
   managed_buffer buf(bytes);
-  fill_pattern_host(buf.get(), bytes, kSeed);  // the pages are the CPU's now
+  fill_on_host(pool, buf.get(), bytes);  // the pages are the CPU's now
   const cudaMemLocation gpu = device_location(device);
   if (placement == "read_mostly")
     GPU_BASICS_CUDA_TRY(cudaMemAdvise(buf.get(), bytes, cudaMemAdviseSetReadMostly, gpu));
@@ -132,7 +149,8 @@ managed_touch touch_on_gpu(int device, std::size_t bytes, const std::string& pla
 }
 
 /// A buffer written by a kernel, then read on the CPU (after a prefetch to the host, or not).
-managed_touch touch_on_cpu(std::size_t bytes, const std::string& placement, cuda_stream& s) {
+managed_touch touch_on_cpu(std::size_t bytes, const std::string& placement, cuda_stream& s,
+                           thread_pool& pool) {
   managed_buffer buf(bytes);
   enqueue_fill_pattern(buf.get(), bytes, kSeed, s);  // the pages are the GPU's now
   s.synchronize();
@@ -148,7 +166,7 @@ managed_touch touch_on_cpu(std::size_t bytes, const std::string& placement, cuda
   for (std::size_t i = 0; i < bytes / sizeof(std::uint64_t); ++i) sum += words[i];
   const double t = host_seconds() - t0;
   if (sum == 0) throw verification_error("managed memory read on the CPU: all zero");
-  expect_intact(count_pattern_mismatches_host(buf.get(), bytes, kSeed),
+  expect_intact(mismatches_on_host(pool, buf.get(), bytes),
                 "managed memory read on the CPU (" + placement + ")");
   return {"to_cpu", placement, t, static_cast<double>(bytes) / t, std::nullopt};
 }
@@ -263,15 +281,16 @@ managed_result measure_managed(context& ctx, cuda_stream& s, device_counter& wro
     fail_key(ctx.cfg, "unified.managed.bytes",
              fmt::format("{} (twice, for the way back) does not fit in the {} free on the device",
                          format_bytes(m.bytes), format_bytes(free)));
-  timed_part("managed touches", [&] {
+  timed_part("unified", "managed touches", [&] {
+    thread_pool pool{default_thread_count()};
     for (const char* placement :
          {"faults", "prefetch", "read_mostly", "preferred_location", "accessed_by"})
-      r.touches.push_back(touch_on_gpu(ctx.cfg.device, m.bytes, placement, s, wrong));
+      r.touches.push_back(touch_on_gpu(ctx.cfg.device, m.bytes, placement, s, wrong, pool));
     for (const char* placement : {"faults", "prefetch"})
-      r.touches.push_back(touch_on_cpu(m.bytes, placement, s));
+      r.touches.push_back(touch_on_cpu(m.bytes, placement, s, pool));
   });
   if (ctx.cfg.unified.oversubscription.enabled)
-    r.oversubscription = timed_part("oversubscription",
+    r.oversubscription = timed_part("unified", "oversubscription",
                                     [&] { return measure_oversubscription(ctx, s, wrong, steps); });
   return r;
 }
@@ -375,9 +394,11 @@ unified_result measure_unified(context& ctx) {
   if (u.managed.enabled) r.managed = measure_managed(ctx, s, wrong, r.memory_steps);
   ctx.report_progress("zero-copy", 1, parts);
   if (u.zero_copy.enabled)
-    r.zero_copy = timed_part("zero-copy", [&] { return measure_zero_copy(ctx, s, wrong); });
+    r.zero_copy =
+        timed_part("unified", "zero-copy", [&] { return measure_zero_copy(ctx, s, wrong); });
   ctx.report_progress("the memory ledger", 2, parts);
-  if (u.ledger.enabled) r.ledger = timed_part("ledger", [&] { return measure_ledger(ctx); });
+  if (u.ledger.enabled)
+    r.ledger = timed_part("unified", "ledger", [&] { return measure_ledger(ctx); });
   ctx.report_progress("five beliefs", 3, parts);
   if (u.beliefs.enabled) r.beliefs = measure_beliefs(ctx, s, wrong, r.memory_steps);
   ctx.report_progress("done", parts, parts);

@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "gpu_basics/core/clock.hpp"
 #include "gpu_basics/core/config.hpp"
 #include "gpu_basics/core/cuda.hpp"
 #include "gpu_basics/core/sampling.hpp"
@@ -25,20 +24,6 @@ namespace unified_detail {
 /// passes): benchmark.*'s rule capped at `most`, without warm-up runs of its own (a loop that warms
 /// up does so itself, as before), so the lesson takes no longer than with a fixed count.
 [[nodiscard]] stopping_rule rule_of_at_most(const config& cfg, int most);
-
-/// The debug line of timed_part().
-void log_part_time(const char* name, double seconds);
-/// Runs `f()` and logs (debug) how long the part `name` took: where the lesson's time goes.
-template <class F>
-auto timed_part(const char* name, F&& f) {
-  const double t0 = host_seconds();
-  struct logger {
-    const char* name;
-    double t0;
-    ~logger() { log_part_time(name, host_seconds() - t0); }
-  } log{name, t0};
-  return f();
-}
 
 /// Throws the config_error of `key` (at the place it was set) with `message`.
 [[noreturn]] void fail_key(const config& cfg, const std::string& key, const std::string& message);
