@@ -234,11 +234,9 @@ std::optional<double_buffer_result> measure_double_buffer(context& ctx) {
   // These figures are not compare's gates, and a pipeline's total varies by well under 1% from
   // run to run: each stops after kPipelineMinRuns once its median is known within
   // benchmark.max_noise (half of the lesson's time went to runs that changed nothing).
-  stopping_rule runs_rule = capped(ctx.cfg.benchmark.rule(), *r.repetitions);
-  runs_rule.warmup = 0;
+  stopping_rule runs_rule = without_warmup(capped(ctx.cfg.benchmark.rule(), *r.repetitions));
   runs_rule.min_samples = std::min(runs_rule.min_samples, kPipelineMinRuns);
-  stopping_rule compute_rule = capped(ctx.cfg.benchmark.rule(), 5);
-  compute_rule.warmup = 0;
+  stopping_rule compute_rule = without_warmup(capped(ctx.cfg.benchmark.rule(), 5));
   compute_rule.min_samples = std::min(compute_rule.min_samples, kPipelineMinRuns);
   compute_model model(w, 1, compute_rule);
 

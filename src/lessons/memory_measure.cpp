@@ -56,7 +56,7 @@ struct progress_counter {
 /// call here is part of what is measured (a host allocation's page faults) or was made already.
 template <class F>
 double median_seconds(stopping_rule rule, F f) {
-  rule.warmup = 0;
+  rule = without_warmup(rule);
   std::vector<double> t;
   (void)sample_each(rule, t, [&] {
     const double t0 = host_seconds();

@@ -78,8 +78,7 @@ timing_methods_result measure_timing(const config& cfg, cuda_stream& s) {
   std::vector<double> no_sync, with_sync, events;
   cuda_event a, b;
   // One sample of each way per call; the stopping rule follows the events' time (the true one).
-  stopping_rule rule = cfg.benchmark.rule();
-  rule.warmup = 0;  // warmed up above
+  const stopping_rule rule = without_warmup(cfg.benchmark.rule());  // warmed up above
   r.sampling = sample_each(rule, events, [&] {
     double t0 = host_seconds();
     launch();

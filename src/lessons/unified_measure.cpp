@@ -37,9 +37,7 @@ double median_of(std::vector<double> v) {
 }
 
 stopping_rule rule_of_at_most(const config& cfg, int most) {
-  stopping_rule rule = capped(cfg.benchmark.rule(), most);
-  rule.warmup = 0;
-  return rule;
+  return without_warmup(capped(cfg.benchmark.rule(), most));
 }
 
 void fail_key(const config& cfg, const std::string& key, const std::string& message) {

@@ -188,6 +188,11 @@ TEST(Sampling, BadRulesAndSamplesAreRefused) {
   const auto r = gb::capped({3, 10, 20, 0.01, 3}, 7);
   EXPECT_EQ(r.max_samples, 7);
   EXPECT_EQ(r.min_samples, 7);
+  const auto w = gb::without_warmup(r);
+  EXPECT_EQ(w.warmup, 0);
+  EXPECT_EQ(w.min_samples, r.min_samples);
+  EXPECT_EQ(w.max_samples, r.max_samples);
+  EXPECT_EQ(w.timeout_s, r.timeout_s);
 }
 
 TEST(Sampling, OutcomeRoundTripsThroughJson) {

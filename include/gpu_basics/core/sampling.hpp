@@ -39,6 +39,12 @@ struct stopping_rule {
   return rule;
 }
 
+/// `rule` with no warm-up runs of its own (the caller warmed up, or the first run is measured).
+[[nodiscard]] inline stopping_rule without_warmup(stopping_rule rule) {
+  rule.warmup = 0;
+  return rule;
+}
+
 /// Exactly `samples` after `warmup` runs: no noise criterion and no timeout stop it sooner.
 [[nodiscard]] inline stopping_rule fixed_count(int warmup, int samples) {
   constexpr double never = std::numeric_limits<double>::infinity();
