@@ -186,6 +186,7 @@ figure summary_figure(const place& at, const std::string& key, const kind& k, co
   f.cls = class_of(v, parent.contains("seconds") ? parent["seconds"] : json(), k.unit, &f.samples,
                    &f.why);
   f.host_bound = parent.contains("memory") && parent["memory"] == "pageable";
+  f.power_bound = parent.contains("peak_flops_per_s");
   return f;
 }
 
@@ -388,7 +389,9 @@ namespace {
 void judge_gates(std::vector<figure_verdict>& gates, double threshold) {
   std::vector<double> pw, pb;
   for (auto& g : gates) {
-    g.j.tolerance = g.base.host_bound ? std::max(threshold, kHostBoundThreshold) : threshold;
+    g.j.tolerance = g.base.host_bound    ? std::max(threshold, kHostBoundThreshold)
+                    : g.base.power_bound ? std::max(threshold, kPowerBoundThreshold)
+                                         : threshold;
     g.j.p_worse = p_worse(g.base.samples, g.next.samples, g.base.higher_better, g.j.tolerance);
     g.j.p_better = p_better(g.base.samples, g.next.samples, g.base.higher_better, g.j.tolerance);
     pw.push_back(*g.j.p_worse);
@@ -579,11 +582,12 @@ presentation::table comparison_table(const comparison& c, const std::string& tit
         r, {r.j.tolerance * 100, p_text(r.j.p_worse), std::string(to_string(r.j.verdict))}));
   t.notes.push_back(fmt::format(
       "Gates: {} worse, {} same, {} better. A gate is worse when its samples show a loss beyond "
-      "the threshold ({:.1f}%, {:.0f}% for copies through pageable host memory): a one-sided "
+      "the threshold ({:.1f}%, {:.0f}% for copies through pageable host memory, {:.0f}% for GEMMs "
+      "at the GPU's power limit): a one-sided "
       "Mann-Whitney test against the baseline moved by the threshold, Holm-corrected over the {} "
       "gates at a {:.0f}% family-wise false-alarm rate. Only gates decide the exit code.",
       c.count(change::worse), c.count(change::same), c.count(change::better), c.threshold * 100,
-      kHostBoundThreshold * 100, c.rows.size(), c.alpha * 100));
+      kHostBoundThreshold * 100, kPowerBoundThreshold * 100, c.rows.size(), c.alpha * 100));
   t.notes.push_back(fmt::format(
       "Informational: {} figure(s) that are not gates (single observations, figures without "
       "samples on both sides or with too few to decide, staging variants; {} changed beyond "
@@ -649,6 +653,7 @@ json to_json(const comparison& c) {
   for (const auto& h : c.host_cpu) host[h.lesson] = {{"baseline", h.base}, {"new", h.next}};
   return {{"threshold", c.threshold},
           {"host_bound_threshold", kHostBoundThreshold},
+          {"power_bound_threshold", kPowerBoundThreshold},
           {"alpha", c.alpha},
           {"worse", c.count(change::worse)},
           {"same", c.count(change::same)},

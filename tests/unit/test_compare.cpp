@@ -241,6 +241,37 @@ TEST(CompareStats, PageableCopiesUseTheHostBoundThreshold) {
   EXPECT_EQ(worse_copies(verdict::compare(base, pageable(1 / 0.6), 0.02)), 4);  // 40%: a loss
 }
 
+// A tensor-core GEMM's rate follows the clocks at the power limit: 7% slower is within what one
+// node gives minute to minute, 20% slower is a loss.
+TEST(CompareStats, GemmsUseThePowerBoundThreshold) {
+  const auto slower = [](double factor) {
+    std::ifstream in(kData + "h200_all.json");
+    json j = json::parse(in);
+    for (auto& run : j["results"]["profile"]["matmul"]["runs"]) {
+      for (auto& t : run["seconds"]) t = t.get<double>() * factor;
+      for (const char* k : {"median", "min", "max", "mean", "p25", "p75"})
+        run["flops_per_s"][k] = run["flops_per_s"][k].get<double>() / factor;
+    }
+    return lessons::parse_record(j, "edited");
+  };
+  const auto worse_gemms = [](const verdict::comparison& c) {
+    std::size_t n = 0;
+    for (const auto& r : c.rows) {
+      if (!r.base.power_bound) continue;
+      EXPECT_EQ(r.j.tolerance, verdict::kPowerBoundThreshold) << r.base.id;
+      n += r.j.verdict == change::worse;
+    }
+    return n;
+  };
+  const auto base = load("h200_all.json");
+  const auto gemms = worse_gemms(verdict::compare(base, slower(1.0), 0.02));
+  EXPECT_EQ(gemms, 0u);
+  EXPECT_EQ(worse_gemms(verdict::compare(base, slower(1.07), 0.02)), 0u);
+  const auto c = verdict::compare(base, slower(1.25), 0.02);
+  EXPECT_GE(worse_gemms(c), 3u);
+  EXPECT_EQ(c.count(change::worse), worse_gemms(c));  // nothing else moved
+}
+
 TEST(CompareClasses, TimelinesAreNotComparedAndSingleObservationsInformational) {
   const auto f = verdict::figures_of(load("h200_all.json"));
   std::size_t timeline = 0, gates = 0;

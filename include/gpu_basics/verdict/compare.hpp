@@ -4,7 +4,8 @@
 // informational changes are listed apart. Host-only.
 //
 // The rule (docs/verdicts.md, "Comparing runs"): a gate is worse only when its samples show a
-// loss beyond the threshold (max(--threshold, kHostBoundThreshold for pageable host copies)),
+// loss beyond the threshold (max(--threshold, kHostBoundThreshold for pageable host copies,
+// kPowerBoundThreshold for GEMMs at the power limit)),
 // by a one-sided Mann-Whitney test against the baseline moved by the threshold, with Holm's
 // correction over the gates at kCompareAlpha; better is the mirror. An informational figure keeps
 // the old rule, listed only: with delta = new / baseline - 1 and each side's noise the IQR /
@@ -44,6 +45,7 @@ struct figure {
   std::string why;              // why not a gate: "a single observation", "no samples", ...
   std::vector<double> samples;  // gates: the samples in `unit` (samples_in_unit)
   bool host_bound = false;      // a copy through pageable host memory (kHostBoundThreshold)
+  bool power_bound = false;     // a GEMM's rate against the compute peak (kPowerBoundThreshold)
 };
 
 /// The class of a summary given the per-sample times kept beside it (null when none): a gate
