@@ -185,6 +185,26 @@ def choose_limit(pf: dict, at, device_total: int = None):
     return limit, note
 
 
+def margin_notes(pf: dict, largest, above, limit: int) -> list:
+    """How far the defaults' predicted peaks (without a limit) at the largest batch and the one
+    above lie from the limit: a fit verdict that fails by a batch is judged against them. The batch
+    above must be predicted beyond the limit (a replay within it fits under it too)."""
+    out = []
+    lo, hi = prediction(pf, largest) if largest else None, prediction(pf, above) if above else None
+    if lo:
+        d = lo["peak_reserved_bytes"] - limit
+        out.append(f"predicted peak at the largest batch {largest}: "
+                   f"{mib(lo['peak_reserved_bytes'])} MiB, {mib(abs(d))} MiB "
+                   f"{'above' if d > 0 else 'within'} the limit"
+                   + (" (it fits by freeing the cache)" if d > 0 else ""))
+    if hi:
+        d = hi["peak_reserved_bytes"] - limit
+        out.append(f"predicted peak at batch {above}: {mib(hi['peak_reserved_bytes'])} MiB, "
+                   f"{mib(abs(d))} MiB {'above' if d > 0 else 'within'} the limit"
+                   + ("" if d > 0 else " (yet preflight says it does not fit: inconsistent)"))
+    return out
+
+
 # ---- verdicts --------------------------------------------------------------------------------
 
 def diff_percent(predicted, measured):

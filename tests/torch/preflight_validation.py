@@ -43,7 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from preflight_checks import (  # noqa: E402
     LARGEST_RUN_FACTOR, NAMES, SPECS, PreflightFailed, child_command, child_env, choose_limit,
-    fit_row, fraction_for, largest_batch, merged_predictions, mib, parse_preflight,
+    fit_row, fraction_for, largest_batch, margin_notes, merged_predictions, mib, parse_preflight,
     peak_row, prediction, preflight_command, step_above, summary, workload_ok, workload_report)
 
 CHILD = os.path.join(HERE, "preflight_workloads.py")
@@ -119,6 +119,7 @@ def fit_checks(args, w, pf, preds, limit, total) -> list:
                                 "yet the workload's activations grow with it"]
         rows[-1]["ok"] = False
         return rows
+    w["notes"] += margin_notes(preds, largest, above, limit)
     if largest > 0:
         r = run_child(args, w["workload"], largest, fraction=fraction, tag=f"fit_b{largest}")
         rows.append(fit_row("defaults: the largest batch that fits", largest, limit, False, r,
@@ -183,6 +184,11 @@ def validate(args, name, device) -> dict:
         pf2 = preflight(args, w, "the largest batch and the one above", snaps, record,
                         extra) if extra else None
         preds = merged_predictions(pf, pf2, pf0)
+        for b in at:  # the same model asked twice: the same answer
+            a, c = prediction(pf0, b), prediction(pf, b)
+            if a and c and a["peak_reserved_bytes"] != c["peak_reserved_bytes"]:
+                w["notes"].append(f"preflight predicted {a['peak_reserved_bytes']} B and then "
+                                  f"{c['peak_reserved_bytes']} B at batch {b} (not deterministic)")
         w["predictions"] = preds["predictions"]
         for b, r in zip(record, w["recorded"]):
             w["rows"].append(peak_row(b, "recorded", prediction(preds, b), r, check=False))

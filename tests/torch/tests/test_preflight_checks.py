@@ -135,6 +135,18 @@ def test_the_limit_lies_between_the_two_largest_at_batches_on_a_page():
         raise AssertionError("a missing prediction must raise")
 
 
+def test_the_margins_name_a_batch_above_predicted_within_the_limit_as_inconsistent():
+    pf = {"predictions": [pred(47, 7 * GIB - 10 * MIB), pred(48, 7 * GIB + 90 * MIB)]}
+    notes = pc.margin_notes(pf, 47, 48, 7 * GIB)
+    assert "10.0 MiB within" in notes[0] and "90.0 MiB above" in notes[1]
+    assert "inconsistent" not in " ".join(notes)
+    pf = {"predictions": [pred(47, 7 * GIB + 4 * MIB), pred(48, 7 * GIB)]}
+    notes = pc.margin_notes(pf, 47, 48, 7 * GIB)
+    assert "freeing the cache" in notes[0] and "inconsistent" in notes[1]
+    assert pc.margin_notes(pf, 0, 1, 7 * GIB) == [] or "batch 1" in pc.margin_notes(pf, 0, 1,
+                                                                                    7 * GIB)[0]
+
+
 # ---- the fraction ----------------------------------------------------------------------------
 
 def test_the_fraction_caps_reserved_memory_at_the_limit_to_the_byte():
