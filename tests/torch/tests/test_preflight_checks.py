@@ -249,7 +249,9 @@ if a[0] == "probe":
               open(out, "w"))
     sys.exit(0)
 b = int(a[a.index("--batch") + 1])
-need = %(C)d + int(%(S)d * b * float(os.environ.get("FAKE_SKEW", "1")))
+slope = %(S)d * (0.9 if os.environ.get("PYTORCH_CUDA_ALLOC_CONF") == "expandable_segments:True"
+                 else 1.0)
+need = %(C)d + int(slope * b * float(os.environ.get("FAKE_SKEW", "1")))
 r = {"oom": False, "max_reserved": need, "max_allocated": need - 1, "seconds": 0.01,
      "conf_seen": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"), "limit_bytes": None}
 if "--fraction" in a:
@@ -278,8 +280,10 @@ out = {"predictions": preds, "recommended_policy": "", "seconds": 0.05}
 if "--fit" in a:
     lim = int(a[a.index("--fit") + 1])
     n = (lim - %(C)d) // %(S)d
-    out["largest_batch"] = {"limit_bytes": lim, "defaults": n, "recommended": n, "policy": "",
-                            "monotone": True}
+    policy = os.environ.get("FAKE_POLICY", "")
+    rec = int((lim - %(C)d) // (%(S)d * 0.9)) if policy else n
+    out["largest_batch"] = {"limit_bytes": lim, "defaults": n, "recommended": rec,
+                            "policy": policy, "monotone": True}
 print(json.dumps(out))
 '''
 
@@ -326,7 +330,18 @@ def test_the_harness_holds_where_pytorch_agrees_with_the_prediction():
         assert "holds" in pc.workload_report(w)
 
 
-def test_the_harness_fails_where_pytorch_uses_4_percent_more():
+def test_the_recommended_policy_runs_its_largest_batch_with_exactly_its_conf():
+    with tempfile.TemporaryDirectory() as root:
+        w = run_validate(root, env={"FAKE_POLICY": "expandable_segments:True",
+                                    "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"})
+        assert w["ok"], pc.workload_report(w)
+        rec = [r for r in w["fit"] if r["conf"]]
+        assert len(rec) == 1 and rec[0]["batch"] == 53 and rec[0]["pytorch"] == "runs"
+        assert rec[0]["conf_seen"] == "expandable_segments:True"
+        assert all(r["conf_seen"] is None for r in w["fit"] if not r["conf"])
+
+
+def test_the_harness_fails_where_pytorch_uses_more_than_predicted():
     with tempfile.TemporaryDirectory() as root:
         w = run_validate(root, env={"FAKE_SKEW": "1.2"})
         assert not w["ok"]
