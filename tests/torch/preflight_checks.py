@@ -341,7 +341,9 @@ def workload_report(w: dict) -> str:
     if w.get("error"):
         out.append(f"\nFAILED: {w['error']}")
     if w.get("rows"):
-        out += ["", markdown(PEAK_COLUMNS, [peak_cells(r) for r in w["rows"]])]
+        out += ["", markdown(PEAK_COLUMNS, [peak_cells(r) for r in w["rows"]]),
+                f"diff %: 100 * (measured - predicted) / predicted, peak reserved, PyTorch's "
+                f"defaults, no limit; within {TOLERANCE_PERCENT:g}% holds"]
     if w.get("fit"):
         out += ["", markdown(FIT_COLUMNS, [fit_cells(r) for r in w["fit"]])]
     out += [f"- note: {n}" for n in w.get("notes", [])]
