@@ -16,7 +16,7 @@ import json
 import os
 from typing import Optional
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 PLAIN = "libgpu_basics_torch_alloc.so"
 C10 = "libgpu_basics_torch_alloc_c10.so"
 ENV_LIB = "GPU_BASICS_TORCH_ALLOC_LIB"
@@ -168,6 +168,10 @@ class Library:
             "gpu_basics_torch_last_error": (ctypes.c_char_p, []),
             "gpu_basics_torch_build_info": (ctypes.c_char_p, []),
             "gpu_basics_torch_set_memory_fraction": (None, [ctypes.c_double, ctypes.c_int]),
+            "gpu_basics_torch_advise": (ctypes.c_int, [
+                ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]),
+            "gpu_basics_torch_free_string": (None, [ctypes.c_void_p]),
         }
         for name, (res, args) in sig.items():
             f = getattr(L, name)
@@ -242,3 +246,27 @@ class Library:
 
     def free(self, ptr: int, device: int = 0) -> None:
         self.lib.gpu_basics_torch_free(ptr, 0, device, None)
+
+    def advise(self, snapshot: bytes, limit_bytes: Optional[int] = None,
+               device_memory_bytes: Optional[int] = None, **options) -> "tuple[dict, str]":
+        """`gpu-basics advise` in this process on a snapshot's pickle bytes: (the advice as
+        `advise --json` writes it, the tables it prints). limit_bytes: --fit;
+        device_memory_bytes: --device-memory; options: the rest of gpu_basics_torch_advise()'s
+        (device, replay_failed_request, threads, name). Raises ValueError for bytes that are
+        not a snapshot with history, or bad options."""
+        if not isinstance(snapshot, (bytes, bytearray, memoryview)):
+            raise TypeError(f"advise: expected the snapshot's pickle bytes, got "
+                            f"{type(snapshot).__name__}")
+        opts = dict(options, limit_bytes=limit_bytes, device_memory_bytes=device_memory_bytes)
+        data = bytes(snapshot)
+        out_json, out_text = ctypes.c_void_p(), ctypes.c_void_p()
+        rc = self.lib.gpu_basics_torch_advise(data, len(data), json.dumps(opts).encode(),
+                                              ctypes.byref(out_json), ctypes.byref(out_text))
+        try:
+            self._check(rc, "advise")
+            doc = json.loads(ctypes.string_at(out_json.value).decode())
+            text = ctypes.string_at(out_text.value).decode(errors="replace")
+        finally:
+            self.lib.gpu_basics_torch_free_string(out_json.value)
+            self.lib.gpu_basics_torch_free_string(out_text.value)
+        return doc, text

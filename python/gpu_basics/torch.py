@@ -17,6 +17,12 @@ memory_summary(), record_memory_history(), memory_snapshot(), dump_snapshot().
 Out of memory raises torch.OutOfMemoryError with the allocator's figures when the library was
 built against this PyTorch (libgpu_basics_torch_alloc_c10.so); with the plain library it raises
 RuntimeError. build_info() says which is in use.
+
+With PyTorch's own allocator, watch() records its history and, when the job runs out of memory,
+prints which allocator policy would have fitted and the line to apply (gpu-basics advise, in this
+process), and writes the snapshot and the advice into a folder:
+
+    gbt.watch()
 """
 from __future__ import annotations
 
@@ -33,13 +39,14 @@ try:
 except ImportError as _e:  # pragma: no cover - exercised by the CPU tests through a stub
     raise ImportError(f"gpu_basics.torch needs PyTorch: import torch failed ({_e})") from None
 
+from . import _oom
 from ._native import (ENV_LIB, GpuBasicsError, Library, LibraryMismatch, LibraryNotFound,
                       find_library, sidecar)
 
 __all__ = ["use", "mem_pool", "installed", "build_info", "memory_stats", "memory_allocated",
            "max_memory_allocated", "memory_reserved", "max_memory_reserved",
            "reset_peak_memory_stats", "empty_cache", "memory_summary", "record_memory_history",
-           "memory_snapshot", "dump_snapshot", "torch_stats"]
+           "memory_snapshot", "dump_snapshot", "torch_stats", "watch"]
 
 _lib: Optional[Library] = None
 _mode: Optional[str] = None  # "allocator" (use) or "mem_pool"
@@ -346,3 +353,87 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     del abbreviated
     d = _device(device)
     return summary_text(memory_stats(d), d, _need().conf())
+
+
+def _advice_library() -> Library:
+    """A library for advise alone (any torch will do: nothing is installed into PyTorch)."""
+    if _lib is not None:
+        return _lib
+    try:
+        return Library(find_library("plain"))
+    except LibraryNotFound:
+        return _load("auto")
+
+
+class Watch:
+    """What watch() returns: stop() (or leaving its `with` block) turns the history off and the
+    advice with it."""
+
+    def __init__(self, lib: Library, directory: Optional[str], fit: Optional[int]):
+        self._lib, self._directory, self._fit = lib, directory, fit
+        self.active = True
+        self.advised = None  # the text printed at the first out-of-memory error
+
+    def _advise(self, device: int, size: int, allowed: int, device_free: int) -> str:
+        del size  # the snapshot's oom entry holds the request
+        snapshot = _torch.cuda.memory._snapshot()
+        try:
+            total = int(_torch.cuda.get_device_properties(device).total_memory)
+        except Exception:  # noqa: BLE001 - the line then computes the fraction in the shell
+            total = None
+        text = _oom.advise(self._lib, snapshot, device, int(allowed), int(device_free), total,
+                           self._directory, self._fit)
+        self.advised = text
+        return text
+
+    def _observer(self, device, alloc, device_allocated, device_free) -> None:
+        # PyTorch calls it as (device, alloc_size, allowed, device_free), allowed being the
+        # memory fraction's limit where one is set, else the device's memory, after recording
+        # the failed request in the trace and with its allocator's lock released.
+        if not self.active:
+            return
+        if self.advised is not None:  # once: a job that goes on after an OOM repeats it
+            _oom.report(lambda: f"{_oom.PREFIX}: out of memory again on GPU {device} (advice "
+                                f"was given at the first)\n")
+            return
+        _oom.report(self._advise, device, alloc, device_allocated, device_free)
+
+    def stop(self) -> None:
+        """Stops recording the history (PyTorch's observer stays attached, doing nothing:
+        PyTorch has no call to detach one)."""
+        if self.active:
+            self.active = False
+            _torch.cuda.memory._record_memory_history(enabled=None)
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def watch(max_entries: int = 100_000, directory: Optional[str] = None, fit=None) -> Watch:
+    """Advice at the moment the job runs out of memory, with PyTorch's own allocator.
+
+    Records PyTorch's memory history (_record_memory_history(enabled="all", context="all",
+    stacks="python", max_entries=max_entries): the last max_entries events) and attaches an
+    out-of-memory observer. At the first torch.OutOfMemoryError it takes the snapshot, replays it
+    as `gpu-basics advise --fit LIMIT` does, in this process (LIMIT: the memory the job had, the
+    memory fraction's where one is set; or `fit`, a size such as "24GiB"), and prints on stderr,
+    beside PyTorch's message, which policy would have fitted, the line to apply and the Python
+    frames of the failing request; the snapshot (snapshot.pickle.gz) and the advice (advice.txt,
+    advice.json) go into `directory` (default: a new gpu_basics_oom_YYYYmmdd-HHMMSS folder in the
+    current directory). Recording history costs time and memory. Returns a handle whose stop()
+    ends it, usable as a context manager."""
+    if _mode == "allocator":
+        raise GpuBasicsError("watch() is for PyTorch's own allocator; after use(), pass "
+                             "use(on_oom=\"advise\") instead")
+    limit = _oom.parse_size(fit)
+    if not isinstance(max_entries, int) or max_entries <= 0:
+        raise ValueError(f"watch(): max_entries must be a positive int, got {max_entries!r}")
+    lib = _advice_library()
+    handle = Watch(lib, directory, limit)
+    _torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
+                                              max_entries=max_entries)
+    _torch._C._cuda_attach_out_of_memory_observer(handle._observer)
+    return handle
