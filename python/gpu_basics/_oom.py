@@ -171,8 +171,9 @@ def report(run, *args, **kwargs) -> None:
         sys.stderr.write(text)
     except BaseException as e:  # noqa: BLE001 - nothing may escape into the allocator
         try:
-            sys.stderr.write(f"{PREFIX}: no advice: {type(e).__name__}: "
-                             f"{printable(str(e)).splitlines()[0] if str(e) else ''}\n")
+            why = (printable(str(e)).splitlines() or [""])[0]
+            sys.stderr.write(f"{PREFIX}: no advice: {type(e).__name__}"
+                             + (f": {why}" if why else "") + "\n")
         except BaseException:  # noqa: BLE001
             pass
     try:
