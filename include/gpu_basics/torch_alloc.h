@@ -182,6 +182,16 @@ GPU_BASICS_TORCH_API int gpu_basics_torch_advise(const void* pickle_bytes, size_
                                                  char** out_text);
 /* Frees a string gpu_basics_torch_advise() returned (NULL is ignored). */
 GPU_BASICS_TORCH_API void gpu_basics_torch_free_string(char* s);
+/* What gpu_basics_torch_alloc calls when a request runs out of memory (after the cache was freed
+ * and the request retried, and the oom entry recorded in the history kept), just before it throws:
+ * the device, the bytes asked for, the most the device's allocator may reserve (its memory
+ * fraction's limit, else the device's memory) and what CUDA has free. It runs outside the
+ * allocator's locks, so it may call this library (gpu_basics_torch_write_snapshot); it must not
+ * throw. gpu_basics.torch.use(on_oom="advise") sets one that prints advise's advice. */
+typedef void (*gpu_basics_torch_oom_fn)(int device, size_t size, size_t allowed,
+                                        size_t device_free);
+/* Sets the out-of-memory callback (NULL: none). */
+GPU_BASICS_TORCH_API int gpu_basics_torch_set_oom_callback(gpu_basics_torch_oom_fn fn);
 
 #ifdef __cplusplus
 }

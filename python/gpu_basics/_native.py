@@ -130,6 +130,10 @@ class Stats(ctypes.Structure):
         ("fragmentation", ctypes.c_double)]
 
 
+# gpu_basics_torch_oom_fn: (device, size, allowed, device_free).
+OOM_FN = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t)
+
+
 class Library:
     """One loaded libgpu_basics_torch_alloc*.so."""
 
@@ -172,6 +176,7 @@ class Library:
                 ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
                 ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]),
             "gpu_basics_torch_free_string": (None, [ctypes.c_void_p]),
+            "gpu_basics_torch_set_oom_callback": (ctypes.c_int, [OOM_FN]),
         }
         for name, (res, args) in sig.items():
             f = getattr(L, name)
@@ -270,3 +275,11 @@ class Library:
             self.lib.gpu_basics_torch_free_string(out_json.value)
             self.lib.gpu_basics_torch_free_string(out_text.value)
         return doc, text
+
+    def set_oom_callback(self, fn) -> None:
+        """fn(device, size, allowed, device_free) is called when an allocation of
+        gpu_basics_torch_alloc (PyTorch's) runs out of memory, before it raises; None: none. It
+        must not raise (ctypes would print the traceback and go on)."""
+        cb = OOM_FN(fn) if fn is not None else OOM_FN()
+        self._check(self.lib.gpu_basics_torch_set_oom_callback(cb), "set_oom_callback")
+        self._oom_callback = cb  # kept alive while the library may call it

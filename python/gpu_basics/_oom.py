@@ -106,12 +106,14 @@ def new_directory(directory: Optional[str]) -> str:
 
 def advise(lib, snapshot: dict, device: int, allowed: int, device_free: int,
            device_memory: Optional[int], directory: Optional[str] = None,
-           fit: Optional[int] = None, allocator: str = "PyTorch's") -> str:
+           fit: Optional[int] = None, allocator: str = "PyTorch's",
+           line_key: str = "torch_env") -> str:
     """Advises on `snapshot`, taken as a request ran out of memory on `device`, writes the
     snapshot and the advice into a folder and returns the text printed for it. allowed: the
     memory the process may reserve (the memory fraction's, else the device's); device_free: what
     CUDA still had free then; device_memory: the device's total (the line's fraction is a
-    number); fit: the limit to advise for instead of the memory the job had."""
+    number); fit: the limit to advise for instead of the memory the job had; line_key: the line
+    of the advice's "recommended" printed ("gbt" for gpu-basics' allocator)."""
     reserved = reserved_bytes(snapshot, device)
     available = min(allowed, reserved + device_free) if allowed else reserved + device_free
     limit = fit or available
@@ -146,7 +148,8 @@ def advise(lib, snapshot: dict, device: int, allowed: int, device_free: int,
     else:
         out.append(f"{PREFIX}: the failing request has no Python frames in the snapshot.")
     choice = (doc.get("fit_choice") or [None])[0]
-    line = doc.get("recommended", {}).get("torch_env", "")
+    rec = doc.get("recommended", {})
+    line = rec.get(line_key) or rec.get("torch_env", "")
     what = "the memory it had" if not fit else "the limit asked for"
     if choice is None:
         out.append(f"{PREFIX}: no searched policy fits {size_text(limit)} ({what}) in the "

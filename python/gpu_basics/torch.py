@@ -104,7 +104,8 @@ def _device(device=None) -> int:
     return d.index if d.index is not None else _torch.cuda.current_device()
 
 
-def use(conf: Optional[str] = None, history: int = 0, library: str = "auto") -> dict:
+def use(conf: Optional[str] = None, history: int = 0, library: str = "auto",
+        on_oom: Optional[str] = None) -> dict:
     """Makes gpu-basics' allocator PyTorch's CUDA allocator, for every device.
 
     conf: options in PYTORCH_CUDA_ALLOC_CONF's syntax ("expandable_segments:True,
@@ -113,11 +114,19 @@ def use(conf: Optional[str] = None, history: int = 0, library: str = "auto") -> 
     for memory_snapshot() (record_memory_history() changes it later). library: "auto" (the one
     built against this torch where there is one; where the one found was built for another
     torch, the plain library, with a one-line warning), "c10", "plain", or a path.
+    on_oom="advise": when an allocation runs out of memory, advice from the allocator's own
+    history before the error is raised, as watch() gives it for PyTorch's allocator (history
+    defaults to 100000 events then; the snapshot has no Python frames: the allocator records
+    none).
 
     Must run before anything initialises CUDA in this process. Returns build_info()."""
     global _lib, _mode
     if _mode == "allocator":
         raise GpuBasicsError("gpu_basics.torch.use() was called already in this process")
+    if on_oom not in (None, "advise"):
+        raise ValueError(f"use(on_oom={on_oom!r}): expected None or 'advise'")
+    if on_oom == "advise" and not history:
+        history = 100_000
     if _torch.cuda.is_initialized():
         raise GpuBasicsError(
             "gpu_basics.torch.use() must run before CUDA is initialised (PyTorch cannot swap an "
@@ -147,7 +156,44 @@ def use(conf: Optional[str] = None, history: int = 0, library: str = "auto") -> 
     _torch.cuda.memory.change_current_allocator(alloc)
     _keep.append(alloc)
     _lib, _mode = lib, "allocator"
+    if on_oom == "advise":
+        lib.set_oom_callback(_OwnOom(lib))
     return build_info()
+
+
+class _OwnOom:
+    """use(on_oom="advise"): called by the library when gpu-basics' allocator runs out of memory,
+    before it raises; advises once, from the allocator's own history."""
+
+    def __init__(self, lib: Library, directory: Optional[str] = None):
+        self._lib, self._directory = lib, directory
+        self.advised = None
+
+    def _advise(self, device: int, allowed: int, device_free: int) -> str:
+        fd, path = tempfile.mkstemp(prefix="gpu_basics_oom_", suffix=".pickle")
+        os.close(fd)
+        try:
+            self._lib.write_snapshot(device, path)
+            with open(path, "rb") as f:
+                snapshot = pickle.load(f)
+        finally:
+            os.unlink(path)
+        try:
+            total = int(_torch.cuda.get_device_properties(device).total_memory)
+        except Exception:  # noqa: BLE001 - the line then computes the fraction in the shell
+            total = None
+        self.advised = _oom.advise(self._lib, snapshot, device, int(allowed), int(device_free),
+                                   total, self._directory, allocator="gpu-basics'",
+                                   line_key="gbt")
+        return self.advised
+
+    def __call__(self, device, size, allowed, device_free) -> None:
+        del size  # the history's oom entry holds the request
+        if self.advised is not None:
+            _oom.report(lambda: f"{_oom.PREFIX}: out of memory again on GPU {device} (advice "
+                                f"was given at the first)\n")
+            return
+        _oom.report(self._advise, device, allowed, device_free)
 
 
 def mem_pool(conf: Optional[str] = None, library: str = "auto"):

@@ -261,3 +261,79 @@ def test_sizes_are_read_as_advise_reads_them():
         with pytest.raises((ValueError, TypeError)):
             _oom.parse_size(bad)
     assert _native.ABI_VERSION == 4
+
+
+def _own_snapshot():
+    """What gpu-basics' allocator writes at its out-of-memory error (gpu_basics_torch_write_snapshot):
+    the history ends in an oom entry without frames or device_free."""
+    s = _oom_snapshot()
+    for e in s["device_traces"][0]:
+        e["frames"] = []
+    s["device_traces"][0][-1]["device_free"] = 0
+    return s
+
+
+def test_our_allocators_out_of_memory_is_advised_from_its_own_history(monkeypatch, tmp_path,
+                                                                       capsys):
+    gbt, _ = _fake_torch(monkeypatch)
+    lib = gpu_basics.Library()
+    written = []
+
+    def write_snapshot(device, path):
+        written.append(device)
+        with open(path, "wb") as f:
+            pickle.dump(_own_snapshot(), f)
+    monkeypatch.setattr(lib, "write_snapshot", write_snapshot)
+    handler = gbt._OwnOom(lib, str(tmp_path))
+    assert handler(0, 400 * MiB, 800 * MiB, 200 * MiB) is None
+    err = capsys.readouterr().err
+    assert written == [0]
+    doc = json.loads((tmp_path / "advice.json").read_text())
+    assert doc["fit_limits_bytes"] == [800 * MiB]
+    assert f"    {doc['recommended']['gbt']}\n" in err and "gbt.use(conf=" in err
+    assert "with gpu-basics' allocator" in err
+    assert "covers the job only up to the failing request" in err
+    assert "no Python frames" in err
+    handler(0, 400 * MiB, 800 * MiB, 200 * MiB)  # once
+    assert capsys.readouterr().err.count("\n") == 1
+    broken = gbt._OwnOom(lib, str(tmp_path / "x"))
+    monkeypatch.setattr(lib, "write_snapshot", lambda d, p: lib._check(-2, "write_snapshot"))
+    assert broken(0, 1, 2, 3) is None
+    assert capsys.readouterr().err.startswith("gpu_basics.watch: no advice: GpuBasicsError")
+
+
+def test_use_with_on_oom_advise_keeps_history_and_sets_the_callback(monkeypatch):
+    gbt, _ = _fake_torch(monkeypatch)
+    gbt._torch.cuda.is_initialized = lambda: False
+    with pytest.raises(ValueError, match="on_oom='always'"):
+        gbt.use(on_oom="always")
+    installed = []
+
+    class Pluggable:
+        def __init__(self, path, alloc, free):
+            self.path = path
+
+        def allocator(self):
+            return types.SimpleNamespace()
+    gbt._torch.cuda.memory.CUDAPluggableAllocator = Pluggable
+    gbt._torch.cuda.memory.change_current_allocator = installed.append
+    callbacks, configured = [], []
+    monkeypatch.setattr(_native.Library, "set_oom_callback",
+                        lambda self, fn: callbacks.append(fn))
+    monkeypatch.setattr(_native.Library, "configure",
+                        lambda self, conf, history=0: configured.append((conf, history)))
+    monkeypatch.delenv("GPU_BASICS_ALLOC_CONF", raising=False)
+    gbt.use(on_oom="advise")
+    assert len(installed) == 1
+    (cb,) = callbacks
+    assert isinstance(cb, gbt._OwnOom)
+    # history defaults to 100000 events: the allocator keeps them for the snapshot
+    assert configured == [("", 100_000)]
+    with pytest.raises(gpu_basics.GpuBasicsError, match="called already"):
+        gbt.use(on_oom="advise")
+
+
+def test_the_out_of_memory_callback_is_set_and_cleared_through_ctypes():
+    lib = gpu_basics.Library()
+    lib.set_oom_callback(lambda device, size, allowed, free: None)
+    lib.set_oom_callback(None)

@@ -81,6 +81,7 @@ struct state {
   std::array<double, kMaxDevices> fractions{};  // 0: no limit
   std::mutex error_mutex;
   std::string last_error;
+  std::atomic<gpu_basics_torch_oom_fn> on_oom{nullptr};
 };
 
 state& g() {
@@ -235,6 +236,26 @@ std::string mib_text(std::size_t bytes) {
   return buf;
 }
 
+/// Calls the out-of-memory callback, if one is set, for a request of `size` bytes on `device`
+/// that ran out of memory (no lock of the allocator held).
+void notify_oom(int device, std::size_t size) noexcept {
+  const gpu_basics_torch_oom_fn fn = g().on_oom.load(std::memory_order_acquire);
+  if (!fn) return;
+  try {
+    caching_allocator* a = existing(device);
+    gpu_basics::device_scope guard(device);
+    std::size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      (void)cudaGetLastError();
+      free = total = 0;
+    }
+    const std::size_t limit = a ? a->options().reserved_limit : SIZE_MAX;
+    fn(device, size, limit != SIZE_MAX ? limit : total, free);
+  } catch (...) {
+    set_error("out-of-memory callback: " + what_of(std::current_exception()), true);
+  }
+}
+
 /// A malloc'd copy of `text` for a caller in C (gpu_basics_torch_free_string() frees it).
 char* c_string(const std::string& text) {
   char* p = static_cast<char*>(std::malloc(text.size() + 1));
@@ -345,7 +366,10 @@ GPU_BASICS_TORCH_API void* gpu_basics_torch_alloc(size_t size, int device,
   }
   // Thrown outside the handlers above, so nothing of ours is in flight.
   set_error(what, false);
-  if (oom) throw_out_of_memory(what);
+  if (oom) {
+    notify_oom(device, size);
+    throw_out_of_memory(what);
+  }
   throw_failure(what);
 }
 
@@ -723,6 +747,16 @@ GPU_BASICS_TORCH_API int gpu_basics_torch_advise(const void* pickle_bytes, size_
 
 GPU_BASICS_TORCH_API void gpu_basics_torch_free_string(char* s) {
   std::free(s);
+}
+
+GPU_BASICS_TORCH_API int gpu_basics_torch_set_oom_callback(gpu_basics_torch_oom_fn fn) {
+  try {
+    g().on_oom.store(fn, std::memory_order_release);
+    return GPU_BASICS_TORCH_OK;
+  } catch (...) {
+    set_error("set_oom_callback: " + what_of(std::current_exception()), false);
+    return GPU_BASICS_TORCH_ERUNTIME;
+  }
 }
 
 GPU_BASICS_TORCH_API const char* gpu_basics_torch_build_info(void) {

@@ -59,6 +59,12 @@ static int line_of(const char* json, const char* key, char* out, size_t len) {
   return 1;
 }
 
+static int oom_calls = 0;
+static void on_oom(int device, size_t size, size_t allowed, size_t device_free) {
+  (void)device, (void)size, (void)allowed, (void)device_free;
+  ++oom_calls;
+}
+
 /* Bytes that are not a snapshot, bad options and NULLs: an error code and one line, never a
  * crash. */
 static void advise_refusals(const char* snapshot, size_t n) {
@@ -217,6 +223,10 @@ int main(int argc, char** argv) {
   CHECK(contains(gpu_basics_torch_last_error(), "has no allocator yet"));
 
   advise_refusals(NULL, 0);
+  CHECK(gpu_basics_torch_set_oom_callback(on_oom) == GPU_BASICS_TORCH_OK);
+  CHECK(gpu_basics_torch_try_alloc(1024, 0, NULL) == NULL); /* no GPU: not out of memory */
+  CHECK(oom_calls == 0);
+  CHECK(gpu_basics_torch_set_oom_callback(NULL) == GPU_BASICS_TORCH_OK);
 
   if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
   return failures ? 1 : 0;
