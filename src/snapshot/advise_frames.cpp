@@ -83,7 +83,8 @@ class frames_sink final : public pickle::item_sink {
     if (!action || !action->is(value::type::str)) return false;
     auto& l = lists_[list];
     const bool alloc = action->as_str() == "alloc";
-    l.kinds.push_back(alloc);  // a flat dict has no frames: counted only
+    if (action->as_str() == "oom") l.last_oom.clear();  // the last oom has none
+    l.kinds.push_back(alloc);                           // a flat dict has no frames: counted only
     l.allocs += alloc ? 1 : 0;
     return true;
   }
