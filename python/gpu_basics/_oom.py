@@ -116,11 +116,11 @@ def advise(lib, snapshot: dict, device: int, allowed: int, device_free: int,
     of the advice's "recommended" printed ("gbt" for gpu-basics' allocator)."""
     reserved = reserved_bytes(snapshot, device)
     available = min(allowed, reserved + device_free) if allowed else reserved + device_free
-    limit = fit or available
+    limit = fit or available or None  # none known (no CUDA figures): advise without a limit
     folder = new_directory(directory)
     data = pickle.dumps(snapshot, protocol=4)
     snap_path = os.path.join(folder, "snapshot.pickle.gz")
-    with gzip.open(snap_path, "wb", compresslevel=6) as f:
+    with gzip.open(snap_path, "wb", compresslevel=1) as f:  # fast, at the error
         f.write(data)
     doc, text = lib.advise(data, limit_bytes=limit, device_memory_bytes=device_memory,
                            device=device, name=os.path.basename(snap_path))
@@ -151,7 +151,9 @@ def advise(lib, snapshot: dict, device: int, allowed: int, device_free: int,
     rec = doc.get("recommended", {})
     line = rec.get(line_key) or rec.get("torch_env", "")
     what = "the memory it had" if not fit else "the limit asked for"
-    if choice is None:
+    if limit is None:
+        out.append(f"{PREFIX}: the memory available is unknown: the policy of the lowest peak:")
+    elif choice is None:
         out.append(f"{PREFIX}: no searched policy fits {size_text(limit)} ({what}) in the "
                    f"replay; the one that needs least:")
     elif choice == "":

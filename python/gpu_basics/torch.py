@@ -31,6 +31,7 @@ import os
 import pickle
 import sys
 import tempfile
+import threading
 import warnings
 from typing import Optional
 
@@ -168,6 +169,7 @@ class _OwnOom:
     def __init__(self, lib: Library, directory: Optional[str] = None):
         self._lib, self._directory = lib, directory
         self.advised = None
+        self._once = threading.Lock()
 
     def _advise(self, device: int, allowed: int, device_free: int) -> str:
         fd, path = tempfile.mkstemp(prefix="gpu_basics_oom_", suffix=".pickle")
@@ -189,9 +191,9 @@ class _OwnOom:
 
     def __call__(self, device, size, allowed, device_free) -> None:
         del size  # the history's oom entry holds the request
-        if self.advised is not None:
+        if not self._once.acquire(blocking=False):
             _oom.report(lambda: f"{_oom.PREFIX}: out of memory again on GPU {device} (advice "
-                                f"was given at the first)\n")
+                                f"is given at the first only)\n")
             return
         _oom.report(self._advise, device, allowed, device_free)
 
@@ -419,6 +421,7 @@ class Watch:
         self._lib, self._directory, self._fit = lib, directory, fit
         self.active = True
         self.advised = None  # the text printed at the first out-of-memory error
+        self._once = threading.Lock()  # two threads out of memory at once: one advice
 
     def _advise(self, device: int, size: int, allowed: int, device_free: int) -> str:
         del size  # the snapshot's oom entry holds the request
@@ -438,9 +441,9 @@ class Watch:
         # the failed request in the trace and with its allocator's lock released.
         if not self.active:
             return
-        if self.advised is not None:  # once: a job that goes on after an OOM repeats it
+        if not self._once.acquire(blocking=False):  # once: a job that goes on repeats it
             _oom.report(lambda: f"{_oom.PREFIX}: out of memory again on GPU {device} (advice "
-                                f"was given at the first)\n")
+                                f"is given at the first only)\n")
             return
         _oom.report(self._advise, device, alloc, device_allocated, device_free)
 
@@ -475,11 +478,16 @@ def watch(max_entries: int = 100_000, directory: Optional[str] = None, fit=None)
         raise GpuBasicsError("watch() is for PyTorch's own allocator; after use(), pass "
                              "use(on_oom=\"advise\") instead")
     limit = _oom.parse_size(fit)
-    if not isinstance(max_entries, int) or max_entries <= 0:
+    if not isinstance(max_entries, int) or isinstance(max_entries, bool) or max_entries <= 0:
         raise ValueError(f"watch(): max_entries must be a positive int, got {max_entries!r}")
+    attach = getattr(_torch._C, "_cuda_attach_out_of_memory_observer", None)
+    if attach is None or not hasattr(_torch.cuda.memory, "_record_memory_history"):
+        raise GpuBasicsError(f"watch(): torch {_torch.__version__} has no out-of-memory observer "
+                             "or memory history (torch._C._cuda_attach_out_of_memory_observer, "
+                             "torch.cuda.memory._record_memory_history)")
     lib = _advice_library()
     handle = Watch(lib, directory, limit)
     _torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
                                               max_entries=max_entries)
-    _torch._C._cuda_attach_out_of_memory_observer(handle._observer)
+    attach(handle._observer)
     return handle

@@ -167,6 +167,9 @@ def test_watch_records_history_and_attaches_an_observer(monkeypatch):
         gbt.watch(max_entries=0)
     with pytest.raises(ValueError, match="not a size"):
         gbt.watch(fit="lots")
+    del gbt._torch._C._cuda_attach_out_of_memory_observer
+    with pytest.raises(gpu_basics.GpuBasicsError, match="has no out-of-memory observer"):
+        gbt.watch()
 
 
 def test_the_observer_writes_the_snapshot_and_advice_and_prints_the_line(
