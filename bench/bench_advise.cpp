@@ -4,7 +4,9 @@
 // policy). Then a random trace of a million events, advise against replay (issue 43's target:
 // within 3x of replay's time), and traces of one block on each of N streams (the cost must grow
 // with N, not with its square). Then pre-flight over three recordings of the transformer trace
-// (issue 48's target: a 100k-event recording predicted in under 10 s on 2 cores). Host-only.
+// (issue 48's target: a 100k-event recording predicted in under 10 s on 2 cores). Then advise
+// on a snapshot's pickle bytes as gpu_basics_torch_advise() runs it when a job runs out of memory
+// (issue 44's target: 100k events within 3 s on 2 cores, parse and frames included). Host-only.
 //   build/default/bench/gpu_basics_bench_advise
 #include <benchmark/benchmark.h>
 
@@ -12,6 +14,7 @@
 
 #include "gpu_basics/core/thread_pool.hpp"
 #include "gpu_basics/snapshot/advise.hpp"
+#include "gpu_basics/snapshot/pickle.hpp"
 #include "gpu_basics/snapshot/policy_sweep.hpp"
 #include "gpu_basics/snapshot/preflight.hpp"
 
@@ -125,8 +128,69 @@ void BM_Preflight(benchmark::State& state) {
   state.counters["events"] = static_cast<double>(r.events.back());
 }
 
+/// The transformer trace as PyTorch pickles a snapshot recorded with stacks="python": each entry
+/// with its own 12 frames, ending in the oom entry of a request that failed.
+const std::string& transformer_pickle() {
+  static const std::string bytes = [] {
+    using gpu_basics::pickle::value;
+    const gpu_basics::torch_snapshot s = snapshot();
+    value trace = value::list();
+    std::int64_t t = 0;
+    for (const auto& e : s.device_traces[0]) {
+      value d = value::dict();
+      d.set("action",
+            value::str(e.action == gpu_basics::torch_action::alloc ? "alloc" : "free_requested"));
+      d.set("addr", value::integer(static_cast<std::int64_t>(e.addr)));
+      d.set("size", value::integer(static_cast<std::int64_t>(e.size)));
+      d.set("stream", value::integer(e.stream));
+      d.set("time_us", value::integer(++t));
+      value frames = value::list();
+      for (int f = 0; f < 12; ++f) {
+        value fr = value::dict();
+        fr.set("filename",
+               value::str("/home/user/project/model_" + std::to_string(t % 50) + ".py"));
+        fr.set("line", value::integer(10 + f));
+        fr.set("name", value::str("forward_" + std::to_string(f)));
+        frames.append(std::move(fr));
+      }
+      d.set("frames", std::move(frames));
+      trace.append(std::move(d));
+    }
+    value oom = value::dict();
+    oom.set("action", value::str("oom"));
+    oom.set("device_free", value::integer(0));
+    oom.set("size", value::integer(std::int64_t{1} << 30));
+    oom.set("stream", value::integer(0));
+    oom.set("frames", value::list());
+    trace.append(std::move(oom));
+    value root = value::dict();
+    root.set("segments", value::list());
+    value traces = value::list();
+    traces.append(std::move(trace));
+    root.set("device_traces", std::move(traces));
+    return gpu_basics::pickle::dumps(root);
+  }();
+  return bytes;
+}
+
+/// gpu_basics_torch_advise()'s work at an out-of-memory error: parse, 144 policies under the
+/// memory the job had, frames, on 2 threads.
+void BM_AdviseBytesAtOom(benchmark::State& state) {
+  gpu_basics::advise_request r;
+  r.fit_limits = {std::size_t{24} << 30};
+  r.device_memory = std::size_t{80} << 30;
+  r.threads = 2;
+  const std::string& bytes = transformer_pickle();  // made before the clock starts
+  gpu_basics::bytes_advice b;
+  for (auto _ : state) b = gpu_basics::advise_from_bytes(bytes, r);
+  state.counters["events"] = static_cast<double>(b.a.trace_events);
+  state.counters["pickle_MiB"] = static_cast<double>(transformer_pickle().size()) / (1 << 20);
+  state.counters["policies"] = static_cast<double>(b.a.policies.size());
+}
+
 }  // namespace
 
+BENCHMARK(BM_AdviseBytesAtOom)->Unit(benchmark::kSecond)->UseRealTime()->Iterations(1);
 BENCHMARK(BM_Preflight)->Unit(benchmark::kSecond)->UseRealTime()->Iterations(1);
 BENCHMARK(BM_AdviseRandom1M)->Unit(benchmark::kSecond)->UseRealTime()->Iterations(1);
 BENCHMARK(BM_ReplayRandom1M)->Unit(benchmark::kSecond)->UseRealTime()->Iterations(1);

@@ -58,7 +58,7 @@ extern "C" {
 typedef struct CUstream_st* gpu_basics_torch_stream_t;
 
 /* Version of this ABI (the layout of gpu_basics_torch_stats_t and the functions below). */
-#define GPU_BASICS_TORCH_ABI_VERSION 3
+#define GPU_BASICS_TORCH_ABI_VERSION 4
 
 /* Return codes. */
 #define GPU_BASICS_TORCH_OK 0
@@ -134,7 +134,7 @@ GPU_BASICS_TORCH_API int gpu_basics_torch_conf(char* buf, size_t len);
 GPU_BASICS_TORCH_API const char* gpu_basics_torch_last_error(void);
 /* GPU_BASICS_TORCH_ABI_VERSION of the library. */
 GPU_BASICS_TORCH_API int gpu_basics_torch_abi_version(void);
-/* What this library was built for, as JSON: {"abi_version": 3, "torch": "2.11.0+cu130" or null,
+/* What this library was built for, as JSON: {"abi_version": 4, "torch": "2.11.0+cu130" or null,
  * "cxx11_abi": 1, "oom_exception": "c10::OutOfMemoryError" or "std::bad_alloc", "capture": ...}.
  * A static string. */
 GPU_BASICS_TORCH_API const char* gpu_basics_torch_build_info(void);
@@ -159,6 +159,39 @@ GPU_BASICS_TORCH_API int gpu_basics_torch_stats_json(int device, char* buf, size
  * them), as torch.cuda.memory._record_memory_history(max_entries=...); before the device's first
  * allocation it applies to the allocator to come. */
 GPU_BASICS_TORCH_API int gpu_basics_torch_record_history(int device, size_t max_events);
+/* `gpu-basics advise` in this process, on a memory snapshot's pickle bytes (what pickle.dumps()
+ * makes of torch.cuda.memory._snapshot() or of gpu_basics_torch_write_snapshot()'s file; plain,
+ * not gzip): every policy replayed on a simulated device, no GPU used. options_json: NULL or a JSON
+ * object of
+ *   "limit_bytes"           the reserved limit the job must fit (advise --fit); null: none
+ *   "device_memory_bytes"   the device's memory (advise --device-memory): the printed line sets a
+ *                           fraction of it where it needs one
+ *   "device"                the trace advised (default: the longest)
+ *   "replay_failed_request" true (default): where the trace ends in an oom entry (the snapshot
+ *                           was taken when a request ran out of memory), that request is replayed
+ *                           as the trace's last allocation
+ *   "threads"               0 (default): one per core
+ *   "name"                  the snapshot's name in the advice and in messages
+ * On success *out_json is the advice as `gpu-basics advise --json` writes it (its "recommended"
+ * holds the line to apply) and, where out_text is not NULL, *out_text the tables advise prints;
+ * free both with gpu_basics_torch_free_string(). On failure both are NULL and last_error holds one
+ * line: GPU_BASICS_TORCH_EINVAL for a NULL argument, bad options, or bytes that are not a snapshot
+ * with history; GPU_BASICS_TORCH_ERUNTIME otherwise. */
+GPU_BASICS_TORCH_API int gpu_basics_torch_advise(const void* pickle_bytes, size_t n,
+                                                 const char* options_json, char** out_json,
+                                                 char** out_text);
+/* Frees a string gpu_basics_torch_advise() returned (NULL is ignored). */
+GPU_BASICS_TORCH_API void gpu_basics_torch_free_string(char* s);
+/* What gpu_basics_torch_alloc calls when a request runs out of memory (after the cache was freed
+ * and the request retried, and the oom entry recorded in the history kept), just before it throws:
+ * the device, the bytes asked for, the most the device's allocator may reserve (its memory
+ * fraction's limit, else the device's memory) and what CUDA has free. It runs outside the
+ * allocator's locks, so it may call this library (gpu_basics_torch_write_snapshot); it must not
+ * throw. gpu_basics.torch.use(on_oom="advise") sets one that prints advise's advice. */
+typedef void (*gpu_basics_torch_oom_fn)(int device, size_t size, size_t allowed,
+                                        size_t device_free);
+/* Sets the out-of-memory callback (NULL: none). */
+GPU_BASICS_TORCH_API int gpu_basics_torch_set_oom_callback(gpu_basics_torch_oom_fn fn);
 
 #ifdef __cplusplus
 }

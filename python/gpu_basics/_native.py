@@ -16,7 +16,7 @@ import json
 import os
 from typing import Optional
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 PLAIN = "libgpu_basics_torch_alloc.so"
 C10 = "libgpu_basics_torch_alloc_c10.so"
 ENV_LIB = "GPU_BASICS_TORCH_ALLOC_LIB"
@@ -130,6 +130,10 @@ class Stats(ctypes.Structure):
         ("fragmentation", ctypes.c_double)]
 
 
+# gpu_basics_torch_oom_fn: (device, size, allowed, device_free).
+OOM_FN = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t)
+
+
 class Library:
     """One loaded libgpu_basics_torch_alloc*.so."""
 
@@ -168,6 +172,11 @@ class Library:
             "gpu_basics_torch_last_error": (ctypes.c_char_p, []),
             "gpu_basics_torch_build_info": (ctypes.c_char_p, []),
             "gpu_basics_torch_set_memory_fraction": (None, [ctypes.c_double, ctypes.c_int]),
+            "gpu_basics_torch_advise": (ctypes.c_int, [
+                ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)]),
+            "gpu_basics_torch_free_string": (None, [ctypes.c_void_p]),
+            "gpu_basics_torch_set_oom_callback": (ctypes.c_int, [OOM_FN]),
         }
         for name, (res, args) in sig.items():
             f = getattr(L, name)
@@ -242,3 +251,35 @@ class Library:
 
     def free(self, ptr: int, device: int = 0) -> None:
         self.lib.gpu_basics_torch_free(ptr, 0, device, None)
+
+    def advise(self, snapshot: bytes, limit_bytes: Optional[int] = None,
+               device_memory_bytes: Optional[int] = None, **options) -> "tuple[dict, str]":
+        """`gpu-basics advise` in this process on a snapshot's pickle bytes: (the advice as
+        `advise --json` writes it, the tables it prints). limit_bytes: --fit;
+        device_memory_bytes: --device-memory; options: the rest of gpu_basics_torch_advise()'s
+        (device, replay_failed_request, threads, name). Raises ValueError for bytes that are
+        not a snapshot with history, or bad options."""
+        if not isinstance(snapshot, (bytes, bytearray, memoryview)):
+            raise TypeError(f"advise: expected the snapshot's pickle bytes, got "
+                            f"{type(snapshot).__name__}")
+        opts = dict(options, limit_bytes=limit_bytes, device_memory_bytes=device_memory_bytes)
+        data = bytes(snapshot)
+        out_json, out_text = ctypes.c_void_p(), ctypes.c_void_p()
+        rc = self.lib.gpu_basics_torch_advise(data, len(data), json.dumps(opts).encode(),
+                                              ctypes.byref(out_json), ctypes.byref(out_text))
+        try:
+            self._check(rc, "advise")
+            doc = json.loads(ctypes.string_at(out_json.value).decode())
+            text = ctypes.string_at(out_text.value).decode(errors="replace")
+        finally:
+            self.lib.gpu_basics_torch_free_string(out_json.value)
+            self.lib.gpu_basics_torch_free_string(out_text.value)
+        return doc, text
+
+    def set_oom_callback(self, fn) -> None:
+        """fn(device, size, allowed, device_free) is called when an allocation of
+        gpu_basics_torch_alloc (PyTorch's) runs out of memory, before it raises; None: none. It
+        must not raise (ctypes would print the traceback and go on)."""
+        cb = OOM_FN(fn) if fn is not None else OOM_FN()
+        self._check(self.lib.gpu_basics_torch_set_oom_callback(cb), "set_oom_callback")
+        self._oom_callback = cb  # kept alive while the library may call it

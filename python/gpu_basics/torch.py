@@ -17,6 +17,12 @@ memory_summary(), record_memory_history(), memory_snapshot(), dump_snapshot().
 Out of memory raises torch.OutOfMemoryError with the allocator's figures when the library was
 built against this PyTorch (libgpu_basics_torch_alloc_c10.so); with the plain library it raises
 RuntimeError. build_info() says which is in use.
+
+With PyTorch's own allocator, watch() records its history and, when the job runs out of memory,
+prints which allocator policy would have fitted and the line to apply (gpu-basics advise, in this
+process), and writes the snapshot and the advice into a folder:
+
+    gbt.watch()
 """
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ import os
 import pickle
 import sys
 import tempfile
+import threading
 import warnings
 from typing import Optional
 
@@ -33,13 +40,14 @@ try:
 except ImportError as _e:  # pragma: no cover - exercised by the CPU tests through a stub
     raise ImportError(f"gpu_basics.torch needs PyTorch: import torch failed ({_e})") from None
 
+from . import _oom
 from ._native import (ENV_LIB, GpuBasicsError, Library, LibraryMismatch, LibraryNotFound,
                       find_library, sidecar)
 
 __all__ = ["use", "mem_pool", "installed", "build_info", "memory_stats", "memory_allocated",
            "max_memory_allocated", "memory_reserved", "max_memory_reserved",
            "reset_peak_memory_stats", "empty_cache", "memory_summary", "record_memory_history",
-           "memory_snapshot", "dump_snapshot", "torch_stats"]
+           "memory_snapshot", "dump_snapshot", "torch_stats", "watch"]
 
 _lib: Optional[Library] = None
 _mode: Optional[str] = None  # "allocator" (use) or "mem_pool"
@@ -97,7 +105,8 @@ def _device(device=None) -> int:
     return d.index if d.index is not None else _torch.cuda.current_device()
 
 
-def use(conf: Optional[str] = None, history: int = 0, library: str = "auto") -> dict:
+def use(conf: Optional[str] = None, history: int = 0, library: str = "auto",
+        on_oom: Optional[str] = None) -> dict:
     """Makes gpu-basics' allocator PyTorch's CUDA allocator, for every device.
 
     conf: options in PYTORCH_CUDA_ALLOC_CONF's syntax ("expandable_segments:True,
@@ -106,11 +115,19 @@ def use(conf: Optional[str] = None, history: int = 0, library: str = "auto") -> 
     for memory_snapshot() (record_memory_history() changes it later). library: "auto" (the one
     built against this torch where there is one; where the one found was built for another
     torch, the plain library, with a one-line warning), "c10", "plain", or a path.
+    on_oom="advise": when an allocation runs out of memory, advice from the allocator's own
+    history before the error is raised, as watch() gives it for PyTorch's allocator (history
+    defaults to 100000 events then; the snapshot has no Python frames: the allocator records
+    none).
 
     Must run before anything initialises CUDA in this process. Returns build_info()."""
     global _lib, _mode
     if _mode == "allocator":
         raise GpuBasicsError("gpu_basics.torch.use() was called already in this process")
+    if on_oom not in (None, "advise"):
+        raise ValueError(f"use(on_oom={on_oom!r}): expected None or 'advise'")
+    if on_oom == "advise" and not history:
+        history = 100_000
     if _torch.cuda.is_initialized():
         raise GpuBasicsError(
             "gpu_basics.torch.use() must run before CUDA is initialised (PyTorch cannot swap an "
@@ -140,7 +157,45 @@ def use(conf: Optional[str] = None, history: int = 0, library: str = "auto") -> 
     _torch.cuda.memory.change_current_allocator(alloc)
     _keep.append(alloc)
     _lib, _mode = lib, "allocator"
+    if on_oom == "advise":
+        lib.set_oom_callback(_OwnOom(lib))
     return build_info()
+
+
+class _OwnOom:
+    """use(on_oom="advise"): called by the library when gpu-basics' allocator runs out of memory,
+    before it raises; advises once, from the allocator's own history."""
+
+    def __init__(self, lib: Library, directory: Optional[str] = None):
+        self._lib, self._directory = lib, directory
+        self.advised = None
+        self._once = threading.Lock()
+
+    def _advise(self, device: int, allowed: int, device_free: int) -> str:
+        fd, path = tempfile.mkstemp(prefix="gpu_basics_oom_", suffix=".pickle")
+        os.close(fd)
+        try:
+            self._lib.write_snapshot(device, path)
+            with open(path, "rb") as f:
+                snapshot = pickle.load(f)
+        finally:
+            os.unlink(path)
+        try:
+            total = int(_torch.cuda.get_device_properties(device).total_memory)
+        except Exception:  # noqa: BLE001 - the line then computes the fraction in the shell
+            total = None
+        self.advised = _oom.advise(self._lib, snapshot, device, int(allowed), int(device_free),
+                                   total, self._directory, allocator="gpu-basics'",
+                                   line_key="gbt")
+        return self.advised
+
+    def __call__(self, device, size, allowed, device_free) -> None:
+        del size  # the history's oom entry holds the request
+        if not self._once.acquire(blocking=False):
+            _oom.report(lambda: f"{_oom.PREFIX}: out of memory again on GPU {device} (advice "
+                                f"is given at the first only)\n")
+            return
+        _oom.report(self._advise, device, allowed, device_free)
 
 
 def mem_pool(conf: Optional[str] = None, library: str = "auto"):
@@ -346,3 +401,93 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     del abbreviated
     d = _device(device)
     return summary_text(memory_stats(d), d, _need().conf())
+
+
+def _advice_library() -> Library:
+    """A library for advise alone (any torch will do: nothing is installed into PyTorch)."""
+    if _lib is not None:
+        return _lib
+    try:
+        return Library(find_library("plain"))
+    except LibraryNotFound:
+        return _load("auto")
+
+
+class Watch:
+    """What watch() returns: stop() (or leaving its `with` block) turns the history off and the
+    advice with it."""
+
+    def __init__(self, lib: Library, directory: Optional[str], fit: Optional[int]):
+        self._lib, self._directory, self._fit = lib, directory, fit
+        self.active = True
+        self.advised = None  # the text printed at the first out-of-memory error
+        self._once = threading.Lock()  # two threads out of memory at once: one advice
+
+    def _advise(self, device: int, size: int, allowed: int, device_free: int) -> str:
+        del size  # the snapshot's oom entry holds the request
+        snapshot = _torch.cuda.memory._snapshot()
+        try:
+            total = int(_torch.cuda.get_device_properties(device).total_memory)
+        except Exception:  # noqa: BLE001 - the line then computes the fraction in the shell
+            total = None
+        text = _oom.advise(self._lib, snapshot, device, int(allowed), int(device_free), total,
+                           self._directory, self._fit)
+        self.advised = text
+        return text
+
+    def _observer(self, device, alloc, device_allocated, device_free) -> None:
+        # PyTorch calls it as (device, alloc_size, allowed, device_free), allowed being the
+        # memory fraction's limit where one is set, else the device's memory, after recording
+        # the failed request in the trace and with its allocator's lock released.
+        if not self.active:
+            return
+        if not self._once.acquire(blocking=False):  # once: a job that goes on repeats it
+            _oom.report(lambda: f"{_oom.PREFIX}: out of memory again on GPU {device} (advice "
+                                f"is given at the first only)\n")
+            return
+        _oom.report(self._advise, device, alloc, device_allocated, device_free)
+
+    def stop(self) -> None:
+        """Stops recording the history (PyTorch's observer stays attached, doing nothing:
+        PyTorch has no call to detach one)."""
+        if self.active:
+            self.active = False
+            _torch.cuda.memory._record_memory_history(enabled=None)
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def watch(max_entries: int = 100_000, directory: Optional[str] = None, fit=None) -> Watch:
+    """Advice at the moment the job runs out of memory, with PyTorch's own allocator.
+
+    Records PyTorch's memory history (_record_memory_history(enabled="all", context="all",
+    stacks="python", max_entries=max_entries): the last max_entries events) and attaches an
+    out-of-memory observer. At the first torch.OutOfMemoryError it takes the snapshot, replays it
+    as `gpu-basics advise --fit LIMIT` does, in this process (LIMIT: the memory the job had, the
+    memory fraction's where one is set; or `fit`, a size such as "24GiB"), and prints on stderr,
+    beside PyTorch's message, which policy would have fitted, the line to apply and the Python
+    frames of the failing request; the snapshot (snapshot.pickle.gz) and the advice (advice.txt,
+    advice.json) go into `directory` (default: a new gpu_basics_oom_YYYYmmdd-HHMMSS folder in the
+    current directory). Recording history costs time and memory. Returns a handle whose stop()
+    ends it, usable as a context manager."""
+    if _mode == "allocator":
+        raise GpuBasicsError("watch() is for PyTorch's own allocator; after use(), pass "
+                             "use(on_oom=\"advise\") instead")
+    limit = _oom.parse_size(fit)
+    if not isinstance(max_entries, int) or isinstance(max_entries, bool) or max_entries <= 0:
+        raise ValueError(f"watch(): max_entries must be a positive int, got {max_entries!r}")
+    attach = getattr(_torch._C, "_cuda_attach_out_of_memory_observer", None)
+    if attach is None or not hasattr(_torch.cuda.memory, "_record_memory_history"):
+        raise GpuBasicsError(f"watch(): torch {_torch.__version__} has no out-of-memory observer "
+                             "or memory history (torch._C._cuda_attach_out_of_memory_observer, "
+                             "torch.cuda.memory._record_memory_history)")
+    lib = _advice_library()
+    handle = Watch(lib, directory, limit)
+    _torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
+                                              max_entries=max_entries)
+    attach(handle._observer)
+    return handle

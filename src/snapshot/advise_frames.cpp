@@ -2,6 +2,7 @@
 // peak reserved, the one that first fails under a limit), read from the snapshot file again with
 // the trace entries' frames kept, for those requests only. The first read leaves frames out (they
 // are most of a snapshot's bytes); this one keeps a handful.
+#include <functional>
 #include <map>
 #include <set>
 
@@ -67,6 +68,7 @@ class frames_sink final : public pickle::item_sink {
     if (!action || !action->is(value::type::str)) return false;
     auto& l = lists_[list];
     const bool alloc = action->as_str() == "alloc";
+    if (action->as_str() == "oom") l.last_oom = frames_of(item, most_);
     l.kinds.push_back(alloc);
     if (alloc) {
       if (wanted_.count(l.allocs)) l.frames[l.allocs] = frames_of(item, most_);
@@ -81,7 +83,8 @@ class frames_sink final : public pickle::item_sink {
     if (!action || !action->is(value::type::str)) return false;
     auto& l = lists_[list];
     const bool alloc = action->as_str() == "alloc";
-    l.kinds.push_back(alloc);  // a flat dict has no frames: counted only
+    if (action->as_str() == "oom") l.last_oom.clear();  // the last oom has none
+    l.kinds.push_back(alloc);                           // a flat dict has no frames: counted only
     l.allocs += alloc ? 1 : 0;
     return true;
   }
@@ -100,11 +103,14 @@ class frames_sink final : public pickle::item_sink {
     list_state l;
     if (const auto it = lists_.find(id); id != 0 && it != lists_.end()) l = std::move(it->second);
     for (const value& e : list.as_items()) {
+      if (const value* action = e.find("action");
+          action && action->is(value::type::str) && action->as_str() == "oom")
+        l.last_oom = frames_of(e, most_);
       if (!is_alloc_entry(e)) continue;
       if (wanted_.count(l.allocs)) l.frames[l.allocs] = frames_of(e, most_);
       ++l.allocs;
     }
-    return {std::move(l.frames), l.allocs};
+    return {std::move(l.frames), l.allocs, std::move(l.last_oom)};
   }
 
  private:
@@ -112,6 +118,7 @@ class frames_sink final : public pickle::item_sink {
     std::vector<bool> kinds;  // per taken entry: an alloc
     std::size_t allocs = 0;
     std::map<std::size_t, std::vector<std::string>> frames;
+    std::vector<std::string> last_oom;
   };
   const std::set<std::size_t>& wanted_;
   std::size_t most_;
@@ -128,32 +135,31 @@ std::optional<std::size_t> alloc_ordinal(const std::vector<replay_event>& events
   return n;
 }
 
-}  // namespace
-
-alloc_frames read_alloc_frames(const std::string& path, int device,
-                               const std::set<std::size_t>& ordinals, std::size_t most) {
+/// read_alloc_frames() of the pickle `read` reads.
+alloc_frames frames_from(const snapshot_pickle_read& read, std::string_view name, int device,
+                         const std::set<std::size_t>& ordinals, std::size_t most) {
   alloc_frames out;
-  if (ordinals.empty() || device < 0) return out;
-  with_snapshot_pickle(path, [&](const snapshot_pickle_read& read, std::string_view name) {
-    frames_sink sink(ordinals, most);
-    value root;
-    try {
-      root = read(pickle::read_options{{}, {}, &sink});
-    } catch (const format_error& e) {
-      throw format_error(fmt::format("{}: {}", name, e.what()));
-    }
-    const value* traces = root.find("device_traces");
-    if (!traces || !traces->is(value::type::list) ||
-        static_cast<std::size_t>(device) >= traces->as_items().size())
-      return;
-    const value& list = traces->as_items()[static_cast<std::size_t>(device)];
-    if (!list.is(value::type::list)) return;
-    out = sink.frames(list.taken() ? list.list_id() : 0, list);
-  });
+  frames_sink sink(ordinals, most);
+  value root;
+  try {
+    root = read(pickle::read_options{{}, {}, &sink});
+  } catch (const format_error& e) {
+    throw format_error(fmt::format("{}: {}", name, e.what()));
+  }
+  const value* traces = root.find("device_traces");
+  if (!traces || !traces->is(value::type::list) ||
+      static_cast<std::size_t>(device) >= traces->as_items().size())
+    return out;
+  const value& list = traces->as_items()[static_cast<std::size_t>(device)];
+  if (!list.is(value::type::list)) return out;
+  out = sink.frames(list.taken() ? list.list_id() : 0, list);
   return out;
 }
 
-bool attach_frames(advice& a, const torch_snapshot& s, const std::string& path) {
+/// attach_frames() with the frames `read` gives for a set of ordinals; `failed`: the trace's last
+/// alloc is replay_failed_request()'s, which the pickle holds as an oom entry.
+bool attach_with(advice& a, const torch_snapshot& s, std::string_view name, bool failed,
+                 const std::function<alloc_frames(const std::set<std::size_t>&)>& read) {
   std::size_t rebuilt = 0;
   const std::vector<replay_event> events = to_replay_trace(s, a.device, &rebuilt);
   // The requests advice names: per detailed policy, the one that set peak reserved and peak
@@ -175,15 +181,19 @@ bool attach_frames(advice& a, const torch_snapshot& s, const std::string& path) 
     ordinal.push_back(alloc_ordinal(events, rebuilt, event));
     if (ordinal.back()) wanted.insert(*ordinal.back());
   }
-  const alloc_frames found = read_alloc_frames(path, a.device, wanted);
+  alloc_frames found = read(wanted);
   std::size_t allocs = 0;
   for (std::size_t k = rebuilt; k < events.size(); ++k)
     allocs += events[k].kind == replay_event::op::alloc;
+  if (failed && allocs != 0) {  // the oom entry that became the last alloc
+    --allocs;
+    if (!found.last_oom.empty()) found.frames[allocs] = std::move(found.last_oom);
+  }
   if (!wanted.empty() && found.allocs != allocs)  // another file now
     throw format_error(fmt::format(
         "{}: the second read found {} allocations on device {}, the first {}: the file changed "
         "between them",
-        printable(path), found.allocs, a.device, allocs));
+        name, found.allocs, a.device, allocs));
   bool any = false;
   for (std::size_t k = 0; k < named.size(); ++k) {
     if (!ordinal[k]) continue;
@@ -193,6 +203,34 @@ bool attach_frames(advice& a, const torch_snapshot& s, const std::string& path) 
     any = true;
   }
   return any;
+}
+
+}  // namespace
+
+alloc_frames read_alloc_frames(const std::string& path, int device,
+                               const std::set<std::size_t>& ordinals, std::size_t most) {
+  alloc_frames out;
+  if (ordinals.empty() || device < 0) return out;
+  with_snapshot_pickle(path, [&](const snapshot_pickle_read& read, std::string_view name) {
+    out = frames_from(read, name, device, ordinals, most);
+  });
+  return out;
+}
+
+bool attach_frames(advice& a, const torch_snapshot& s, const std::string& path) {
+  return attach_with(a, s, printable(path), false, [&](const std::set<std::size_t>& wanted) {
+    return read_alloc_frames(path, a.device, wanted);
+  });
+}
+
+bool attach_frames_from_bytes(advice& a, const torch_snapshot& s, std::string_view bytes,
+                              std::string_view name, bool failed) {
+  return attach_with(a, s, name, failed, [&](const std::set<std::size_t>& wanted) {
+    alloc_frames out;
+    if ((wanted.empty() && !failed) || a.device < 0) return out;
+    return frames_from([bytes](const pickle::read_options& o) { return pickle::read(bytes, o); },
+                       name, a.device, wanted, 16);
+  });
 }
 
 }  // namespace gpu_basics

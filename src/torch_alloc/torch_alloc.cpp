@@ -43,6 +43,7 @@
 #include "gpu_basics/memory/caching_allocator.hpp"
 #include "gpu_basics/memory/cuda_backend.hpp"
 
+#include "gpu_basics/snapshot/advise.hpp"
 #include "gpu_basics/snapshot/snapshot.hpp"
 
 #include <nlohmann/json.hpp>
@@ -80,6 +81,7 @@ struct state {
   std::array<double, kMaxDevices> fractions{};  // 0: no limit
   std::mutex error_mutex;
   std::string last_error;
+  std::atomic<gpu_basics_torch_oom_fn> on_oom{nullptr};
 };
 
 state& g() {
@@ -234,6 +236,86 @@ std::string mib_text(std::size_t bytes) {
   return buf;
 }
 
+/// Calls the out-of-memory callback, if one is set, for a request of `size` bytes on `device`
+/// that ran out of memory (no lock of the allocator held).
+void notify_oom(int device, std::size_t size) noexcept {
+  const gpu_basics_torch_oom_fn fn = g().on_oom.load(std::memory_order_acquire);
+  if (!fn) return;
+  try {
+    caching_allocator* a = existing(device);
+    gpu_basics::device_scope guard(device);
+    std::size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      (void)cudaGetLastError();
+      free = total = 0;
+    }
+    const std::size_t limit = a ? a->options().reserved_limit : SIZE_MAX;
+    fn(device, size, limit != SIZE_MAX ? limit : total, free);
+  } catch (...) {
+    set_error("out-of-memory callback: " + what_of(std::current_exception()), true);
+  }
+}
+
+/// A malloc'd copy of `text` for a caller in C (gpu_basics_torch_free_string() frees it).
+char* c_string(const std::string& text) {
+  char* p = static_cast<char*>(std::malloc(text.size() + 1));
+  if (!p) throw std::bad_alloc();
+  std::memcpy(p, text.data(), text.size());
+  p[text.size()] = '\0';
+  return p;
+}
+
+/// A byte count of the options JSON: a non-negative integer (or null: none).
+std::optional<std::size_t> size_option(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_unsigned() || it->get<std::uint64_t>() == 0)
+    throw gpu_basics::logic_error(std::string("advise: options: \"") + key +
+                                  "\" must be a positive integer of bytes, got " + it->dump());
+  return static_cast<std::size_t>(it->get<std::uint64_t>());
+}
+
+/// gpu_basics_torch_advise()'s options JSON read.
+gpu_basics::advise_request advise_options(const char* text) {
+  gpu_basics::advise_request r;
+  if (!text || !*text) return r;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw gpu_basics::logic_error("advise: options: not a JSON object: " + std::string(text));
+  for (const auto& [key, v] : j.items())
+    if (key != "limit_bytes" && key != "device_memory_bytes" && key != "device" &&
+        key != "replay_failed_request" && key != "threads" && key != "name")
+      throw gpu_basics::logic_error(
+          "advise: options: unknown key \"" + key +
+          "\" (limit_bytes, device_memory_bytes, device, replay_failed_request, threads, name)");
+  if (const auto l = size_option(j, "limit_bytes")) r.fit_limits.push_back(*l);
+  r.device_memory = size_option(j, "device_memory_bytes");
+  if (const auto it = j.find("device"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > 1024)
+      throw gpu_basics::logic_error("advise: options: \"device\" must be a device index, got " +
+                                    it->dump());
+    r.device = static_cast<int>(it->get<std::int64_t>());
+  }
+  if (const auto it = j.find("replay_failed_request"); it != j.end()) {
+    if (!it->is_boolean())
+      throw gpu_basics::logic_error(
+          "advise: options: \"replay_failed_request\" must be true or false, got " + it->dump());
+    r.failed_request = it->get<bool>();
+  }
+  if (const auto it = j.find("threads"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_unsigned() || it->get<std::uint64_t>() > 1024)
+      throw gpu_basics::logic_error("advise: options: \"threads\" must be 0 to 1024, got " +
+                                    it->dump());
+    r.threads = static_cast<unsigned>(it->get<std::uint64_t>());
+  }
+  if (const auto it = j.find("name"); it != j.end() && !it->is_null()) {
+    if (!it->is_string() || it->get<std::string>().empty())
+      throw gpu_basics::logic_error("advise: options: \"name\" must be a non-empty string");
+    r.name = it->get<std::string>();
+  }
+  return r;
+}
+
 /// `size` bytes on `device` for `stream`, or a typed error whose message a Python user can act
 /// on: out_of_memory (PyTorch's wording first, the allocator's figures after), logic_error.
 void* allocate(std::size_t size, int device, gpu_basics_torch_stream_t stream) {
@@ -284,7 +366,10 @@ GPU_BASICS_TORCH_API void* gpu_basics_torch_alloc(size_t size, int device,
   }
   // Thrown outside the handlers above, so nothing of ours is in flight.
   set_error(what, false);
-  if (oom) throw_out_of_memory(what);
+  if (oom) {
+    notify_oom(device, size);
+    throw_out_of_memory(what);
+  }
   throw_failure(what);
 }
 
@@ -612,6 +697,64 @@ GPU_BASICS_TORCH_API int gpu_basics_torch_record_history(int device, size_t max_
     return GPU_BASICS_TORCH_EINVAL;
   } catch (...) {
     set_error("record_history: " + what_of(std::current_exception()), false);
+    return GPU_BASICS_TORCH_ERUNTIME;
+  }
+}
+
+GPU_BASICS_TORCH_API int gpu_basics_torch_advise(const void* pickle_bytes, size_t n,
+                                                 const char* options_json, char** out_json,
+                                                 char** out_text) {
+  if (out_json) *out_json = nullptr;
+  if (out_text) *out_text = nullptr;
+  if (!out_json || !pickle_bytes || n == 0) {
+    set_error(!out_json ? "advise: out_json is NULL" : "advise: no snapshot bytes", false);
+    return GPU_BASICS_TORCH_EINVAL;
+  }
+  try {
+    const gpu_basics::advise_request r = advise_options(options_json);
+    const gpu_basics::bytes_advice b =
+        gpu_basics::advise_from_bytes({static_cast<const char*>(pickle_bytes), n}, r);
+    // As `gpu-basics advise --json` writes it (apps/gpu-basics/saved.cpp: saved_json_text).
+    const std::string json =
+        gpu_basics::to_json(b.a).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+        "\n";
+    std::string text;
+    if (out_text)
+      for (const auto& t : gpu_basics::advice_tables(b.a))
+        text += gpu_basics::presentation::render_text(t) + "\n";
+    char* j = c_string(json);
+    if (out_text) {
+      try {
+        *out_text = c_string(text);
+      } catch (...) {
+        std::free(j);
+        throw;
+      }
+    }
+    *out_json = j;
+    return GPU_BASICS_TORCH_OK;
+  } catch (const gpu_basics::format_error& e) {  // not a snapshot, or not one with history
+    set_error(std::string("advise: ") + e.what(), false);
+    return GPU_BASICS_TORCH_EINVAL;
+  } catch (const gpu_basics::logic_error& e) {
+    set_error(e.what(), false);
+    return GPU_BASICS_TORCH_EINVAL;
+  } catch (...) {
+    set_error("advise: " + what_of(std::current_exception()), false);
+    return GPU_BASICS_TORCH_ERUNTIME;
+  }
+}
+
+GPU_BASICS_TORCH_API void gpu_basics_torch_free_string(char* s) {
+  std::free(s);
+}
+
+GPU_BASICS_TORCH_API int gpu_basics_torch_set_oom_callback(gpu_basics_torch_oom_fn fn) {
+  try {
+    g().on_oom.store(fn, std::memory_order_release);
+    return GPU_BASICS_TORCH_OK;
+  } catch (...) {
+    set_error("set_oom_callback: " + what_of(std::current_exception()), false);
     return GPU_BASICS_TORCH_ERUNTIME;
   }
 }

@@ -3,8 +3,13 @@
  * message, and nothing crashes or throws (gpu_basics_torch_alloc, which throws, is called for
  * size 0 only: tests/torch_alloc/test_throw.cpp covers its failures).
  *   test_c_abi defaults   GPU_BASICS_ALLOC_CONF unset
- *   test_c_abi bad_conf   GPU_BASICS_ALLOC_CONF set to something that does not parse */
+ *   test_c_abi bad_conf   GPU_BASICS_ALLOC_CONF set to something that does not parse
+ *   test_c_abi advise SNAPSHOT ADVICE.json LIMIT DEVICE_MEMORY
+ *                         gpu_basics_torch_advise on the snapshot's bytes prints the line that
+ *                         `gpu-basics advise SNAPSHOT --fit LIMIT --device-memory DEVICE_MEMORY
+ *                         --json ADVICE.json` wrote (tests/cmake/advise_abi.cmake runs both) */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpu_basics/torch_alloc.h"
@@ -23,7 +28,115 @@ static int contains(const char* s, const char* part) {
   return s && strstr(s, part) != NULL;
 }
 
+/* The whole file at `path` (malloc'd, *n its size), or NULL. */
+static char* read_all(const char* path, size_t* n) {
+  FILE* f = fopen(path, "rb");
+  char* buf = NULL;
+  long size = 0;
+  if (!f) return NULL;
+  if (fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+      (buf = (char*)malloc((size_t)size + 1)) != NULL) {
+    *n = fread(buf, 1, (size_t)size, f);
+    buf[*n] = '\0';
+  }
+  fclose(f);
+  return buf;
+}
+
+/* The line of `json` holding `"key": ` (both documents are written with the same indentation),
+ * copied into out; 0 where there is none. */
+static int line_of(const char* json, const char* key, char* out, size_t len) {
+  char pattern[64];
+  const char* at;
+  size_t n;
+  snprintf(pattern, sizeof pattern, "\"%s\": ", key);
+  at = json ? strstr(json, pattern) : NULL;
+  if (!at) return 0;
+  n = strcspn(at, "\n");
+  if (n >= len) n = len - 1;
+  memcpy(out, at, n);
+  out[n] = '\0';
+  return 1;
+}
+
+static int oom_calls = 0;
+static void on_oom(int device, size_t size, size_t allowed, size_t device_free) {
+  (void)device, (void)size, (void)allowed, (void)device_free;
+  ++oom_calls;
+}
+
+/* Bytes that are not a snapshot, bad options and NULLs: an error code and one line, never a
+ * crash. */
+static void advise_refusals(const char* snapshot, size_t n) {
+  char* json = (char*)1;
+  char* text = (char*)1;
+  const char junk[] = "not a pickle at all";
+  CHECK(gpu_basics_torch_advise(junk, sizeof junk, NULL, &json, &text) ==
+        GPU_BASICS_TORCH_EINVAL);
+  CHECK(json == NULL && text == NULL);
+  CHECK(contains(gpu_basics_torch_last_error(), "advise: snapshot"));
+  CHECK(strchr(gpu_basics_torch_last_error(), '\n') == NULL);
+  CHECK(gpu_basics_torch_advise(junk, 0, NULL, &json, NULL) == GPU_BASICS_TORCH_EINVAL);
+  CHECK(contains(gpu_basics_torch_last_error(), "no snapshot bytes"));
+  CHECK(gpu_basics_torch_advise(junk, sizeof junk, NULL, NULL, NULL) == GPU_BASICS_TORCH_EINVAL);
+  CHECK(contains(gpu_basics_torch_last_error(), "out_json is NULL"));
+  if (!snapshot) return;
+  /* cut short: a truncated pickle */
+  CHECK(gpu_basics_torch_advise(snapshot, n / 2, NULL, &json, &text) == GPU_BASICS_TORCH_EINVAL);
+  CHECK(json == NULL && text == NULL);
+  CHECK(strlen(gpu_basics_torch_last_error()) > 10);
+  CHECK(gpu_basics_torch_advise(snapshot, n, "{\"limit\": 5}", &json, NULL) ==
+        GPU_BASICS_TORCH_EINVAL);
+  CHECK(contains(gpu_basics_torch_last_error(), "unknown key \"limit\""));
+  CHECK(gpu_basics_torch_advise(snapshot, n, "{\"limit_bytes\": -5}", &json, NULL) ==
+        GPU_BASICS_TORCH_EINVAL);
+  CHECK(contains(gpu_basics_torch_last_error(), "limit_bytes"));
+  CHECK(gpu_basics_torch_advise(snapshot, n, "[1", &json, NULL) == GPU_BASICS_TORCH_EINVAL);
+  CHECK(contains(gpu_basics_torch_last_error(), "not a JSON object"));
+  CHECK(gpu_basics_torch_advise(snapshot, n, "{\"device\": 3}", &json, NULL) ==
+        GPU_BASICS_TORCH_EINVAL);
+  CHECK(contains(gpu_basics_torch_last_error(), "no trace of device 3"));
+}
+
+static int advise_against_cli(char** argv) {
+  size_t n = 0, m = 0;
+  char options[256];
+  char want[1024], got[1024];
+  char* json = NULL;
+  char* text = NULL;
+  char* snapshot = read_all(argv[2], &n);
+  char* cli = read_all(argv[3], &m);
+  const char* keys[] = {"torch_env", "use_conf", "gbt", "line_limit_bytes", "live_peak_bytes"};
+  size_t k;
+  CHECK(snapshot != NULL && cli != NULL);
+  if (!snapshot || !cli) return 1;
+  snprintf(options, sizeof options, "{\"limit_bytes\": %s, \"device_memory_bytes\": %s}",
+           argv[4], argv[5]);
+  CHECK(gpu_basics_torch_advise(snapshot, n, options, &json, &text) == GPU_BASICS_TORCH_OK);
+  CHECK(contains(json, "\"command\": \"advise\""));
+  CHECK(contains(text, "Advice for snapshot"));
+  CHECK(contains(text, "export PYTORCH_CUDA_ALLOC_CONF="));
+  for (k = 0; k < sizeof keys / sizeof keys[0]; ++k) {
+    CHECK(line_of(cli, keys[k], want, sizeof want));
+    CHECK(line_of(json, keys[k], got, sizeof got));
+    if (strcmp(want, got) != 0) {
+      fprintf(stderr, "advise --json: %s\ngpu_basics_torch_advise: %s\n", want, got);
+      ++failures;
+    }
+  }
+  CHECK(line_of(json, "torch_env", got, sizeof got) && contains(got, "PYTORCH_CUDA_ALLOC_CONF"));
+  gpu_basics_torch_free_string(json);
+  gpu_basics_torch_free_string(text);
+  gpu_basics_torch_free_string(NULL);
+  advise_refusals(snapshot, n);
+  free(snapshot);
+  free(cli);
+  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+  return failures ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 5 && strcmp(argv[1], "advise") == 0) return advise_against_cli(argv);
   const int bad_conf = argc > 1 && strcmp(argv[1], "bad_conf") == 0;
   gpu_basics_torch_stats_t st;
   char conf[256];
@@ -108,6 +221,12 @@ int main(int argc, char** argv) {
   CHECK(gpu_basics_torch_write_snapshot(0, NULL) == GPU_BASICS_TORCH_EINVAL);
   CHECK(gpu_basics_torch_write_snapshot(0, "never_written.pickle") == GPU_BASICS_TORCH_EINVAL);
   CHECK(contains(gpu_basics_torch_last_error(), "has no allocator yet"));
+
+  advise_refusals(NULL, 0);
+  CHECK(gpu_basics_torch_set_oom_callback(on_oom) == GPU_BASICS_TORCH_OK);
+  CHECK(gpu_basics_torch_try_alloc(1024, 0, NULL) == NULL); /* no GPU: not out of memory */
+  CHECK(oom_calls == 0);
+  CHECK(gpu_basics_torch_set_oom_callback(NULL) == GPU_BASICS_TORCH_OK);
 
   if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
   return failures ? 1 : 0;

@@ -113,3 +113,45 @@ TEST(AdviseFrames, ASnapshotWithoutStacksHasNone) {
   for (const auto& t : gb::advice_tables(a)) text += gb::presentation::render_text(t);
   EXPECT_EQ(text.find("Allocated at"), std::string::npos);
 }
+
+namespace {
+
+gpu_basics::torch_trace_event entry(gpu_basics::torch_action a, std::uint64_t addr,
+                                    std::uint64_t size) {
+  gpu_basics::torch_trace_event e;
+  e.action = a;
+  e.addr = addr;
+  e.size = size;
+  return e;
+}
+
+}  // namespace
+
+// A snapshot taken at an out-of-memory error ends in the oom entry of the request that failed
+// (then perhaps the segments freed before PyTorch gave up): it becomes the last allocation, at an
+// address no block has. Where the job went on after it, or there is none, nothing changes.
+TEST(AdviseFrames, TheFailedRequestAtTheEndIsReplayedLast) {
+  using gpu_basics::torch_action;
+  gpu_basics::torch_snapshot s;
+  s.device_traces.push_back({entry(torch_action::alloc, 1 << 20, 8 * MiB),
+                             entry(torch_action::oom, 0, 64 * MiB),
+                             entry(torch_action::segment_free, 40 * MiB, 20 * MiB)});
+  gpu_basics::torch_snapshot went_on = s;
+  went_on.device_traces[0].push_back(entry(torch_action::alloc, 1 << 20, 4 * MiB));
+  gpu_basics::torch_snapshot none;
+  none.device_traces.push_back({entry(torch_action::alloc, 1 << 20, 8 * MiB)});
+
+  EXPECT_EQ(gpu_basics::replay_failed_request(s, 0), 64 * MiB);
+  const auto& e = s.device_traces[0][1];
+  EXPECT_EQ(e.action, torch_action::alloc);
+  EXPECT_GT(e.addr, 60 * MiB);  // above every address the trace names
+  const auto replay = gpu_basics::to_replay_trace(s, 0);
+  ASSERT_EQ(replay.size(), 2u);
+  EXPECT_EQ(replay.back().bytes, 64 * MiB);
+  EXPECT_NE(replay.back().id, replay.front().id);
+
+  EXPECT_FALSE(gpu_basics::replay_failed_request(went_on, 0));
+  EXPECT_EQ(went_on.device_traces[0][1].action, torch_action::oom);
+  EXPECT_FALSE(gpu_basics::replay_failed_request(none, 0));
+  EXPECT_FALSE(gpu_basics::replay_failed_request(none, 3));
+}

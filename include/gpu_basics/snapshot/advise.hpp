@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -299,7 +300,8 @@ inline constexpr int kAdviceSchemaVersion = 2;
 /// Frames of a device's alloc entries, by their ordinal among its allocs (0: the first).
 struct alloc_frames {
   std::map<std::size_t, std::vector<std::string>> frames;
-  std::size_t allocs = 0;  // the device's alloc entries, all of them
+  std::size_t allocs = 0;             // the device's alloc entries, all of them
+  std::vector<std::string> last_oom;  // the frames of its last oom entry, if any
 };
 
 /// The frames of `device`'s alloc entries numbered `ordinals`, read from the snapshot file at
@@ -318,5 +320,40 @@ struct alloc_frames {
 /// @throws format_error as read_alloc_frames(), and when the file's allocations are not those of
 /// `s` (it changed between the reads).
 bool attach_frames(advice& a, const torch_snapshot& s, const std::string& path);
+
+/// Fills in the Python frames as attach_frames() does, from the snapshot's pickle `bytes` (named
+/// `name` in messages) rather than a file. `failed_request`: replay_failed_request() turned the
+/// trace's last oom entry into its last alloc, which gets that entry's frames.
+/// @throws format_error as attach_frames().
+bool attach_frames_from_bytes(advice& a, const torch_snapshot& s, std::string_view bytes,
+                              std::string_view name, bool failed_request = false);
+
+/// Where the trace of `device` ends in a request that ran out of memory (an oom entry with no
+/// alloc or free after it: PyTorch records one when it raises torch.OutOfMemoryError), turns that
+/// entry into the allocation it asked for (its size and stream, at an address no block of the
+/// snapshot has), so that a replay asks for it too. Returns its size, or nothing where the trace
+/// does not end so.
+std::optional<std::size_t> replay_failed_request(torch_snapshot& s, int device);
+
+/// advise_from_bytes()' options: what gpu_basics_torch_advise() (the C ABI of the torch allocator
+/// library) reads from its options JSON.
+struct advise_request {
+  std::vector<std::size_t> fit_limits;       // --fit, in bytes
+  std::optional<std::size_t> device_memory;  // --device-memory
+  std::optional<int> device;                 // default: the snapshot's busiest device
+  bool failed_request = true;                // replay_failed_request() first
+  unsigned threads = 0;                      // 0: one per core
+  std::string name = "snapshot";             // the snapshot's name in messages and the advice
+};
+
+/// The advice `gpu-basics advise` gives for a snapshot, from its pickle bytes in memory (plain,
+/// not gzip), frames included (a snapshot whose frames cannot be read is advised without them).
+struct bytes_advice {
+  advice a;
+  std::optional<std::size_t> failed_request;  // replay_failed_request()'s
+};
+/// @throws format_error as parse_torch_snapshot() and advise_snapshot(); logic_error for a device
+/// the snapshot has no trace of.
+[[nodiscard]] bytes_advice advise_from_bytes(std::string_view bytes, const advise_request& r);
 
 }  // namespace gpu_basics

@@ -1,0 +1,187 @@
+"""Advice at the moment a job runs out of memory, from the snapshot taken then (no PyTorch needed
+here: gpu_basics.torch.watch() and use(on_oom="advise") hand the snapshot in).
+
+The snapshot is pickled and advised in this process by the library's gpu_basics_torch_advise()
+(`gpu-basics advise` on bytes): every allocator policy replayed on a simulated device under the
+memory the job had, the failing request replayed last. The snapshot (gzip) and the advice (text
+and JSON) are written into one folder; a few lines on stderr say which policy would have fitted,
+the line to apply, and where in the code the failing request was made."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+import sys
+import time
+from typing import Optional
+
+from ._native import printable
+
+PREFIX = "gpu_basics.watch"
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(size) -> Optional[int]:
+    """A byte count from an int or a string such as "24GiB" or "9.5GB" (None stays None)."""
+    if size is None:
+        return None
+    if isinstance(size, bool) or not isinstance(size, (int, str)):
+        raise TypeError(f"fit: expected bytes as an int or a size such as '24GiB', got {size!r}")
+    if isinstance(size, int):
+        n = size
+    else:
+        text = size.strip().replace(" ", "")
+        i = len(text)
+        while i and text[i - 1].isalpha():
+            i -= 1
+        unit = text[i:].lower()
+        try:
+            n = round(float(text[:i]) * _UNITS[unit])
+        except (KeyError, ValueError):
+            raise ValueError(f"fit: {size!r} is not a size (24GiB, 9.5GB, 1073741824)") from None
+    if n <= 0:
+        raise ValueError(f"fit: {size!r} must be a positive size")
+    return n
+
+
+def size_text(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.2f} {unit}" if unit != "B" else f"{n} B"
+        n /= 1024
+    return f"{n:.2f} GiB"  # pragma: no cover
+
+
+def failing_request(snapshot: dict, device: int) -> Optional[dict]:
+    """The trace entry of the request that ran out of memory: the device's last oom entry (PyTorch
+    records one before it raises), else its last alloc."""
+    traces = snapshot.get("device_traces") or []
+    if not 0 <= device < len(traces):
+        return None
+    last_alloc = None
+    for entry in reversed(traces[device] or []):
+        action = entry.get("action") if isinstance(entry, dict) else None
+        if action == "oom":
+            return entry
+        if action == "alloc" and last_alloc is None:
+            last_alloc = entry
+    return last_alloc
+
+
+def python_frames(entry: Optional[dict], most: int = 16) -> list:
+    """"file:line in function" of the entry's Python frames, innermost first."""
+    out = []
+    for f in (entry or {}).get("frames") or []:
+        if not isinstance(f, dict) or not str(f.get("filename", "")).endswith(".py"):
+            continue
+        out.append(printable(f"{f.get('filename')}:{f.get('line')} in {f.get('name')}"))
+        if len(out) == most:
+            break
+    return out
+
+
+def reserved_bytes(snapshot: dict, device: int) -> int:
+    """What the device's segments held when the snapshot was taken."""
+    return sum(int(s.get("total_size", 0)) for s in snapshot.get("segments") or []
+               if isinstance(s, dict) and s.get("device", 0) == device)
+
+
+def new_directory(directory: Optional[str]) -> str:
+    """`directory` (created), or a new gpu_basics_oom_YYYYmmdd-HHMMSS folder here."""
+    if directory is not None:
+        os.makedirs(directory, exist_ok=True)
+        return directory
+    base = time.strftime("gpu_basics_oom_%Y%m%d-%H%M%S")
+    path, k = base, 1
+    while True:
+        try:
+            os.makedirs(path)
+            return path
+        except FileExistsError:
+            k += 1
+            path = f"{base}-{k}"
+
+
+def advise(lib, snapshot: dict, device: int, allowed: int, device_free: int,
+           device_memory: Optional[int], directory: Optional[str] = None,
+           fit: Optional[int] = None, allocator: str = "PyTorch's",
+           line_key: str = "torch_env") -> str:
+    """Advises on `snapshot`, taken as a request ran out of memory on `device`, writes the
+    snapshot and the advice into a folder and returns the text printed for it. allowed: the
+    memory the process may reserve (the memory fraction's, else the device's); device_free: what
+    CUDA still had free then; device_memory: the device's total (the line's fraction is a
+    number); fit: the limit to advise for instead of the memory the job had; line_key: the line
+    of the advice's "recommended" printed ("gbt" for gpu-basics' allocator)."""
+    reserved = reserved_bytes(snapshot, device)
+    available = min(allowed, reserved + device_free) if allowed else reserved + device_free
+    limit = fit or available or None  # none known (no CUDA figures): advise without a limit
+    folder = new_directory(directory)
+    data = pickle.dumps(snapshot, protocol=4)
+    snap_path = os.path.join(folder, "snapshot.pickle.gz")
+    with gzip.open(snap_path, "wb", compresslevel=1) as f:  # fast, at the error
+        f.write(data)
+    doc, text = lib.advise(data, limit_bytes=limit, device_memory_bytes=device_memory,
+                           device=device, name=os.path.basename(snap_path))
+    json_path = os.path.join(folder, "advice.json")
+    with open(json_path, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    text_path = os.path.join(folder, "advice.txt")
+    with open(text_path, "w") as f:
+        f.write(text)
+
+    request = failing_request(snapshot, device)
+    size = int((request or {}).get("size", 0))
+    frames = python_frames(request)
+    out = [f"{PREFIX}: out of memory on GPU {device} with {allocator} allocator: a request of "
+           f"{size_text(size)} failed with {size_text(available)} available to this process "
+           f"({size_text(reserved)} reserved, {size_text(device_free)} free on the device"
+           + (f", {size_text(allowed)} allowed" if allowed else "") + ")."]
+    out.append(f"{PREFIX}: the recorded trace covers the job only up to the failing request "
+               f"(replayed last): the advice is for the job so far, not for what it would have "
+               f"asked for next.")
+    if frames:
+        out.append(f"{PREFIX}: the failing request was made at (innermost first):")
+        out += [f"    {fr}" for fr in frames]
+    else:
+        out.append(f"{PREFIX}: the failing request has no Python frames in the snapshot.")
+    choice = (doc.get("fit_choice") or [None])[0]
+    rec = doc.get("recommended", {})
+    line = rec.get(line_key) or rec.get("torch_env", "")
+    what = "the memory it had" if not fit else "the limit asked for"
+    if limit is None:
+        out.append(f"{PREFIX}: the memory available is unknown: the policy of the lowest peak:")
+    elif choice is None:
+        out.append(f"{PREFIX}: no searched policy fits {size_text(limit)} ({what}) in the "
+                   f"replay; the one that needs least:")
+    elif choice == "":
+        out.append(f"{PREFIX}: PyTorch's defaults fit {size_text(limit)} ({what}) in the replay "
+                   f"(where the driver placed segments decides it: see the advice); apply:")
+    else:
+        out.append(f"{PREFIX}: {printable(choice)} would have fitted {size_text(limit)} ({what}) "
+                   f"in the replay; apply:")
+    out.append(f"    {printable(line)}")
+    out.append(f"{PREFIX}: written {snap_path}, {text_path} and {json_path} (`gpu-basics report "
+               f"{json_path} -o advice.html` draws it).")
+    return "\n".join(out) + "\n"
+
+
+def report(run, *args, **kwargs) -> None:
+    """Calls run(*args, **kwargs) and prints its text on stderr; any failure is one line, never
+    raised (this runs inside the allocator's out-of-memory path)."""
+    try:
+        text = run(*args, **kwargs)
+        sys.stderr.write(text)
+    except BaseException as e:  # noqa: BLE001 - nothing may escape into the allocator
+        try:
+            why = (printable(str(e)).splitlines() or [""])[0]
+            sys.stderr.write(f"{PREFIX}: no advice: {type(e).__name__}"
+                             + (f": {why}" if why else "") + "\n")
+        except BaseException:  # noqa: BLE001
+            pass
+    try:
+        sys.stderr.flush()
+    except BaseException:  # noqa: BLE001
+        pass
