@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -79,7 +80,9 @@ def child(mode: str, work: str, lib: str) -> int:
         os.chdir(work)
     elif mode == "native":
         gbt.watch(directory=os.path.join(work, "native_oom"))
-    if mode != "rerun":
+    # The rerun keeps the same memory: the fraction unless the printed line sets its own.
+    if mode != "rerun" or "per_process_memory_fraction" not in os.environ.get(
+            "PYTORCH_CUDA_ALLOC_CONF", ""):
         set_limit(torch)
     try:
         workload(torch)
@@ -92,10 +95,17 @@ def child(mode: str, work: str, lib: str) -> int:
 
 def run_child(mode, args, env=None, prefix=()):
     cmd = [*prefix, sys.executable, HERE, "child", mode, "--work", args.work, "--lib", args.lib]
-    e = dict(env or os.environ)
+    e = {k: v for k, v in (env or os.environ).items()
+         if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "GPU_BASICS_ALLOC_CONF")
+         or env is not None}
     e["PYTHONPATH"] = os.pathsep.join(p for p in (args.python_dir, e.get("PYTHONPATH")) if p)
     e["GPU_BASICS_TORCH_ALLOC_LIB"] = args.lib
-    p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=600)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=150)
+    except subprocess.TimeoutExpired as t:
+        p = subprocess.CompletedProcess(cmd, 124, t.stdout or "", t.stderr or "")
+        if isinstance(p.stdout, bytes):
+            p.stdout, p.stderr = p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
     print(f"$ {' '.join(shlex.quote(c) for c in cmd)}\n  rc {p.returncode}\n  "
           + (p.stdout + p.stderr).strip().replace("\n", "\n  "), flush=True)
     return p
@@ -139,6 +149,9 @@ def main() -> int:
         print("skipped: no PyTorch")
         return 77
     failures, report = [], {}
+    for d in os.listdir(args.work):  # no advice of an earlier run may pass for this one's
+        if d == "native_oom" or d.startswith("gpu_basics_oom_"):
+            shutil.rmtree(os.path.join(args.work, d))
 
     native = run_child("native", args)
     folder = os.path.join(args.work, "native_oom")
@@ -157,7 +170,9 @@ def main() -> int:
         rerun = run_child("rerun", args, env,
                           prefix=("bash", "-c", line + "\nexec \"$@\"", "_"))
         report["rerun"] = {"rc": rerun.returncode, "stdout": rerun.stdout.strip()}
-        if (doc.get("fit_choice") or [None])[0] is not None and rerun.returncode != 0:
+        if (doc.get("fit_choice") or [None])[0] is None:
+            failures.append("native: the advice found no policy that fits the memory available")
+        elif rerun.returncode != 0:
             failures.append(f"rerun with {line!r}: the failing request still fails "
                             f"(rc {rerun.returncode})")
 
