@@ -47,8 +47,8 @@ from preflight_checks import (  # noqa: E402
     peak_row, prediction, preflight_command, step_above, summary, workload_ok, workload_report)
 
 CHILD = os.path.join(HERE, "preflight_workloads.py")
-CHILD_TIMEOUT_S = 300
-PREFLIGHT_TIMEOUT_S = 300
+CHILD_TIMEOUT_S = 90
+PREFLIGHT_TIMEOUT_S = 90
 
 
 # ---- children --------------------------------------------------------------------------------

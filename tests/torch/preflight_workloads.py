@@ -8,12 +8,14 @@
 Three training jobs of different shapes, whose sizes depend on the batch alone (fixed seeds,
 random data drawn on the GPU from a seeded generator, the same steps at every batch):
 - transformer: a decoder of 8 pre-norm blocks (d_model 1024, 16 heads, causal attention through
-  scaled_dot_product_attention, MLP 4096), sequences of 512 tokens of a vocabulary of 8192, bf16
-  autocast, AdamW: activations dominate;
+  scaled_dot_product_attention, MLP 4096) over sequences of 512 random feature vectors (an input
+  projection, not a token embedding: an embedding's backward changes kernels at 3072 indices and
+  sizes buffers by the distinct ids drawn), logits over 8192 classes, bf16 autocast, AdamW:
+  activations dominate;
 - cnn: a ResNet-34-like net written with nn.Conv2d and nn.BatchNorm2d on 224x224 images, fp32,
   1000 classes, SGD with momentum: convolutions (cuDNN's workspaces, chosen by shape);
-- mlp_embedding: an nn.Embedding of 2M rows of 256 (dense gradients) looked up for 1024 tokens per
-  sample, a per-token MLP (256-4096-4096-256), mean over tokens, 1000 classes, Adam: constants
+- mlp_embedding: an nn.Embedding of 2M rows of 256 (dense gradients) looked up for 2048 distinct
+  ids per sample (above the backward's 3072-index switch from batch 2 on), a per-token MLP (256-4096-4096-256), mean over tokens, 1000 classes, Adam: constants
   (parameters, gradients, Adam's state and its step's temporaries) dominate at small batches.
 
 The child sets no allocator setting of its own: PYTORCH_CUDA_ALLOC_CONF is whatever its
@@ -60,14 +62,14 @@ def transformer(torch, batch, device):
     class Decoder(nn.Module):
         def __init__(self):
             super().__init__()
-            self.tok = nn.Embedding(vocab, d)
+            self.inp = nn.Linear(d, d)
             self.pos = nn.Parameter(torch.randn(seq, d) * 0.02)
             self.blocks = nn.ModuleList(Block() for _ in range(layers))
             self.ln = nn.LayerNorm(d)
             self.head = nn.Linear(d, vocab, bias=False)
 
-        def forward(self, ids):
-            x = self.tok(ids) + self.pos
+        def forward(self, feats):
+            x = self.inp(feats) + self.pos
             for blk in self.blocks:
                 x = blk(x)
             return self.head(self.ln(x))
@@ -79,10 +81,11 @@ def transformer(torch, batch, device):
     gen.manual_seed(SEED)
 
     def step():
-        ids = torch.randint(vocab, (batch, seq + 1), device=device, generator=gen)
+        feats = torch.randn(batch, seq, d, device=device, generator=gen)
+        ids = torch.randint(vocab, (batch, seq), device=device, generator=gen)
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(ids[:, :-1])
-            loss = F.cross_entropy(logits.reshape(-1, vocab), ids[:, 1:].reshape(-1))
+            logits = model(feats)
+            loss = F.cross_entropy(logits.reshape(-1, vocab), ids.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -150,7 +153,7 @@ def cnn(torch, batch, device):
 
 def mlp_embedding(torch, batch, device):
     nn, F = torch.nn, torch.nn.functional
-    rows, dim, tokens, hidden, classes = 2_000_000, 256, 1024, 4096, 1000
+    rows, dim, tokens, hidden, classes = 2_000_000, 256, 2048, 4096, 1000
 
     class Model(nn.Module):
         def __init__(self):
@@ -170,7 +173,10 @@ def mlp_embedding(torch, batch, device):
     gen.manual_seed(SEED)
 
     def step():
-        ids = torch.randint(rows, (batch, tokens), device=device, generator=gen)
+        # Distinct ids: the embedding's backward sizes some buffers by the number of distinct
+        # ids, which random draws would make depend on the data rather than on the batch.
+        ids = torch.randperm(rows, device=device, generator=gen)[:batch * tokens]
+        ids = ids.view(batch, tokens)
         y = torch.randint(classes, (batch,), device=device, generator=gen)
         loss = F.cross_entropy(model(ids), y)
         opt.zero_grad(set_to_none=True)
