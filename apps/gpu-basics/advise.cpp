@@ -41,13 +41,17 @@ int run_advise(const options& o, std::ostream& out, std::ostream& err) {
           limits.size(), kMaxFitLimits));
     const auto device_memory = device_memory_of(o);
     const auto policies = advise_policies(o.policies, !limits.empty(), device_memory);
-    const torch_snapshot s = read_torch_snapshot(o.input_path);
+    torch_snapshot s = read_torch_snapshot(o.input_path);
     const int device = s.busiest_device();
+    // A snapshot taken at an out-of-memory error (gpu_basics.torch.watch() writes one) ends in
+    // the request that failed: it is replayed too, as the advice printed at the error did.
+    const auto failed = replay_failed_request(s, device);
     advice a =
         advise_snapshot(s, printable(o.input_path), device, policies, limits, 0, device_memory);
+    a.failed_request = failed;
     a.fit_labels = std::move(labels);
     try {  // where in the user's code: a snapshot recorded with stacks has the frames
-      (void)attach_frames(a, s, o.input_path);
+      (void)attach_frames(a, s, o.input_path, failed.has_value());
     } catch (const error& e) {  // the advice stands without them
       err << "gpu-basics advise: the Python frames were not read: " << e.what() << "\n";
     }

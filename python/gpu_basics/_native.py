@@ -281,5 +281,7 @@ class Library:
         gpu_basics_torch_alloc (PyTorch's) runs out of memory, before it raises; None: none. It
         must not raise (ctypes would print the traceback and go on)."""
         cb = OOM_FN(fn) if fn is not None else OOM_FN()
+        # Every callback ever set stays alive: a thread may have read the previous pointer just
+        # before it was replaced, and calls it after.
+        self.__dict__.setdefault("_oom_callbacks", []).append(cb)
         self._check(self.lib.gpu_basics_torch_set_oom_callback(cb), "set_oom_callback")
-        self._oom_callback = cb  # kept alive while the library may call it

@@ -56,18 +56,14 @@ def size_text(n: int) -> str:
 
 def failing_request(snapshot: dict, device: int) -> Optional[dict]:
     """The trace entry of the request that ran out of memory: the device's last oom entry (PyTorch
-    records one before it raises), else its last alloc."""
+    records one before it raises), or None where the trace has none."""
     traces = snapshot.get("device_traces") or []
     if not 0 <= device < len(traces):
         return None
-    last_alloc = None
     for entry in reversed(traces[device] or []):
-        action = entry.get("action") if isinstance(entry, dict) else None
-        if action == "oom":
+        if isinstance(entry, dict) and entry.get("action") == "oom":
             return entry
-        if action == "alloc" and last_alloc is None:
-            last_alloc = entry
-    return last_alloc
+    return None
 
 
 def python_frames(entry: Optional[dict], most: int = 16) -> list:
@@ -132,22 +128,31 @@ def advise(lib, snapshot: dict, device: int, allowed: int, device_free: int,
     with open(text_path, "w") as f:
         f.write(text)
 
-    request = failing_request(snapshot, device)
-    size = int((request or {}).get("size", 0))
+    replayed = doc.get("failed_request_bytes")  # the request the advice replayed last
+    request = failing_request(snapshot, device) if replayed is not None else None
     frames = python_frames(request)
-    out = [f"{PREFIX}: out of memory on GPU {device} with {allocator} allocator: a request of "
-           f"{size_text(size)} failed with {size_text(available)} available to this process "
-           f"({size_text(reserved)} reserved, {size_text(device_free)} free on the device"
-           + (f", {size_text(allowed)} allowed" if allowed else "") + ")."]
-    out.append(f"{PREFIX}: the recorded trace covers the job only up to the failing request "
-               f"(replayed last): the advice is for the job so far, not for what it would have "
-               f"asked for next.")
+    held = (f"{size_text(available)} available to this process ({size_text(reserved)} reserved, "
+            f"{size_text(device_free)} free on the device"
+            + (f", {size_text(allowed)} allowed" if allowed else "") + ")")
+    if replayed is not None:
+        out = [f"{PREFIX}: out of memory on GPU {device} with {allocator} allocator: a request of "
+               f"{size_text(int(replayed))} failed with {held}."]
+        out.append(f"{PREFIX}: the recorded trace covers the job only up to the failing request "
+                   f"(replayed last): the advice is for the job so far, not for what it would "
+                   f"have asked for next.")
+    else:
+        out = [f"{PREFIX}: out of memory on GPU {device} with {allocator} allocator, with {held}."]
+        out.append(f"{PREFIX}: the snapshot does not end in the failing request (the history "
+                   f"holds no out-of-memory entry after the last allocation): the advice covers "
+                   f"the job up to its last recorded request only.")
     if frames:
         out.append(f"{PREFIX}: the failing request was made at (innermost first):")
         out += [f"    {fr}" for fr in frames]
     else:
         out.append(f"{PREFIX}: the failing request has no Python frames in the snapshot.")
     choice = (doc.get("fit_choice") or [None])[0]
+    everywhere = (doc.get("fit_choice_everywhere") or [True])[0]
+    caveat = "" if everywhere else " (not under every placement of segments: see the advice)"
     rec = doc.get("recommended", {})
     line = rec.get(line_key) or rec.get("torch_env", "")
     what = "the memory it had" if not fit else "the limit asked for"
@@ -157,14 +162,17 @@ def advise(lib, snapshot: dict, device: int, allowed: int, device_free: int,
         out.append(f"{PREFIX}: no searched policy fits {size_text(limit)} ({what}) in the "
                    f"replay; the one that needs least:")
     elif choice == "":
-        out.append(f"{PREFIX}: PyTorch's defaults fit {size_text(limit)} ({what}) in the replay "
-                   f"(where the driver placed segments decides it: see the advice); apply:")
+        out.append(f"{PREFIX}: PyTorch's defaults fit {size_text(limit)} ({what}) in the replay"
+                   f"{caveat or ' (where the driver placed segments decided it)'}; apply:")
     else:
         out.append(f"{PREFIX}: {printable(choice)} would have fitted {size_text(limit)} ({what}) "
-                   f"in the replay; apply:")
+                   f"in the replay{caveat}; apply:")
     out.append(f"    {printable(line)}")
     out.append(f"{PREFIX}: written {snap_path}, {text_path} and {json_path} (`gpu-basics report "
-               f"{json_path} -o advice.html` draws it).")
+               f"{json_path} -o advice.html` draws it"
+               + (f"; `gpu-basics advise {snap_path} --fit {limit}"
+                  + (f" --device-memory {device_memory}" if device_memory else "")
+                  + "` gives it again" if limit else "") + ").")
     return "\n".join(out) + "\n"
 
 

@@ -408,7 +408,7 @@ def _advice_library() -> Library:
     if _lib is not None:
         return _lib
     try:
-        return Library(find_library("plain"))
+        return _load("plain")  # checked against this torch as any other load
     except LibraryNotFound:
         return _load("auto")
 
@@ -485,9 +485,25 @@ def watch(max_entries: int = 100_000, directory: Optional[str] = None, fit=None)
         raise GpuBasicsError(f"watch(): torch {_torch.__version__} has no out-of-memory observer "
                              "or memory history (torch._C._cuda_attach_out_of_memory_observer, "
                              "torch.cuda.memory._record_memory_history)")
+    global _watching, _observer_attached
     lib = _advice_library()
     handle = Watch(lib, directory, limit)
+    if _watching is not None:
+        _watching.stop()  # one watch at a time: the newest advises
     _torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",
                                               max_entries=max_entries)
-    attach(handle._observer)
+    _watching = handle
+    if not _observer_attached:  # PyTorch cannot detach one: a single observer for every watch
+        attach(_observe)
+        _observer_attached = True
     return handle
+
+
+_watching: Optional[Watch] = None
+_observer_attached = False
+
+
+def _observe(device, alloc, allowed, device_free) -> None:
+    handle = _watching
+    if handle is not None:
+        handle._observer(device, alloc, allowed, device_free)

@@ -26,6 +26,11 @@ std::optional<std::size_t> replay_failed_request(torch_snapshot& s, int device) 
       return {};
   }
   if (it == trace.rend() || it->size == 0) return {};
+  // A trace of nothing but the failed request has nothing to advise on (refused as any trace
+  // with no allocation to replay).
+  if (std::none_of(trace.begin(), trace.end(),
+                   [](const auto& e) { return e.action == torch_action::alloc; }))
+    return {};
   // An address no block of the snapshot has: above every one the trace and the segments name.
   std::uint64_t top = 0;
   for (const auto& e : trace)
@@ -46,6 +51,7 @@ bytes_advice advise_from_bytes(std::string_view bytes, const advise_request& r) 
   if (r.failed_request) out.failed_request = replay_failed_request(s, device);
   const auto policies = advise_policies({}, !r.fit_limits.empty(), r.device_memory);
   out.a = advise_snapshot(s, r.name, device, policies, r.fit_limits, r.threads, r.device_memory);
+  out.a.failed_request = out.failed_request;
   try {  // where in the user's code, as advise reads it from a file
     (void)attach_frames_from_bytes(out.a, s, bytes, r.name, out.failed_request.has_value());
   } catch (const error&) {  // the advice stands without them

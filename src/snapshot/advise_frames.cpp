@@ -217,9 +217,14 @@ alloc_frames read_alloc_frames(const std::string& path, int device,
   return out;
 }
 
-bool attach_frames(advice& a, const torch_snapshot& s, const std::string& path) {
-  return attach_with(a, s, printable(path), false, [&](const std::set<std::size_t>& wanted) {
-    return read_alloc_frames(path, a.device, wanted);
+bool attach_frames(advice& a, const torch_snapshot& s, const std::string& path, bool failed) {
+  return attach_with(a, s, printable(path), failed, [&](const std::set<std::size_t>& wanted) {
+    alloc_frames out;
+    if ((wanted.empty() && !failed) || a.device < 0) return out;
+    with_snapshot_pickle(path, [&](const snapshot_pickle_read& read, std::string_view name) {
+      out = frames_from(read, name, a.device, wanted, 16);
+    });
+    return out;
   });
 }
 

@@ -223,6 +223,7 @@ struct advice_doc {
   recommended_doc recommended;
   std::vector<std::optional<std::string>> fit_choice;
   std::optional<std::vector<bool>> fit_choice_everywhere;  // absent from older advice
+  std::optional<std::size_t> failed_request_bytes;         // absent from older advice
   detail_doc defaults;
   detail_doc recommendation;
   double seconds = 0;
@@ -236,6 +237,8 @@ void to_json(nlohmann::json& j, const advice_doc& a) {
        {"trace_events", a.trace_events},
        {"replay_events", a.replay_events},
        {"live_peak_bytes", a.live_peak_bytes},
+       {"failed_request_bytes",
+        a.failed_request_bytes ? nlohmann::json(*a.failed_request_bytes) : nlohmann::json()},
        {"recorded", a.recorded},
        {"device_memory_bytes", a.device_memory_bytes},
        {"line_limit_bytes", a.line_limit_bytes},
@@ -267,6 +270,8 @@ void from_json(const nlohmann::json& j, advice_doc& a) {
   read_required_member(j, "trace_events", a.trace_events);
   read_required_member(j, "replay_events", a.replay_events);
   read_required_member(j, "live_peak_bytes", a.live_peak_bytes);
+  if (const auto it = j.find("failed_request_bytes"); it != j.end() && !it->is_null())
+    read_member(j, "failed_request_bytes", a.failed_request_bytes);
   read_required_member(j, "recorded", a.recorded);
   read_required_member(j, "device_memory_bytes", a.device_memory_bytes);
   read_required_member(j, "line_limit_bytes", a.line_limit_bytes);
@@ -362,6 +367,7 @@ advice_doc doc_of(const advice& a) {
   for (const auto& c : a.fit_choice)
     x.fit_choice.push_back(c ? std::optional<std::string>(a.policies[*c].conf) : std::nullopt);
   x.fit_choice_everywhere = a.fit_choice_everywhere;
+  x.failed_request_bytes = a.failed_request;
   x.defaults = detail_of(a, a.defaults);
   x.recommendation = detail_of(a, a.recommendation);
   x.seconds = a.seconds;
@@ -528,6 +534,7 @@ advice advice_from(const advice_doc& x) {
     if (a.fit_choice_everywhere.size() != a.fit_limits.size())
       throw format_error("fit_choice_everywhere does not match fit_limits_bytes");
   }
+  a.failed_request = x.failed_request_bytes;
   a.seconds = x.seconds;
   a.threads = x.threads;
   return a;

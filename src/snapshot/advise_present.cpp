@@ -309,6 +309,12 @@ std::vector<presentation::table> advice_tables(const advice& a) {
              static_cast<std::int64_t>(a.recommendation.smallest_limit),
              placement_range(a.recommendation),
              static_cast<std::int64_t>(a.recommendation.stranded.free_bytes())});
+  if (a.failed_request)
+    t.notes.push_back(fmt::format(
+        "The snapshot ends in a request of {:.2f} MiB that ran out of memory: it is replayed as "
+        "the trace's last allocation, so each policy is asked whether it would have served it "
+        "too. The trace covers the job only up to that request.",
+        mib(*a.failed_request)));
   t.notes.push_back(
       fmt::format("Live bytes (as requested) peak at {:.1f} MiB: no limit below "
                   "that can fit, whatever the policy.",

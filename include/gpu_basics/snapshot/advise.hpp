@@ -173,6 +173,9 @@ struct advice {
   std::size_t trace_events = 0;
   std::size_t replay_events = 0;
   std::size_t live_peak = 0;  // the trace's peak of live requested bytes: no limit below fits
+  /// The request the trace ended in, which ran out of memory when it was recorded: replayed as
+  /// the trace's last allocation (replay_failed_request()), so each policy is asked for it too.
+  std::optional<std::size_t> failed_request;
   recorded_figures recorded;
   std::optional<std::string> recorded_conf;
   /// The device's total memory, where given (--device-memory): a limit becomes a fraction of it.
@@ -319,7 +322,9 @@ struct alloc_frames {
 /// (a snapshot recorded without stacks has none).
 /// @throws format_error as read_alloc_frames(), and when the file's allocations are not those of
 /// `s` (it changed between the reads).
-bool attach_frames(advice& a, const torch_snapshot& s, const std::string& path);
+/// `failed_request`: as attach_frames_from_bytes()'.
+bool attach_frames(advice& a, const torch_snapshot& s, const std::string& path,
+                   bool failed_request = false);
 
 /// Fills in the Python frames as attach_frames() does, from the snapshot's pickle `bytes` (named
 /// `name` in messages) rather than a file. `failed_request`: replay_failed_request() turned the
@@ -332,7 +337,7 @@ bool attach_frames_from_bytes(advice& a, const torch_snapshot& s, std::string_vi
 /// alloc or free after it: PyTorch records one when it raises torch.OutOfMemoryError), turns that
 /// entry into the allocation it asked for (its size and stream, at an address no block of the
 /// snapshot has), so that a replay asks for it too. Returns its size, or nothing where the trace
-/// does not end so.
+/// does not end so or holds no other allocation.
 std::optional<std::size_t> replay_failed_request(torch_snapshot& s, int device);
 
 /// advise_from_bytes()' options: what gpu_basics_torch_advise() (the C ABI of the torch allocator
