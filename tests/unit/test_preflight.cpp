@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "gpu_basics/report/preflight.hpp"
 #include "gpu_basics/snapshot/advise.hpp"
 #include "gpu_basics/snapshot/pickle.hpp"
 #include "gpu_basics/snapshot/preflight.hpp"
@@ -698,4 +699,56 @@ TEST(Preflight, ThePageDrawsTheJsonsCurveLimitAndLargestBatches) {
   EXPECT_FALSE(std::filesystem::exists(none));
   EXPECT_EQ(run({"--html", "-"}), gb::cli::exit_usage);
   EXPECT_NE(err.find("--html needs a file path"), std::string::npos) << err;
+}
+
+// The page of a report made by hand: each policy's largest batch as its own line where they
+// differ, none where no batch fits or every batch does, no limit without a fit; the points the
+// predictions where there is no curve.
+TEST(Preflight, ThePageMarksEachPolicysLargestBatchAsTheReportHasIt) {
+  gb::preflight_report r;
+  r.files = {"a.pickle", "b.pickle"};
+  r.batches = {2, 4};
+  r.events = {10, 10};
+  r.unmatched = {0, 0};
+  r.recommended = "expandable_segments:True";
+  for (const std::size_t b : {2u, 4u})
+    for (const char* w : {"defaults", "recommended"})
+      r.predictions.push_back({b, w, w[0] == 'd' ? "" : r.recommended, b * MiB, 2 * b * MiB});
+  const auto chart_of = [](const std::string& html) {
+    const std::string open = "<script type=\"application/json\" id=\"gb-charts\">";
+    const auto from = html.find(open) + open.size();
+    return nlohmann::json::parse(html.substr(from, html.find("</script>", from) - from))[0];
+  };
+  const auto annotations = [&](const gb::preflight_report& x) {
+    return chart_of(gb::report::render_preflight_html(
+        x))["config"]["options"]["plugins"]["annotation"]["annotations"];
+  };
+  // No fit: the predictions drawn, no line.
+  const auto c = chart_of(gb::report::render_preflight_html(r));
+  ASSERT_EQ(c["config"]["data"]["datasets"].size(), 2u);
+  EXPECT_EQ(c["config"]["data"]["datasets"][1]["data"].size(), 2u);
+  EXPECT_NE(c["config"]["data"]["datasets"][1]["label"].get<std::string>().find(r.recommended),
+            std::string::npos);
+  EXPECT_TRUE(annotations(r).empty());
+  // Different largest batches: two lines; none found (0) or every batch (nullopt): none.
+  r.fit = gb::preflight_fit{64 * MiB, 40, 52, r.recommended, true};
+  auto a = annotations(r);
+  EXPECT_EQ(a["limit"]["yMin"].get<double>(), 64.0 * MiB);
+  EXPECT_EQ(a["largest_defaults"]["xMin"].get<double>(), 40.0);
+  EXPECT_EQ(a["largest_recommended"]["xMin"].get<double>(), 52.0);
+  EXPECT_FALSE(a.contains("largest"));
+  r.fit->defaults = 0;
+  r.fit->recommended = std::nullopt;
+  a = annotations(r);
+  EXPECT_TRUE(a.contains("limit"));
+  EXPECT_EQ(a.size(), 1u) << a;
+  // No batch to reach past: the curve is the recorded and --at batches alone.
+  EXPECT_EQ(gb::preflight_curve_batches(r), (std::vector<std::size_t>{2, 4}));
+  r.fit->recommended = 100;
+  const auto batches = gb::preflight_curve_batches(r);
+  EXPECT_EQ(batches.front(), 2u);
+  EXPECT_EQ(batches.back(), 125u);
+  EXPECT_TRUE(std::is_sorted(batches.begin(), batches.end()));
+  EXPECT_GE(batches.size(), gb::kCurvePoints);
+  EXPECT_NE(std::find(batches.begin(), batches.end(), 100u), batches.end());
 }
