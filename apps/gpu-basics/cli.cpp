@@ -300,7 +300,6 @@ void add_report_options(CLI::App& rep, options& o, raw_options& raw, const comma
       ->type_name("PATH")
       ->required()
       ->check(non_empty());
-  raw.html_flag = "-o";
 }
 
 void add_compare_command_options(CLI::App& cmp, options& o, raw_options& raw, const command&) {
@@ -421,6 +420,10 @@ void add_preflight_options(CLI::App& pre, options& o, raw_options& raw, const co
       ->multi_option_policy(CLI::MultiOptionPolicy::Throw)
       ->check(byte_size());
   add_json_option(pre, raw, "prediction");
+  pre.add_option("--html", raw.html,
+                 "Draw the predicted peak reserved against the batch as one HTML file at PATH")
+      ->type_name("PATH")
+      ->check(non_empty());
 }
 
 /// What CLI11 cannot check of preflight: the recordings' count, the batches (one per recording,
@@ -517,6 +520,8 @@ parse_result parse(const std::vector<std::string>& args, std::ostream& out, std:
     return {std::nullopt, exit_usage};
   }
   for (const auto* sub : app.get_subcommands()) o.command = sub->get_name();
+  // Every command's options share `raw`: the flag is the command's, once it is known.
+  raw.html_flag = o.command == "report" ? "-o" : "--html";
   const command* cmd = find_command(o.command);
   if (!expand_output_paths(o, raw, err) || !finish_options(o, raw, err) ||
       (cmd->validate && !cmd->validate(o, err)))

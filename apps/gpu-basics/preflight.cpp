@@ -1,6 +1,6 @@
 // `gpu-basics preflight REC1 REC2 [REC3] --batches 2,4,8`: PyTorch's peak memory at batches
 // nobody has run, and the largest that fits a limit, predicted from snapshots recorded at small
-// batches (gpu_basics/snapshot/preflight.hpp). No GPU.
+// batches (gpu_basics/snapshot/preflight.hpp), printed, written as JSON and drawn as HTML. No GPU.
 #include <charconv>
 #include <ostream>
 
@@ -11,6 +11,7 @@
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/core/interrupt.hpp"
 #include "gpu_basics/core/units.hpp"
+#include "gpu_basics/report/preflight.hpp"
 #include "gpu_basics/snapshot/preflight.hpp"
 #include "replay.hpp"
 #include "run.hpp"
@@ -53,7 +54,8 @@ std::vector<std::size_t> parse_batches(const std::string& text) {
 int run_preflight_command(const options& o, std::ostream& out, std::ostream& err) {
   const std::string first = o.input_paths.empty() ? std::string() : o.input_paths.front();
   return guarded(first, err, [&] {
-    if (o.json_path && *o.json_path != "-") check_writable(*o.json_path);
+    for (const auto* p : {&o.json_path, &o.html_path})
+      if (*p && **p != "-") check_writable(**p);
     // Checked by validate_preflight already; parsed again here for the values.
     const std::vector<std::size_t> batches = parse_batches(o.batches);
     std::vector<std::size_t> at;
@@ -71,16 +73,21 @@ int run_preflight_command(const options& o, std::ostream& out, std::ostream& err
       recs.push_back(read_batch_recording(o.input_paths[i], batches[i]));
     }
     const batch_model model(std::move(recs));
-    const preflight_report r = run_preflight(model, at, limit);
+    // The page's points (the report's curve) are in the JSON as well: one set of predictions.
+    const preflight_report r = run_preflight(model, at, limit, 0, o.html_path.has_value());
     const nlohmann::json j = to_json(r);
+    const bool json_to_stdout = o.json_path && *o.json_path == "-";
+    std::vector<std::pair<std::string, std::string>> files;
+    if (o.json_path && !json_to_stdout) files.emplace_back(*o.json_path, saved_json_text(j));
+    if (o.html_path) files.emplace_back(*o.html_path, report::render_preflight_html(r));
     throw_if_interrupted();  // nothing written once interrupted
-    if (o.json_path && *o.json_path == "-") {
+    if (json_to_stdout) {
       out << saved_json_text(j);
-      return exit_ok;
+    } else {
+      for (const auto& t : preflight_tables(r)) out << presentation::render_text(t) << "\n";
     }
-    for (const auto& t : preflight_tables(r)) out << presentation::render_text(t) << "\n";
-    check_written(out);  // lost tables: no file written either
-    if (o.json_path) write_file_atomically(*o.json_path, saved_json_text(j));
+    check_written(out);  // lost tables: no files written either
+    write_files_atomically(files);
     return exit_ok;
   });
 }

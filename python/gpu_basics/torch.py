@@ -23,6 +23,12 @@ prints which allocator policy would have fitted and the line to apply (gpu-basic
 process), and writes the snapshot and the advice into a folder:
 
     gbt.watch()
+
+Before launch, preflight() records the job's step at two or three small batch sizes in this
+process and predicts its peak memory at larger ones, and the largest batch that fits
+(`gpu-basics preflight`; docs/preflight.md):
+
+    gbt.preflight(lambda b: train_step(b), batches=(2, 4, 8), fit="40GiB")
 """
 from __future__ import annotations
 
@@ -41,13 +47,15 @@ except ImportError as _e:  # pragma: no cover - exercised by the CPU tests throu
     raise ImportError(f"gpu_basics.torch needs PyTorch: import torch failed ({_e})") from None
 
 from . import _oom
+from ._preflight import PreflightError, preflight
 from ._native import (ENV_LIB, GpuBasicsError, Library, LibraryMismatch, LibraryNotFound,
                       find_library, sidecar)
 
 __all__ = ["use", "mem_pool", "installed", "build_info", "memory_stats", "memory_allocated",
            "max_memory_allocated", "memory_reserved", "max_memory_reserved",
            "reset_peak_memory_stats", "empty_cache", "memory_summary", "record_memory_history",
-           "memory_snapshot", "dump_snapshot", "torch_stats", "watch"]
+           "memory_snapshot", "dump_snapshot", "torch_stats", "watch", "preflight",
+           "PreflightError"]
 
 _lib: Optional[Library] = None
 _mode: Optional[str] = None  # "allocator" (use) or "mem_pool"

@@ -2,7 +2,10 @@
 // each batch asked for, the largest batch that fits a limit (doubling, then bisection), under the
 // defaults and under the policy advise recommends for the largest recording. The model itself is
 // preflight_align.cpp; the tables and JSON preflight_present.cpp.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -130,8 +133,73 @@ std::optional<std::size_t> largest_fitting_batch(const batch_model& m, const all
   return found;
 }
 
+std::vector<std::size_t> preflight_curve_batches(const preflight_report& r) {
+  std::set<std::size_t> s(r.batches.begin(), r.batches.end());
+  for (const auto& p : r.predictions) s.insert(p.batch);
+  if (r.fit && !r.batches.empty()) {
+    std::size_t top = 0;  // the larger largest batch (0: none found, or every batch fits)
+    for (const auto& b : {r.fit->defaults, r.fit->recommended})
+      if (b && *b > 0) {
+        s.insert(*b);
+        top = std::max(top, *b);
+      }
+    const auto lo = static_cast<double>(r.batches.front());
+    const double hi = std::ceil(1.25 * static_cast<double>(top));
+    if (top > 0 && hi > lo)
+      for (std::size_t k = 0; k < kCurvePoints; ++k) {
+        const double f = static_cast<double>(k) / static_cast<double>(kCurvePoints - 1);
+        s.insert(std::max<std::size_t>(
+            1, static_cast<std::size_t>(std::llround(lo * std::pow(hi / lo, f)))));
+      }
+  }
+  return {s.begin(), s.end()};
+}
+
+namespace {
+/// The chart's points: the predictions already made copied, the other batches replayed under
+/// both policies (`same`: the recommendation is the defaults, replayed once); a batch beyond what
+/// a replay holds is left out.
+std::vector<preflight_prediction> curve_of(
+    const batch_model& m, const preflight_report& r,
+    const std::vector<std::pair<std::string, replay_policy>>& which, bool same, thread_pool& pool) {
+  const std::vector<std::size_t> batches = preflight_curve_batches(r);
+  std::map<std::size_t, std::size_t> made;  // batch -> its defaults' index in r.predictions
+  for (std::size_t j = 0; j + 1 < r.predictions.size(); j += 2)
+    made.emplace(r.predictions[j].batch, j);
+  std::vector<std::optional<preflight_prediction>> points(2 * batches.size());
+  pool.parallel_for(points.size(), [&](std::size_t j) {
+    const std::size_t w = j % 2;
+    const std::size_t batch = batches[j / 2];
+    if (const auto it = made.find(batch); it != made.end()) {
+      points[j] = r.predictions[it->second + w];
+      return;
+    }
+    if (same && w == 1) return;
+    try {
+      const replay_result x = predict_at(m, batch, which[w].second.options);
+      points[j] = preflight_prediction{batch, which[w].first, which[w].second.conf,
+                                       x.peak_allocated, x.peak_reserved};
+    } catch (const format_error&) {  // beyond what a replay holds: no point there
+    }
+  });
+  std::vector<preflight_prediction> out;
+  for (std::size_t j = 0; j < points.size(); j += 2) {
+    if (!points[j]) continue;
+    if (!points[j + 1]) {
+      if (!same) continue;  // the recommendation's replay failed: neither is drawn
+      points[j + 1] = *points[j];
+      points[j + 1]->which = which[1].first;
+    }
+    out.push_back(*points[j]);
+    out.push_back(*points[j + 1]);
+  }
+  return out;
+}
+}  // namespace
+
 preflight_report run_preflight(const batch_model& m, const std::vector<std::size_t>& at,
-                               std::optional<std::size_t> fit_limit, unsigned threads) {
+                               std::optional<std::size_t> fit_limit, unsigned threads,
+                               bool with_curve) {
   const auto t0 = std::chrono::steady_clock::now();
   preflight_report r;
   for (const auto& rec : m.recordings()) {
@@ -179,6 +247,7 @@ preflight_report run_preflight(const batch_model& m, const std::vector<std::size
     r.fit = preflight_fit{*fit_limit, largest_batch[0], largest_batch[1], r.recommended,
                           monotone[0] && monotone[1]};
   }
+  if (with_curve) r.curve = curve_of(m, r, which, same, pool);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

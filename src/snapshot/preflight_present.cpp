@@ -86,19 +86,24 @@ nlohmann::json to_json(const preflight_report& r) {
   j["events"] = r.events;
   j["unmatched_events"] = r.unmatched;
   j["recommended_policy"] = r.recommended;
-  j["predictions"] = nlohmann::json::array();
-  for (const auto& x : r.predictions)
-    j["predictions"].push_back({{"batch", x.batch},
-                                {"which", x.which},
-                                {"policy", x.policy},
-                                {"peak_allocated_bytes", x.peak_allocated},
-                                {"peak_reserved_bytes", x.peak_reserved}});
+  const auto predictions = [](const std::vector<preflight_prediction>& v) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const auto& x : v)
+      a.push_back({{"batch", x.batch},
+                   {"which", x.which},
+                   {"policy", x.policy},
+                   {"peak_allocated_bytes", x.peak_allocated},
+                   {"peak_reserved_bytes", x.peak_reserved}});
+    return a;
+  };
+  j["predictions"] = predictions(r.predictions);
   if (r.fit)
     j["largest_batch"] = {{"limit_bytes", r.fit->limit},
                           {"defaults", batch_json(r.fit->defaults)},
                           {"recommended", batch_json(r.fit->recommended)},
                           {"policy", r.fit->policy},
                           {"monotone", r.fit->monotone}};
+  if (!r.curve.empty()) j["curve"] = predictions(r.curve);
   j["seconds"] = r.seconds;
   return j;
 }

@@ -329,6 +329,9 @@ def main():
     ap.add_argument("--replay", metavar="SNAPSHOT",
                     help="check the page `gpu-basics report` draws of `gpu-basics replay "
                          "SNAPSHOT --json`")
+    ap.add_argument("--preflight", action="store_true",
+                    help="check the page of `gpu-basics preflight ... --html`, of a synthetic job "
+                         "recorded at batches 2, 4 and 8 (preflight_job.py) with --fit 256MiB")
     ap.add_argument("--pdf-segments-per-chart", type=int, default=50,
                     help="the path segments each chart must add to the PDF (a chart of a few "
                          "bars adds fewer than the noise of the comparison: 0 skips the check)")
@@ -373,6 +376,22 @@ def main():
                 return 1
         print(f"replay page: {html} ({os.path.getsize(html) / 1024:.0f} KiB, made in "
               f"{(time.monotonic() - t0) * 1000:.0f} ms)")
+    elif args.gpu_basics and args.preflight:
+        from preflight_job import write_job
+        html = os.path.abspath(os.path.join(args.out, args.name + ".html"))
+        recordings = []
+        for b in (2, 4, 8):
+            recordings.append(os.path.join(args.out, f"{args.name}_b{b}.pickle"))
+            write_job(recordings[-1], b)
+        t0 = time.monotonic()
+        made = subprocess.run([args.gpu_basics, "preflight", *recordings, "--batches", "2,4,8",
+                               "--at", "16", "--fit", "256MiB", "--html", html],
+                              capture_output=True, text=True)
+        if made.returncode != 0:
+            print(f"FAIL: gpu-basics preflight exited {made.returncode}: {made.stderr.strip()}")
+            return 1
+        print(f"preflight page: {html} ({os.path.getsize(html) / 1024:.0f} KiB, made in "
+              f"{(time.monotonic() - t0) * 1000:.0f} ms)")
     elif args.gpu_basics and args.fixture:
         html = os.path.abspath(os.path.join(args.out, args.name + ".html"))
         t0 = time.monotonic()
@@ -385,7 +404,7 @@ def main():
         size = os.path.getsize(html)
         print(f"report: {html} ({size / 1024:.0f} KiB, made in {took * 1000:.0f} ms)")
     else:
-        ap.error("give --html, or --gpu-basics and --fixture, --advise or --replay")
+        ap.error("give --html, or --gpu-basics and --fixture, --advise, --replay or --preflight")
     with open(args.expect) as f:
         expected = json.load(f)
 

@@ -4,6 +4,8 @@
 // batch inserts, the largest batch that fits, and `gpu-basics preflight` end to end.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -13,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "gpu_basics/report/preflight.hpp"
 #include "gpu_basics/snapshot/advise.hpp"
 #include "gpu_basics/snapshot/pickle.hpp"
 #include "gpu_basics/snapshot/preflight.hpp"
@@ -593,4 +596,159 @@ TEST(Preflight, LongFramesAreCutWhenRead) {
   EXPECT_EQ(read.frames[0].size(), 512u + 3u) << read.frames[0].substr(0, 40);
   EXPECT_EQ(read.frames[0].substr(0, 14), "model.py:5000 ");
   EXPECT_EQ(read.frames[0].substr(512), "...");
+}
+
+// `--html`: the page's chart draws the report's curve (the JSON's "curve"): both policies at every
+// batch of it, reaching past the largest batch, the limit and each policy's largest batch as the
+// JSON's largest_batch; the terminal's tables under it. An unwritable page: exit 7, nothing
+// written.
+TEST(Preflight, ThePageDrawsTheJsonsCurveLimitAndLargestBatches) {
+  const auto dir = scratch("preflight_html");
+  job j;
+  j.workspaces_from = 8;
+  std::vector<std::string> args;
+  for (const std::size_t b : {2u, 4u, 8u}) {
+    args.push_back((dir / ("b" + std::to_string(b) + ".pickle")).string());
+    write_job_snapshot(args.back(), job_at(b, j));
+  }
+  for (const char* a : {"--batches", "2,4,8", "--at", "16", "--fit", "256MiB"}) args.push_back(a);
+  std::string err;
+  const auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv{"gpu-basics", "preflight"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    std::ostringstream po, pe, so, se;
+    const auto parsed = gb::cli::parse(argv, po, pe);
+    if (!parsed.opts) {
+      err = pe.str();
+      return parsed.exit_code;
+    }
+    const int rc = gb::cli::run(*parsed.opts, so, se);
+    err = se.str();
+    return rc;
+  };
+  const std::string json_path = (dir / "p.json").string(), html_path = (dir / "p.html").string();
+  ASSERT_EQ(run({"--json", json_path, "--html", html_path}), gb::cli::exit_ok) << err;
+  const auto js = nlohmann::json::parse(read_bytes(json_path));
+  const std::string html = read_bytes(html_path);
+  const std::string open = "<script type=\"application/json\" id=\"gb-charts\">";
+  const auto from = html.find(open);
+  ASSERT_NE(from, std::string::npos);
+  const auto to = html.find("</script>", from);
+  const auto specs =
+      nlohmann::json::parse(html.substr(from + open.size(), to - from - open.size()));
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(specs[0]["id"], "preflight-peaks");
+  const auto& config = specs[0]["config"];
+  const auto& datasets = config["data"]["datasets"];
+  ASSERT_EQ(datasets.size(), 2u);
+
+  // The points: the JSON's curve, defaults then the recommendation at each batch.
+  const auto& curve = js["curve"];
+  ASSERT_TRUE(curve.is_array());
+  ASSERT_EQ(curve.size() % 2, 0u);
+  const std::size_t n = curve.size() / 2;
+  EXPECT_GE(n, gb::kCurvePoints);
+  for (std::size_t w = 0; w < 2; ++w) {
+    const auto& data = datasets[w]["data"];
+    ASSERT_EQ(data.size(), n) << w;
+    for (std::size_t k = 0; k < n; ++k) {
+      const auto& p = curve[2 * k + w];
+      EXPECT_EQ(p["which"], w == 0 ? "defaults" : "recommended");
+      EXPECT_EQ(data[k]["x"].get<double>(), p["batch"].get<double>()) << k;
+      EXPECT_EQ(data[k]["y"].get<double>(), p["peak_reserved_bytes"].get<double>()) << k;
+    }
+  }
+  // The curve holds the recorded batches and --at's prediction as the predictions have it.
+  std::map<std::size_t, nlohmann::json> by_batch;
+  for (std::size_t k = 0; k < n; ++k)
+    by_batch[curve[2 * k]["batch"].get<std::size_t>()] = curve[2 * k];
+  for (const std::size_t b : {2u, 4u, 8u, 16u}) EXPECT_TRUE(by_batch.count(b)) << b;
+  EXPECT_EQ(by_batch[16]["peak_reserved_bytes"], js["predictions"][0]["peak_reserved_bytes"]);
+
+  // The limit and the largest batches: the JSON's.
+  const auto& lb = js["largest_batch"];
+  ASSERT_TRUE(lb["defaults"].is_number() && lb["recommended"].is_number()) << lb;
+  const auto d = lb["defaults"].get<std::size_t>(), r = lb["recommended"].get<std::size_t>();
+  ASSERT_GT(d, 8u);
+  const auto& ann = config["options"]["plugins"]["annotation"]["annotations"];
+  EXPECT_EQ(ann["limit"]["yMin"].get<double>(), lb["limit_bytes"].get<double>());
+  if (d == r) {
+    EXPECT_EQ(ann["largest"]["xMin"].get<double>(), static_cast<double>(d)) << ann;
+  } else {
+    EXPECT_EQ(ann["largest_defaults"]["xMin"].get<double>(), static_cast<double>(d)) << ann;
+    EXPECT_EQ(ann["largest_recommended"]["xMin"].get<double>(), static_cast<double>(r)) << ann;
+  }
+  // Past the largest batch: a quarter past the larger one.
+  const auto top = static_cast<double>(std::max(d, r));
+  EXPECT_EQ(curve[curve.size() - 1]["batch"].get<double>(), std::ceil(1.25 * top));
+  EXPECT_TRUE(by_batch.count(d) && by_batch.count(r));
+  // The tables the terminal shows.
+  for (const char* title : {"Predicted peaks", "The largest batch that fits", "the recordings"})
+    EXPECT_NE(html.find(title), std::string::npos) << title;
+
+  // Without --html, no curve; a page that cannot be written: exit 7, one line, nothing written.
+  ASSERT_EQ(run({"--json", json_path}), gb::cli::exit_ok) << err;
+  EXPECT_FALSE(nlohmann::json::parse(read_bytes(json_path)).contains("curve"));
+  const std::string none = (dir / "none.json").string();
+  // (Its directory is a file.)
+  EXPECT_EQ(run({"--json", none, "--html", (dir / "b2.pickle" / "p.html").string()}),
+            gb::cli::exit_io);
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("p.html"), std::string::npos) << err;
+  EXPECT_FALSE(std::filesystem::exists(none));
+  EXPECT_EQ(run({"--html", "-"}), gb::cli::exit_usage);
+  EXPECT_NE(err.find("--html needs a file path"), std::string::npos) << err;
+}
+
+// The page of a report made by hand: each policy's largest batch as its own line where they
+// differ, none where no batch fits or every batch does, no limit without a fit; the points the
+// predictions where there is no curve.
+TEST(Preflight, ThePageMarksEachPolicysLargestBatchAsTheReportHasIt) {
+  gb::preflight_report r;
+  r.files = {"a.pickle", "b.pickle"};
+  r.batches = {2, 4};
+  r.events = {10, 10};
+  r.unmatched = {0, 0};
+  r.recommended = "expandable_segments:True";
+  for (const std::size_t b : {2u, 4u})
+    for (const char* w : {"defaults", "recommended"})
+      r.predictions.push_back({b, w, w[0] == 'd' ? "" : r.recommended, b * MiB, 2 * b * MiB});
+  const auto chart_of = [](const std::string& html) {
+    const std::string open = "<script type=\"application/json\" id=\"gb-charts\">";
+    const auto from = html.find(open) + open.size();
+    return nlohmann::json::parse(html.substr(from, html.find("</script>", from) - from))[0];
+  };
+  const auto annotations = [&](const gb::preflight_report& x) {
+    return chart_of(gb::report::render_preflight_html(
+        x))["config"]["options"]["plugins"]["annotation"]["annotations"];
+  };
+  // No fit: the predictions drawn, no line.
+  const auto c = chart_of(gb::report::render_preflight_html(r));
+  ASSERT_EQ(c["config"]["data"]["datasets"].size(), 2u);
+  EXPECT_EQ(c["config"]["data"]["datasets"][1]["data"].size(), 2u);
+  EXPECT_NE(c["config"]["data"]["datasets"][1]["label"].get<std::string>().find(r.recommended),
+            std::string::npos);
+  EXPECT_TRUE(annotations(r).empty());
+  // Different largest batches: two lines; none found (0) or every batch (nullopt): none.
+  r.fit = gb::preflight_fit{64 * MiB, 40, 52, r.recommended, true};
+  auto a = annotations(r);
+  EXPECT_EQ(a["limit"]["yMin"].get<double>(), 64.0 * MiB);
+  EXPECT_EQ(a["largest_defaults"]["xMin"].get<double>(), 40.0);
+  EXPECT_EQ(a["largest_recommended"]["xMin"].get<double>(), 52.0);
+  EXPECT_FALSE(a.contains("largest"));
+  r.fit->defaults = 0;
+  r.fit->recommended = std::nullopt;
+  a = annotations(r);
+  EXPECT_TRUE(a.contains("limit"));
+  EXPECT_EQ(a.size(), 1u) << a;
+  // No batch to reach past: the curve is the recorded and --at batches alone.
+  EXPECT_EQ(gb::preflight_curve_batches(r), (std::vector<std::size_t>{2, 4}));
+  r.fit->recommended = 100;
+  const auto batches = gb::preflight_curve_batches(r);
+  EXPECT_EQ(batches.front(), 2u);
+  EXPECT_EQ(batches.back(), 125u);
+  EXPECT_TRUE(std::is_sorted(batches.begin(), batches.end()));
+  EXPECT_GE(batches.size(), gb::kCurvePoints);
+  EXPECT_NE(std::find(batches.begin(), batches.end(), 100u), batches.end());
 }

@@ -133,6 +133,11 @@ struct preflight_report {
   std::string recommended;             // advise's recommendation for the largest recording
   std::vector<preflight_prediction> predictions;
   std::optional<preflight_fit> fit;
+  /// The chart's points (with_curve): two predictions per batch as in `predictions`, at the
+  /// recorded batches, each `at` batch and, where a batch of the fit is found, a geometric set
+  /// from the smallest recording to a quarter past the larger largest batch (and those batches);
+  /// batches increasing. A point of that set whose trace no replay holds is left out.
+  std::vector<preflight_prediction> curve;
   double seconds = 0;
 };
 
@@ -154,18 +159,27 @@ struct preflight_report {
 
 /// The whole pre-flight: the recommendation (advise on the largest recording), the peaks at each
 /// of `at` under the defaults and the recommendation, and with `fit_limit` the largest batch that
-/// fits it under each; on `threads` threads (0: one per core).
+/// fits it under each, and `with_curve` the chart's points (preflight_report::curve); on `threads`
+/// threads (0: one per core).
 /// @throws preflight_error as trace_at(); interrupted on Ctrl-C.
 [[nodiscard]] preflight_report run_preflight(const batch_model& m,
                                              const std::vector<std::size_t>& at,
                                              std::optional<std::size_t> fit_limit,
-                                             unsigned threads = 0);
+                                             unsigned threads = 0, bool with_curve = false);
+
+/// The batches of the chart's points for `r` (its recorded batches, its predictions' batches,
+/// and with a batch of the fit found, `kCurvePoints` batches spread geometrically from the
+/// smallest recording to a quarter past the larger largest batch, and the largest batches
+/// themselves): each once, increasing.
+[[nodiscard]] std::vector<std::size_t> preflight_curve_batches(const preflight_report& r);
+/// How many batches preflight_curve_batches() spreads up to past the largest batch.
+inline constexpr std::size_t kCurvePoints = 16;
 
 /// The tables: the recordings, the predictions, the largest batch.
 [[nodiscard]] std::vector<presentation::table> preflight_tables(const preflight_report& r);
 /// The report as JSON: "predictions" (batch, which, policy, peak_allocated_bytes,
 /// peak_reserved_bytes), and with a limit "largest_batch" (limit_bytes, defaults, recommended,
-/// policy, monotone).
+/// policy, monotone), and with the chart's points "curve" (as "predictions").
 [[nodiscard]] nlohmann::json to_json(const preflight_report& r);
 
 }  // namespace gpu_basics
