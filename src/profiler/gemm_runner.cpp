@@ -4,7 +4,6 @@
 #include <string>
 
 #include "gemm_lt.hpp"
-#include "gpu_basics/core/clock.hpp"
 #include "gpu_basics/core/errors.hpp"
 
 namespace gpu_basics {
@@ -27,17 +26,6 @@ gemm_result gemm_runner::run(gemm_precision p, gemm_shape s, int warmup, int ite
   return run(p, s, fixed_count(warmup, iterations), st);
 }
 
-namespace {
-
-/// Runs candidate `c` (`batch` GEMMs at a time) until `seconds` of them have run.
-void run_for(detail::lt_gemm& lt, int c, int batch, double seconds, stream_view st) {
-  const double t0 = host_seconds();
-  do (void)lt.run(c, batch, 0, st);
-  while (host_seconds() - t0 < seconds);
-}
-
-}  // namespace
-
 gemm_result gemm_runner::run(gemm_precision p, gemm_shape s, const stopping_rule& rule,
                              stream_view st) {
   auto& m = *impl_;
@@ -48,7 +36,6 @@ gemm_result gemm_runner::run(gemm_precision p, gemm_shape s, const stopping_rule
   const auto key = std::make_tuple(prec, s.m, s.n, s.k);
   auto it = m.tuned.find(key);
   if (it == m.tuned.end()) {
-    if (rule.warmup > 0) run_for(m.lt, 0, rule.warmup, kSteadyClockSeconds, st);
     // Autotune: time every candidate the heuristic offers in interleaved rounds, keep the fastest
     // median (cached per shape). Timed one after the other, the candidates timed first ran while
     // the GPU's clocks were still settling: on an H100 one run kept heuristic #0 at 1.46 ms
@@ -70,7 +57,7 @@ gemm_result gemm_runner::run(gemm_precision p, gemm_shape s, const stopping_rule
   gemm_result r = it->second;
   r.precision = p;
   r.shape = s;
-  if (rule.warmup > 0) run_for(m.lt, r.chosen, rule.warmup, kSteadyClockSeconds / 2, st);
+  if (rule.warmup > 0) (void)m.lt.run(r.chosen, rule.warmup, 0, st);
   figure_sampler sampler(rule);
   while (const int n = sampler.next_batch()) sampler.add(m.lt.run(r.chosen, 0, n, st));
   r.sampling = sampler.outcome();

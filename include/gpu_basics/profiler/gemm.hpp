@@ -41,13 +41,6 @@ struct gemm_shape {
 /// -1 if none has times.
 [[nodiscard]] int fastest_candidate(const std::vector<std::vector<double>>& seconds);
 
-/// Seconds of GEMMs run before autotuning (and half as long before the samples) when a rule
-/// asks for warm-up: a tensor-core GEMM reaches the GPU's power limit after a few hundred
-/// milliseconds and its clocks drop. On an H100 the samples of one run stepped from 1.48 to
-/// 1.65 ms (fp16, 8192^3) after about 150 ms of GEMMs, and `compare` read the step as a loss.
-/// Warmed up this long, tuning and samples both see the clocks of sustained work.
-inline constexpr double kSteadyClockSeconds = 0.5;
-
 /// Rounds of autotuning: each candidate is timed once per round.
 inline constexpr int kTuneRounds = 4;
 
