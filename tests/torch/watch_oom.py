@@ -111,7 +111,8 @@ def run_child(mode, args, env=None, prefix=()):
     return p
 
 
-def check_advice(err: str, folder: str, key: str, failures: list, what: str) -> dict:
+def check_advice(err: str, folder: str, key: str, failures: list, what: str,
+                 named: str = "") -> dict:
     doc = {}
     path = os.path.join(folder, "advice.json")
     if not os.path.isfile(path):
@@ -122,7 +123,8 @@ def check_advice(err: str, folder: str, key: str, failures: list, what: str) -> 
     line = doc["recommended"][key]
     for want in ("a request of 64.00 MiB failed",
                  "covers the job only up to the failing request", f"    {line}\n",
-                 os.path.join(folder, "snapshot.pickle.gz"), os.path.join(folder, "advice.txt")):
+                 os.path.join(named or folder, "snapshot.pickle.gz"),
+                 os.path.join(named or folder, "advice.txt")):
         if want not in err:
             failures.append(f"{what}: stderr lacks {want!r}")
     return doc
@@ -184,7 +186,9 @@ def main() -> int:
     if not dirs:
         failures.append("ours: no gpu_basics_oom_* folder written")
     else:
-        check_advice(ours.stderr, os.path.join(args.work, dirs[-1]), "gbt", failures, "ours")
+        # The child ran in the work directory: it names its new folder relative to it.
+        check_advice(ours.stderr, os.path.join(args.work, dirs[-1]), "gbt", failures, "ours",
+                     named=dirs[-1])
         if "with gpu-basics' allocator" not in ours.stderr:
             failures.append("ours: stderr does not name gpu-basics' allocator")
 

@@ -501,6 +501,28 @@ TEST(Preflight, ASizeBelowZeroAtBatchOneIsRefusedWhenTheModelIsBuilt) {
             "");
 }
 
+// Two tensors that grow with the batch, the second twice the first (as a PyTorch job recorded on
+// an H100 had them, without Python frames): at twice the batch the first is as large as the second
+// was. Recordings of the same steps are matched position by position, not shifted onto the equal
+// sizes, and the prediction is exact.
+TEST(Preflight, TheSameStepsAreMatchedByPositionThoughSizesRecur) {
+  const auto rec = [](std::size_t b) {
+    return recording_of(b, {{'a', 1, b * 2 * MiB, ""},
+                            {'a', 2, b * 4 * MiB, ""},
+                            {'f', 2, 0, ""},
+                            {'f', 1, 0, ""},
+                            {'a', 3, 1 * MiB, ""},
+                            {'f', 3, 0, ""}});
+  };
+  const gb::batch_model m({rec(2), rec(4), rec(8)});
+  EXPECT_EQ(m.unmatched(0) + m.unmatched(1) + m.unmatched(2), 0u);
+  const auto t = m.trace_at(16);
+  ASSERT_EQ(t.size(), 6u);
+  EXPECT_EQ(t[0].bytes, 32 * MiB);
+  EXPECT_EQ(t[1].bytes, 64 * MiB);
+  EXPECT_EQ(t[4].bytes, 1 * MiB);
+}
+
 // A constant allocation after an inserted workspace of another size (the same frames as it, or
 // none): matched with itself (constant at every batch), the workspace kept at its size.
 TEST(Preflight, AConstantIsMatchedWithItselfNotWithAnInsertedWorkspace) {
