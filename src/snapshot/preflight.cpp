@@ -207,7 +207,9 @@ preflight_report run_preflight(const batch_model& m, const std::vector<std::size
     r.batches.push_back(rec.batch);
     r.events.push_back(rec.events.size());
     r.unmatched.push_back(m.unmatched(r.files.size() - 1));
+    r.scratch.push_back(m.scratch(r.files.size() - 1).count);
   }
+  r.scratch_first = m.scratch(r.files.size() - 1).first;
   // The recommendation: advise's for the largest recording, as advise searches it.
   const std::vector<replay_policy> policies = advise_policies({});
   const batch_recording& largest = m.recordings().back();

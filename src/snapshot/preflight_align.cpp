@@ -99,12 +99,19 @@ struct matcher {
   [[nodiscard]] bool exact(std::size_t x, std::size_t y) const {
     return a.size[x] == b.size[y] && (*this)(x, y);
   }
-  /// Whether a diff's snake may take the match (x, y): an exact one, or one of two sizes with no
-  /// exact match for either within kLookahead events of the other (an inserted workspace of the
-  /// same site before a constant: the constant is matched with itself, not with the workspace).
+  /// A match of sizes in proportion to the batches (an activation: 4 MiB at batch 2, 8 MiB at 4).
+  [[nodiscard]] bool proportional(std::size_t x, std::size_t y) const {
+    return static_cast<i128>(b.size[y]) * a.rec->batch ==
+           static_cast<i128>(a.size[x]) * b.rec->batch;
+  }
+  /// Whether a diff's snake may take the match (x, y): an exact or proportional one, or one of two
+  /// sizes with no exact match for either within kLookahead events of the other (an inserted
+  /// workspace of the same site before a constant: the constant is matched with itself, not with
+  /// the workspace). A proportional match goes first: where tensors double as the batch does, the
+  /// next tensor at the smaller batch is often exactly as large as this one at the larger.
   [[nodiscard]] bool takes(std::size_t x, std::size_t y) const {
     if (!(*this)(x, y)) return false;
-    if (a.size[x] == b.size[y]) return true;
+    if (a.size[x] == b.size[y] || proportional(x, y)) return true;
     for (std::size_t j = 1; j <= kLookahead; ++j)
       if ((y + j < b.size_n() && exact(x, y + j)) || (x + j < a.size_n() && exact(x + j, y)))
         return false;
@@ -252,12 +259,6 @@ struct alignment {
   std::vector<std::size_t> to_b, to_a;
 };
 
-[[noreturn]] void part(const sequence& a, std::size_t x, const sequence& b,
-                       const std::string& why) {
-  throw preflight_error(fmt::format("{} part at {}; {}", names(a, b), describe(a, x), why),
-                        a.index[x]);
-}
-
 /// Two recordings' allocations aligned: a diff, then no allocation of one site in place of
 /// another's.
 alignment align_events(const sequence& a, const sequence& b) {
@@ -276,8 +277,8 @@ alignment align_events(const sequence& a, const sequence& b) {
     // One site's allocation replaced by another's: its size left the size class.
     for (std::size_t p = x; p < mx; ++p)
       for (std::size_t q = y; q < my && !a.is_free[p]; ++q)
-        if (!b.is_free[q] && a.stream[p] == b.stream[q] &&
-            (a.frames[p] == b.frames[q] || !a.frames[p] || !b.frames[q]))
+        if (!b.is_free[q] && a.stream[p] == b.stream[q] && a.frames[p] &&
+            a.frames[p] == b.frames[q])
           throw preflight_error(
               fmt::format("{} part at {}, where the other has {}: an allocation in place of "
                           "another whose size does not grow as a + b * batch (b >= 0) from one "
@@ -338,20 +339,6 @@ alignment align(const sequence& a, const sequence& b) {
       al.to_b[fx] = fy;
       al.to_a[fy] = fx;
     }
-  }
-  // The same order in both: a matched event of `a` whose counterpart comes before the previous
-  // one's (frees in another order).
-  std::size_t prev = kNone, prev_x = kNone;
-  for (std::size_t x = 0; x < a.size_n(); ++x) {
-    const std::size_t y = al.to_b[x];
-    if (y == kNone) continue;
-    if (prev != kNone && y < prev)
-      part(a, x, b,
-           fmt::format("where batch {} has {} before {}, the counterpart of {}: the events come "
-                       "in another order; no consistent alignment",
-                       b.rec->batch, describe(b, y), describe(b, prev), describe(a, prev_x)));
-    prev = y;
-    prev_x = x;
   }
   return al;
 }
@@ -418,10 +405,27 @@ batch_model::batch_model(std::vector<batch_recording> recordings)
       sl.batch_lo = lo.first;
       sl.rise = hi.second - lo.second;
       sl.run = std::max<std::int64_t>(1, hi.first - lo.first);
+      // Scratch (a workspace freed within its operation) whose size is not affine: piecewise.
+      const bool scratch = s.partner[k] != kNone && s.partner[k] - k <= kScratchSpan;
+      const auto piecewise = [&] {
+        sl.npoints = static_cast<std::uint8_t>(points.size());
+        for (std::size_t i = 0; i < points.size(); ++i) {
+          sl.point_batch[i] = points[i].first;
+          sl.point_size[i] = points[i].second;
+        }
+        if (mo.scratch.count++ == 0) mo.scratch.first = describe(s, k);
+        mo.grows = mo.grows || sl.rise > 0;
+        mo.slots.push_back(sl);
+      };
       if (points.size() == 3) {
         const auto& mid = points[1];
-        if (static_cast<i128>(mid.second - lo.second) * sl.run !=
-            static_cast<i128>(sl.rise) * (mid.first - lo.first))
+        const bool affine = static_cast<i128>(mid.second - lo.second) * sl.run ==
+                            static_cast<i128>(sl.rise) * (mid.first - lo.first);
+        if (!affine && scratch) {
+          piecewise();
+          continue;
+        }
+        if (!affine)
           throw preflight_error(
               fmt::format(
                   "{}: the size of {} is not affine in the batch: {} B at batch {}, {} B "
@@ -437,9 +441,13 @@ batch_model::batch_model(std::vector<batch_recording> recordings)
       }
       // The smallest batch's size (rise >= 0: batch 1's is the least): below 0, the fit is
       // wrong there, and a prediction at small batches would be too. Refused once, here.
-      if (const i128 at1 = static_cast<i128>(sl.size_lo) -
-                           static_cast<i128>(sl.rise) * (sl.batch_lo - 1) / sl.run;
-          at1 < 0)
+      const i128 at1 =
+          static_cast<i128>(sl.size_lo) - static_cast<i128>(sl.rise) * (sl.batch_lo - 1) / sl.run;
+      if (at1 < 0 && scratch) {
+        piecewise();
+        continue;
+      }
+      if (at1 < 0)
         throw preflight_error(
             fmt::format("{}: the size of {} would be below 0 at batch 1 ({} B at batch {}, {} B "
                         "at batch {}: a + b * batch with a = {:.0f} B); it grows faster than in "
@@ -465,6 +473,33 @@ batch_model::batch_model(std::vector<batch_recording> recordings)
   }
 }
 
+namespace {
+/// lo + rise * (batch - batch_lo) / run, a size between whole bytes rounded up.
+i128 on_line(std::int64_t lo, std::int64_t rise, std::int64_t batch_lo, std::int64_t run,
+             std::int64_t batch) {
+  const i128 num = static_cast<i128>(rise) * (batch - batch_lo);
+  i128 q = num / run;
+  if (num > 0 && num % run != 0) ++q;
+  return lo + q;
+}
+}  // namespace
+
+i128 batch_model::size_at(const slot& sl, std::int64_t batch) {
+  if (sl.npoints == 0) return on_line(sl.size_lo, sl.rise, sl.batch_lo, sl.run, batch);
+  const std::int64_t* pb = sl.point_batch;
+  const std::int64_t* ps = sl.point_size;
+  // Below the smallest recording: in proportion to it (a scratch buffer's size at most, as the
+  // lines of faster growth would come below it), at least one byte.
+  if (batch < pb[0]) {
+    const i128 num = static_cast<i128>(ps[0]) * batch;
+    return std::max<i128>(1, num / pb[0] + (num % pb[0] != 0));
+  }
+  // The segment of the two recordings nearest: the one the batch lies in, or the last above.
+  const std::size_t i = sl.npoints == 3 && batch > pb[1] ? 1 : 0;
+  return std::max<i128>(1, on_line(ps[i], ps[i + 1] - ps[i], pb[i],
+                                   std::max<std::int64_t>(1, pb[i + 1] - pb[i]), batch));
+}
+
 std::vector<replay_event> batch_model::trace_at(std::size_t batch) const {
   if (batch == 0) throw logic_error("preflight: a batch of 0");
   // The recording closest to the batch (the larger of two as close).
@@ -478,17 +513,13 @@ std::vector<replay_event> batch_model::trace_at(std::size_t batch) const {
   const model& mo = models_[base];
   std::vector<replay_event> out;
   out.reserve(mo.slots.size());
-  const auto b = static_cast<i128>(batch);
   for (const slot& sl : mo.slots) {
     replay_event e;
     e.kind = sl.kind;
     e.stream = sl.stream;
     e.id = std::uint64_t{sl.block} + 1;
     if (sl.kind == replay_event::op::alloc) {
-      const i128 num = static_cast<i128>(sl.rise) * (b - sl.batch_lo);
-      i128 q = num / sl.run;
-      if (num > 0 && num % sl.run != 0) ++q;  // a size between whole bytes: the next one up
-      const i128 size = sl.size_lo + q;
+      const i128 size = size_at(sl, static_cast<std::int64_t>(batch));
       if (size < 0 || size > static_cast<i128>(kMaxReplayBytes))
         throw preflight_error(
             fmt::format("at batch {} the allocation of event {} of batch {} ({}) would be {} "

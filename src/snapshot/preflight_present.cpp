@@ -35,14 +35,26 @@ std::vector<presentation::table> preflight_tables(const preflight_report& r) {
                {{"file", "file"},
                 {"batch", "batch"},
                 {"events", "allocs and frees"},
-                {"unmatched_events", "not in every other recording"}});
-  for (std::size_t i = 0; i < r.files.size(); ++i)
+                {"unmatched_events", "not in every other recording"},
+                {"not_affine_scratch", "scratch not affine"}});
+  std::size_t scratch = 0;
+  for (std::size_t i = 0; i < r.files.size(); ++i) {
+    const std::size_t sc = i < r.scratch.size() ? r.scratch[i] : 0;
+    scratch += sc;
     rec.add_row({printable(r.files[i]), static_cast<std::int64_t>(r.batches[i]),
-                 static_cast<std::int64_t>(r.events[i]),
-                 static_cast<std::int64_t>(r.unmatched[i])});
+                 static_cast<std::int64_t>(r.events[i]), static_cast<std::int64_t>(r.unmatched[i]),
+                 static_cast<std::int64_t>(sc)});
+  }
   rec.notes.push_back(
       "Each allocation's size is a + b * batch, fitted from the recordings that have it; a batch "
       "is synthesized from the recording closest to it, in its order, and replayed.");
+  if (scratch > 0)
+    rec.notes.push_back(fmt::format(
+        "Scratch not affine: workspaces freed within their operation whose size is not a + b * "
+        "batch (the kernel changes with the shape), each taken from the two recordings nearest "
+        "the batch; the prediction is as good as that guess where one is live at the peak. The "
+        "largest recording's first: {}.",
+        r.scratch_first.empty() ? std::string("none") : r.scratch_first));
   out.push_back(std::move(rec));
 
   presentation::table p = table_of("preflight.predictions", "Predicted peaks",
@@ -85,6 +97,7 @@ nlohmann::json to_json(const preflight_report& r) {
   j["batches"] = r.batches;
   j["events"] = r.events;
   j["unmatched_events"] = r.unmatched;
+  j["not_affine_scratch"] = r.scratch;
   j["recommended_policy"] = r.recommended;
   const auto predictions = [](const std::vector<preflight_prediction>& v) {
     nlohmann::json a = nlohmann::json::array();

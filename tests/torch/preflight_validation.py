@@ -10,11 +10,11 @@ bf16 autocast with AdamW; a ResNet-like CNN with SGD; an MLP over a large embedd
 each run in fresh processes with PyTorch's defaults (no allocator setting in their environment)
 for 3 steps. For each workload:
 
-1. Record: the workload at 3 small batches (2, 4, 8), its memory history from the first
+1. Record: the workload at 3 small batches (4, 8, 16), its memory history from the first
    allocation, one snapshot each.
-2. Predict: `gpu-basics preflight S2 S4 S8 --batches 2,4,8 --at ... --json -` at the recorded and
-   --at batches (16, 32, 64); the limit L is halfway between the defaults' predicted peaks at the
-   two largest --at batches (or --limit); then `preflight ... --at 16 --at 32 --at 64 --fit L
+2. Predict: `gpu-basics preflight S4 S8 S16 --batches 4,8,16 --at ... --json -` at the recorded
+   and --at batches (32, 64, 128); the limit L is halfway between the defaults' predicted peaks at the
+   two largest --at batches (or --limit); then `preflight ... --at 32 --at 64 --at 128 --fit L
    --json -` (timed: the wall time of the call, and preflight's own count); then, for the largest
    batch it says fits under the defaults (B) and the batch above (B + 1: its search bisects down
    to one batch), `preflight ... --at B --at B+1 --json -`. Exit 2 (a refusal: recordings that
@@ -28,6 +28,9 @@ for 3 steps. For each workload:
    torch.OutOfMemoryError. Where preflight recommends a policy (largest_batch.policy not ""), its
    largest batch runs under the same fraction with PYTORCH_CUDA_ALLOC_CONF set to exactly that
    policy (a check: no out-of-memory error; its batch above is not run).
+5. The device (unless --no-device): `preflight ... --fit D` with D the memory a fresh process has
+   free on the device less 2 GiB (what a job holds outside PyTorch's allocator); PyTorch at that
+   largest batch, without a limit: it runs, its peak reserved within 3% of the prediction.
 
 A table per workload is printed (and everything written to --json). Exit 0 when every check holds,
 1 when one fails, 77 (skipped) without PyTorch or a GPU.
@@ -43,17 +46,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from preflight_checks import (  # noqa: E402
     LARGEST_RUN_FACTOR, NAMES, SPECS, PreflightFailed, child_command, child_env, choose_limit,
-    fit_row, fraction_for, largest_batch, margin_notes, merged_predictions, mib, parse_preflight,
+    device_limit, fit_row, fraction_for, largest_batch, margin_notes, merged_predictions, mib, parse_preflight,
     peak_row, prediction, preflight_command, step_above, summary, workload_ok, workload_report)
 
 CHILD = os.path.join(HERE, "preflight_workloads.py")
 CHILD_TIMEOUT_S = 90
+DEVICE_CHILD_TIMEOUT_S = 240  # a run as large as the device holds
 PREFLIGHT_TIMEOUT_S = 90
 
 
 # ---- children --------------------------------------------------------------------------------
 
-def run_child(args, workload, batch, record=None, fraction=None, conf=None, tag=None) -> dict:
+def run_child(args, workload, batch, record=None, fraction=None, conf=None, tag=None,
+              timeout=CHILD_TIMEOUT_S) -> dict:
     """One run of a workload in a fresh process: its result (the child's JSON)."""
     tag = tag or f"b{batch}"
     out = os.path.join(args.work, f"{workload}.{tag}.result.json")
@@ -62,7 +67,7 @@ def run_child(args, workload, batch, record=None, fraction=None, conf=None, tag=
     cmd = child_command(sys.executable, CHILD, workload, batch, out, record=record,
                         fraction=fraction)
     p = subprocess.run(cmd, env=child_env(os.environ, conf), capture_output=True, text=True,
-                       timeout=CHILD_TIMEOUT_S)
+                       timeout=timeout)
     if p.returncode != 0 or not os.path.exists(out):
         raise RuntimeError(f"{workload} at batch {batch} ({tag}) failed ({p.returncode}): "
                            f"{p.stderr[-2000:]}")
@@ -146,6 +151,24 @@ def fit_checks(args, w, pf, preds, limit, total) -> list:
     return rows
 
 
+def device_pass(args, w, snaps, record, device) -> None:
+    """The largest batch that fits the whole device (its free memory less what a job holds outside
+    PyTorch's allocator): predicted, then run by PyTorch without a limit, where it must run with
+    its peak reserved within the tolerance of the prediction."""
+    limit = device_limit(device["free"])
+    w["device_limit"] = limit
+    pf = preflight(args, w, "the largest batch on the device", snaps, record, (), limit)
+    b = largest_batch(pf, "defaults")
+    w["notes"].append(f"the device: --fit {mib(limit)} MiB (free {mib(device['free'])} MiB less "
+                      f"{mib(device['free'] - limit)} MiB), largest batch {b}")
+    if not b:
+        return
+    pfb = preflight(args, w, "the device's largest batch", snaps, record, [b])
+    w["predictions"] = merged_predictions({"predictions": w["predictions"]}, pfb)["predictions"]
+    r = run_child(args, w["workload"], b, tag=f"device_b{b}", timeout=DEVICE_CHILD_TIMEOUT_S)
+    w["rows"].append(peak_row(b, "largest on the device", prediction(pfb, b), r))
+
+
 def validate(args, name, device) -> dict:
     t0 = time.monotonic()
     spec = SPECS[name]
@@ -208,6 +231,8 @@ def validate(args, name, device) -> dict:
             w["rows"][-1]["ok"] = False
         else:
             w["fit"] = fit_checks(args, w, pf, preds, limit, total)
+        if not args.no_device:
+            device_pass(args, w, snaps, record, device)
     except PreflightFailed as e:
         w["error"] = str(e)
     except Exception as e:  # noqa: BLE001 - one workload's failure is reported with the others
@@ -238,6 +263,8 @@ def main() -> int:
     p.add_argument("--limit", type=byte_size,
                    help="the --fit limit for every workload (default: chosen per workload from "
                         "preflight's peaks at the two largest --at batches)")
+    p.add_argument("--no-device", action="store_true",
+                   help="skip the largest batch that fits the whole device (the longest runs)")
     args = p.parse_args()
     args.work = os.path.abspath(args.work)
     args.gpu_basics = os.path.abspath(args.gpu_basics)

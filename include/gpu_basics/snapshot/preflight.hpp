@@ -2,7 +2,9 @@
 // recorded at two or three small batch sizes. The recordings' allocations are aligned as a diff
 // aligns lines (by stream, frames and size class), each free with its block's; each aligned
 // allocation's requested size is modelled as a + b * batch (fitted from two recordings, checked
-// exactly against a third); the trace is synthesized at any batch and replayed through the one
+// exactly against a third; scratch freed within its operation, whose kernel and workspace may
+// change with the shape, is taken piecewise from the two recordings nearest the batch and
+// counted); the trace is synthesized at any batch and replayed through the one
 // replay engine, under PyTorch's defaults and the policy advise recommends; the largest batch that
 // fits a limit is bisected. Where the recordings cannot be aligned, or a size is not affine, it
 // says so in one message naming the event and its frames: never a silent guess. Host-only.
@@ -60,8 +62,8 @@ class batch_model {
   /// Aligns and fits `recordings` (2 or 3, batches strictly increasing).
   /// @throws logic_error for another count of recordings or batches that do not increase;
   /// preflight_error where the sequences part with no consistent alignment, a recording has no
-  /// events or more than half the longest one's unmatched, a size is not affine, or a size's line
-  /// comes below 0 at batch 1.
+  /// events or more than half the longest one's unmatched, or a size (not scratch) is not affine
+  /// or its line comes below 0 at batch 1.
   explicit batch_model(std::vector<batch_recording> recordings);
 
   /// The trace at `batch` (>= 1): the events of the recording closest to it (the larger of two
@@ -81,6 +83,19 @@ class batch_model {
   /// that model synthesizes needs what `base` needs). The batches above the largest recording are
   /// its model's: grows(recordings().size() - 1).
   [[nodiscard]] bool grows(std::size_t base) const { return models_.at(base).grows; }
+  /// Scratch allocations of recording `base`'s model whose size is not affine in the batch (a
+  /// kernel, and its workspace, chosen by the shape): freed within kScratchSpan events of their
+  /// allocation, each taken from the two recordings nearest the batch. `first` describes the first.
+  struct not_affine_scratch {
+    std::size_t count = 0;
+    std::string first;
+  };
+  [[nodiscard]] const not_affine_scratch& scratch(std::size_t base) const {
+    return models_.at(base).scratch;
+  }
+  /// How soon a block is freed after its allocation (in the recording's allocs and frees) to be
+  /// scratch: a workspace lives within the operation that asked for it.
+  static constexpr std::size_t kScratchSpan = 4;
 
  private:
   /// One event of a model: an allocation of a modelled size or the free of one.
@@ -93,12 +108,20 @@ class batch_model {
     std::int64_t batch_lo = 0;
     std::int64_t run = 1;   // batch_hi - batch_lo
     std::size_t event = 0;  // its index in the base recording's events
+    /// Scratch not affine in the batch: piecewise through its (batch, size) points, by the
+    /// segment of the two nearest the batch (npoints 0: the line above).
+    std::uint8_t npoints = 0;
+    std::int64_t point_batch[3] = {0, 0, 0};
+    std::int64_t point_size[3] = {0, 0, 0};
   };
   struct model {
     std::vector<slot> slots;
     std::size_t unmatched = 0;
     bool grows = false;
+    not_affine_scratch scratch;
   };
+  /// The size of `sl` (an allocation) at `batch`, before the replay's limits are checked.
+  __extension__ [[nodiscard]] static __int128 size_at(const slot& sl, std::int64_t batch);
   std::vector<batch_recording> recordings_;
   std::vector<model> models_;  // one per recording as the base
 };
@@ -130,7 +153,11 @@ struct preflight_report {
   std::vector<std::size_t> batches;
   std::vector<std::size_t> events;     // per recording, its replayed events
   std::vector<std::size_t> unmatched;  // per recording, its events the others do not have
-  std::string recommended;             // advise's recommendation for the largest recording
+  /// Per recording, its scratch allocations not affine in the batch (batch_model::scratch), and the
+  /// first of the largest recording's described ("" where it has none).
+  std::vector<std::size_t> scratch;
+  std::string scratch_first;
+  std::string recommended;  // advise's recommendation for the largest recording
   std::vector<preflight_prediction> predictions;
   std::optional<preflight_fit> fit;
   /// The chart's points (with_curve): two predictions per batch as in `predictions`, at the

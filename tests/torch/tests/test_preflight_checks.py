@@ -300,9 +300,9 @@ def stand_ins(root):
     return child, gb
 
 
-def run_validate(root, workload="cnn", env=None):
+def run_validate(root, workload="cnn", env=None, no_device=True):
     child, gb = stand_ins(root)
-    args = argparse.Namespace(work=root, gpu_basics=gb, limit=None)
+    args = argparse.Namespace(work=root, gpu_basics=gb, limit=None, no_device=no_device)
     old_child, saved = pv.CHILD, dict(os.environ)
     pv.CHILD = child
     os.environ.update(env or {})
@@ -317,15 +317,20 @@ def run_validate(root, workload="cnn", env=None):
 
 def test_the_harness_holds_where_pytorch_agrees_with_the_prediction():
     with tempfile.TemporaryDirectory() as root:
-        w = run_validate(root)
+        w = run_validate(root, no_device=False)
         assert "error" not in w, w.get("error")
-        # limit halfway between 32's and 64's peaks: C + 48 S -> largest 48, above 49
-        assert w["limit"] == C + 48 * S and w["largest_batch"]["defaults"] == 48
-        assert [r["batch"] for r in w["rows"]] == [2, 4, 8, 16, 32, 64, 48]
-        assert [r["ok"] for r in w["rows"]] == [None] * 3 + [True] * 4
+        # limit halfway between 64's and 128's peaks: C + 96 S -> largest 96, above 97
+        assert w["limit"] == C + 96 * S and w["largest_batch"]["defaults"] == 96
+        # the device: its free memory less 2 GiB, to a page
+        dev = pc.page_down(H100_TOTAL - pc.DEVICE_RESERVE)
+        assert w["device_limit"] == dev
+        largest_dev = (dev - C) // S
+        assert [r["batch"] for r in w["rows"]] == [4, 8, 16, 32, 64, 128, 96, largest_dev]
+        assert w["rows"][-1]["role"] == "largest on the device"
+        assert [r["ok"] for r in w["rows"]] == [None] * 3 + [True] * 5
         fit = {r["batch"]: r for r in w["fit"]}
-        assert fit[48]["pytorch"] == "runs" and fit[49]["pytorch"] == "OOM"
-        assert w["ok"] and len(w["preflight"]) == 3
+        assert fit[96]["pytorch"] == "runs" and fit[97]["pytorch"] == "OOM"
+        assert w["ok"] and len(w["preflight"]) == 5
         assert any("--fit" in c["args"] for c in w["preflight"])
         assert "holds" in pc.workload_report(w)
 
@@ -336,7 +341,7 @@ def test_the_recommended_policy_runs_its_largest_batch_with_exactly_its_conf():
                                     "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"})
         assert w["ok"], pc.workload_report(w)
         rec = [r for r in w["fit"] if r["conf"]]
-        assert len(rec) == 1 and rec[0]["batch"] == 53 and rec[0]["pytorch"] == "runs"
+        assert len(rec) == 1 and rec[0]["batch"] == 106 and rec[0]["pytorch"] == "runs"
         assert rec[0]["conf_seen"] == "expandable_segments:True"
         assert all(r["conf_seen"] is None for r in w["fit"] if not r["conf"])
 
@@ -347,8 +352,8 @@ def test_the_harness_fails_where_pytorch_uses_more_than_predicted():
         assert not w["ok"]
         assert any(r["ok"] is False and "off the predicted" in r["problems"][0]
                    for r in w["rows"])
-        # under the fraction, 1.2x the slope: batch 48 no longer fits
-        assert any(r["batch"] == 48 and r["ok"] is False for r in w["fit"])
+        # under the fraction, 1.2x the slope: batch 96 no longer fits
+        assert any(r["batch"] == 96 and r["ok"] is False for r in w["fit"])
 
 
 def test_the_harness_reports_a_refusal_with_preflights_message():
