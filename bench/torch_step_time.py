@@ -12,6 +12,11 @@ synchronisations, host time inside those calls, and pages retired and taken back
 release); and how often the lock holder claimed other threads' caches (a heavy fence each: the
 autograd thread's frees of what the main thread's fast path handed out, shared-cache sweeps, and
 the stats call itself), with its time. A library built before the count existed shows 0. The medians are over the repetitions' median step times.
+
+    bench/torch_step_time.py --watch-overhead [--reps 6] [--json OUT]
+
+measures instead what gpu_basics.torch.watch()'s history costs the same transformer's step, in
+one process with PyTorch's allocator (bench/torch_watch_overhead.py).
 """
 import argparse
 import json
@@ -36,6 +41,10 @@ RUNS = [  # name, allocator, PYTORCH_CUDA_ALLOC_CONF, our conf
 
 
 def main() -> int:
+    if "--watch-overhead" in sys.argv[1:]:
+        sys.path.insert(0, HERE)
+        import torch_watch_overhead
+        return torch_watch_overhead.main([a for a in sys.argv[1:] if a != "--watch-overhead"])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--lib", default="auto")

@@ -13,6 +13,7 @@ import json
 import os
 import pickle
 import sys
+import threading
 import time
 from typing import Optional
 
@@ -98,6 +99,82 @@ def new_directory(directory: Optional[str]) -> str:
         except FileExistsError:
             k += 1
             path = f"{base}-{k}"
+
+
+MOST_ADVICE = 3  # advices per job at most, by default
+
+
+def request_stack(skip: str = os.path.dirname(os.path.abspath(__file__))) -> tuple:
+    """(file, line) of each Python frame of the calling thread, innermost first, this package's
+    own left out: where the request that ran out of memory was made (the allocator calls the
+    observer on the thread that asked, before it raises). Cheap: no source lines are read."""
+    out = []
+    f = sys._getframe(1)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not os.path.abspath(name).startswith(skip + os.sep):
+            out.append((name, f.f_lineno))
+        f = f.f_back
+    return tuple(out)
+
+
+class Budget:
+    """When an out-of-memory error is advised. Not only the first: PyTorch and user code catch
+    some and go on (a cuDNN or cuBLAS workspace retried smaller, a try/except that halves the
+    batch), and the error that ends the job comes later. Each error is advised unless it is the
+    same request as one advised already (same device, size and Python stack: a loop that retries
+    it as it was) or `most` advices were given (each takes seconds at 100,000 events); those print
+    one line. Two threads out of memory at once: one advises, the other prints a line."""
+
+    def __init__(self, most: int = MOST_ADVICE, knob: Optional[str] = "watch(max_advice=...)"):
+        if not isinstance(most, int) or isinstance(most, bool) or most <= 0:
+            raise ValueError(f"max_advice must be a positive int, got {most!r}")
+        self.most, self.knob = most, knob
+        self.given = 0
+        self.last_folder: Optional[str] = None
+        self._seen = set()
+        self._busy = threading.Lock()
+
+    def run(self, advise_fn, device: int, size: int, key=None) -> None:
+        """Calls advise_fn(number) (which prints the advice and returns its folder) through
+        report() when this error is to be advised, else prints the line that says why not."""
+        key = (int(device), int(size), request_stack() if key is None else key)
+        if not self._busy.acquire(blocking=False):
+            report(lambda: f"{PREFIX}: out of memory on GPU {device} while another thread's "
+                           f"advice is being written (not advised)\n")
+            return
+        try:
+            if key in self._seen:
+                report(lambda: f"{PREFIX}: out of memory again on GPU {device}: the same request "
+                               f"({size_text(int(size))} from the same Python stack) as one "
+                               f"advised already (not advised again)\n")
+            elif self.given >= self.most:
+                report(lambda: f"{PREFIX}: out of memory again on GPU {device} (a request of "
+                               f"{size_text(int(size))}): not advised, {self.given} advices "
+                               f"given already, the most in this job"
+                               + (f" ({self.knob})" if self.knob else "")
+                               + f"; the last is in {self.last_folder}\n")
+            else:
+                self._seen.add(key)
+                self.given += 1
+                report(advise_fn, self.given)
+        finally:
+            self._busy.release()
+
+    def note(self, number: int) -> str:
+        """The line the advice ends with when it is the last one this job gives."""
+        if number < self.most:
+            return ""
+        return (f"{PREFIX}: this was advice {number} of at most {self.most} in this job: a later "
+                f"out-of-memory error prints one line"
+                + (f" ({self.knob} gives more)" if self.knob else "") + ".\n")
+
+    def folder(self, directory: Optional[str], number: int) -> Optional[str]:
+        """The folder of advice `number`: `directory` for the first, `directory`-N after it (a
+        new timestamped one each time where none was given)."""
+        if directory is None or number == 1:
+            return directory
+        return f"{directory.rstrip(os.sep)}-{number}"
 
 
 def advise(lib, snapshot: dict, device: int, allowed: int, device_free: int,

@@ -37,7 +37,6 @@ import os
 import pickle
 import sys
 import tempfile
-import threading
 import warnings
 from typing import Optional
 
@@ -172,14 +171,17 @@ def use(conf: Optional[str] = None, history: int = 0, library: str = "auto",
 
 class _OwnOom:
     """use(on_oom="advise"): called by the library when gpu-basics' allocator runs out of memory,
-    before it raises; advises once, from the allocator's own history."""
+    before it raises; advises from the allocator's own history, as watch() does (_oom.Budget:
+    at each error, not twice for the same request, at most 3 times)."""
 
     def __init__(self, lib: Library, directory: Optional[str] = None):
         self._lib, self._directory = lib, directory
-        self.advised = None
-        self._once = threading.Lock()
+        self.advised = None  # the text of the last advice printed
+        self.budget = _oom.Budget(knob=None)
 
-    def _advise(self, device: int, allowed: int, device_free: int) -> str:
+    def _advise(self, device: int, allowed: int, device_free: int, number: int) -> str:
+        folder = _oom.new_directory(self.budget.folder(self._directory, number))
+        self.budget.last_folder = folder
         fd, path = tempfile.mkstemp(prefix="gpu_basics_oom_", suffix=".pickle")
         os.close(fd)
         try:
@@ -193,17 +195,12 @@ class _OwnOom:
         except Exception:  # noqa: BLE001 - the line then computes the fraction in the shell
             total = None
         self.advised = _oom.advise(self._lib, snapshot, device, int(allowed), int(device_free),
-                                   total, self._directory, allocator="gpu-basics'",
-                                   line_key="gbt")
+                                   total, folder, allocator="gpu-basics'",
+                                   line_key="gbt") + self.budget.note(number)
         return self.advised
 
     def __call__(self, device, size, allowed, device_free) -> None:
-        del size  # the history's oom entry holds the request
-        if not self._once.acquire(blocking=False):
-            _oom.report(lambda: f"{_oom.PREFIX}: out of memory again on GPU {device} (advice "
-                                f"is given at the first only)\n")
-            return
-        _oom.report(self._advise, device, allowed, device_free)
+        self.budget.run(lambda n: self._advise(device, allowed, device_free, n), device, size)
 
 
 def mem_pool(conf: Optional[str] = None, library: str = "auto"):
@@ -425,35 +422,40 @@ class Watch:
     """What watch() returns: stop() (or leaving its `with` block) turns the history off and the
     advice with it."""
 
-    def __init__(self, lib: Library, directory: Optional[str], fit: Optional[int]):
+    def __init__(self, lib: Library, directory: Optional[str], fit: Optional[int],
+                 max_advice: int = _oom.MOST_ADVICE):
         self._lib, self._directory, self._fit = lib, directory, fit
         self.active = True
-        self.advised = None  # the text printed at the first out-of-memory error
-        self._once = threading.Lock()  # two threads out of memory at once: one advice
+        self.advised = None  # the text of the last advice printed
+        self.budget = _oom.Budget(max_advice)  # each out-of-memory error, within bounds
 
-    def _advise(self, device: int, size: int, allowed: int, device_free: int) -> str:
-        del size  # the snapshot's oom entry holds the request
+    def _advise(self, device: int, allowed: int, device_free: int, number: int) -> str:
+        folder = _oom.new_directory(self.budget.folder(self._directory, number))
+        self.budget.last_folder = folder
         snapshot = _torch.cuda.memory._snapshot()
         try:
             total = int(_torch.cuda.get_device_properties(device).total_memory)
         except Exception:  # noqa: BLE001 - the line then computes the fraction in the shell
             total = None
         text = _oom.advise(self._lib, snapshot, device, int(allowed), int(device_free), total,
-                           self._directory, self._fit)
+                           folder, self._fit) + self.budget.note(number)
         self.advised = text
         return text
 
     def _observer(self, device, alloc, device_allocated, device_free) -> None:
         # PyTorch calls it as (device, alloc_size, allowed, device_free), allowed being the
         # memory fraction's limit where one is set, else the device's memory, after recording
-        # the failed request in the trace and with its allocator's lock released.
+        # the failed request in the trace and with its allocator's lock released, on the thread
+        # that asked (its Python stack is the request's).
         if not self.active:
             return
-        if not self._once.acquire(blocking=False):  # once: a job that goes on repeats it
-            _oom.report(lambda: f"{_oom.PREFIX}: out of memory again on GPU {device} (advice "
-                                f"is given at the first only)\n")
-            return
-        _oom.report(self._advise, device, alloc, device_allocated, device_free)
+        self.budget.run(lambda n: self._advise(device, device_allocated, device_free, n),
+                        device, alloc)
+
+    @property
+    def advice_count(self) -> int:
+        """How many out-of-memory errors were advised."""
+        return self.budget.given
 
     def stop(self) -> None:
         """Stops recording the history (PyTorch's observer stays attached, doing nothing:
@@ -469,23 +471,28 @@ class Watch:
         self.stop()
 
 
-def watch(max_entries: int = 100_000, directory: Optional[str] = None, fit=None) -> Watch:
+def watch(max_entries: int = 100_000, directory: Optional[str] = None, fit=None,
+          max_advice: int = _oom.MOST_ADVICE) -> Watch:
     """Advice at the moment the job runs out of memory, with PyTorch's own allocator.
 
     Records PyTorch's memory history (_record_memory_history(enabled="all", context="all",
     stacks="python", max_entries=max_entries): the last max_entries events) and attaches an
-    out-of-memory observer. At the first torch.OutOfMemoryError it takes the snapshot, replays it
+    out-of-memory observer. At a torch.OutOfMemoryError it takes the snapshot, replays it
     as `gpu-basics advise --fit LIMIT` does, in this process (LIMIT: the memory the job had, the
     memory fraction's where one is set; or `fit`, a size such as "24GiB"), and prints on stderr,
     beside PyTorch's message, which policy would have fitted, the line to apply and the Python
     frames of the failing request; the snapshot (snapshot.pickle.gz) and the advice (advice.txt,
     advice.json) go into `directory` (default: a new gpu_basics_oom_YYYYmmdd-HHMMSS folder in the
-    current directory). Recording history costs time and memory. Returns a handle whose stop()
-    ends it, usable as a context manager."""
+    current directory; `directory`-2, -3... for later ones). Every error is advised, since
+    PyTorch and user code catch some and go on (the one that ends the job may come later), except
+    a request identical to one advised already (same device, size and Python stack) and any after
+    `max_advice` advices (each takes seconds): those print one line. Recording history costs
+    time and memory. Returns a handle whose stop() ends it, usable as a context manager."""
     if _mode == "allocator":
         raise GpuBasicsError("watch() is for PyTorch's own allocator; after use(), pass "
                              "use(on_oom=\"advise\") instead")
     limit = _oom.parse_size(fit)
+    _oom.Budget(max_advice)  # a bad max_advice is an error here, not at the error
     if not isinstance(max_entries, int) or isinstance(max_entries, bool) or max_entries <= 0:
         raise ValueError(f"watch(): max_entries must be a positive int, got {max_entries!r}")
     attach = getattr(_torch._C, "_cuda_attach_out_of_memory_observer", None)
@@ -495,7 +502,7 @@ def watch(max_entries: int = 100_000, directory: Optional[str] = None, fit=None)
                              "torch.cuda.memory._record_memory_history)")
     global _watching, _observer_attached
     lib = _advice_library()
-    handle = Watch(lib, directory, limit)
+    handle = Watch(lib, directory, limit, max_advice)
     if _watching is not None:
         _watching.stop()  # one watch at a time: the newest advises
     _torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks="python",

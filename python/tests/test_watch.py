@@ -199,9 +199,6 @@ def test_the_observer_writes_the_snapshot_and_advice_and_prints_the_line(
     for name in ("snapshot.pickle.gz", "advice.txt", "advice.json"):
         assert str(folder / name) in err
     assert h.advised == err
-    # a second OOM: one line, no second advice
-    calls.observers[0](0, 400 * MiB, GiB, 200 * MiB)
-    assert capsys.readouterr().err.count("\n") == 1
     h.stop()
     calls.observers[0](0, 400 * MiB, GiB, 200 * MiB)  # stopped: silent
     assert capsys.readouterr().err == ""
@@ -298,8 +295,14 @@ def test_our_allocators_out_of_memory_is_advised_from_its_own_history(monkeypatc
     assert "with gpu-basics' allocator" in err
     assert "covers the job only up to the failing request" in err
     assert "no Python frames" in err
-    handler(0, 400 * MiB, 800 * MiB, 200 * MiB)  # once
-    assert capsys.readouterr().err.count("\n") == 1
+    for size in (300 * MiB, 300 * MiB, 200 * MiB, 100 * MiB):  # advised up to 3 times
+        handler(0, size, 800 * MiB, 200 * MiB)
+    err = capsys.readouterr().err
+    assert err.count("advised already") == 1 and err.count("apply:") == 2
+    assert "advice 3 of at most 3 in this job: a later out-of-memory error prints one line.\n" in err
+    assert err.endswith(f"3 advices given already, the most in this job; the last is in "
+                        f"{tmp_path}-3\n")
+    assert os.path.exists(f"{tmp_path}-2/advice.json")
     broken = gbt._OwnOom(lib, str(tmp_path / "x"))
     monkeypatch.setattr(lib, "write_snapshot", lambda d, p: lib._check(-2, "write_snapshot"))
     assert broken(0, 1, 2, 3) is None
@@ -341,3 +344,63 @@ def test_the_out_of_memory_callback_is_set_and_cleared_through_ctypes():
     lib = gpu_basics.Library()
     lib.set_oom_callback(lambda device, size, allowed, free: None)
     lib.set_oom_callback(None)
+
+
+def _oom_again(observer, size):
+    """An out-of-memory error from one place in the code (one Python stack) of `size` bytes."""
+    observer(0, size, GiB, 200 * MiB)
+
+
+def test_an_error_caught_and_recovered_from_does_not_spend_the_advice(monkeypatch, tmp_path,
+                                                                      capsys):
+    # cuDNN's workspace retried smaller, or a try/except that halves the batch: the job goes on,
+    # and the error that ends it, later, is advised too
+    gbt, calls = _fake_torch(monkeypatch, _oom_snapshot())
+    h = gbt.watch(directory=str(tmp_path / "oom"))
+    _oom_again(calls.observers[0], 400 * MiB)  # caught by the job
+    first = capsys.readouterr().err
+    assert "apply:" in first and h.advice_count == 1
+    _oom_again(calls.observers[0], 200 * MiB)  # the batch halved: the error that ends the job
+    err = capsys.readouterr().err
+    assert "apply:" in err and "written" in err and h.advice_count == 2
+    assert h.advised == err
+    assert str(tmp_path / "oom-2" / "advice.json") in err
+    assert json.loads((tmp_path / "oom-2" / "advice.json").read_text())["command"] == "advise"
+
+
+def test_the_same_request_is_advised_once_and_the_count_is_capped(monkeypatch, tmp_path, capsys):
+    gbt, calls = _fake_torch(monkeypatch, _oom_snapshot())
+    h = gbt.watch(directory=str(tmp_path / "oom"), max_advice=2)
+    for _ in range(3):  # a loop that retries the same request as it was
+        _oom_again(calls.observers[0], 400 * MiB)
+    err = capsys.readouterr().err
+    assert err.count("apply:") == 1 and err.count("advised already (not advised again)") == 2
+    assert h.advice_count == 1
+    _oom_again(calls.observers[0], 350 * MiB)  # another size: another request
+    err = capsys.readouterr().err
+    assert "apply:" in err and "advice 2 of at most 2" in err and h.advice_count == 2
+    calls.observers[0](0, 100 * MiB, GiB, 200 * MiB)  # past the cap: one line
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "2 advices given already" in err
+    assert "watch(max_advice=...)" in err and str(tmp_path / "oom-2") in err
+    with pytest.raises(ValueError, match="max_advice"):
+        gbt.watch(max_advice=0)
+
+
+def test_an_out_of_memory_error_while_another_is_advised_is_one_line(monkeypatch, tmp_path,
+                                                                     capsys):
+    gbt, calls = _fake_torch(monkeypatch, _oom_snapshot())
+    h = gbt.watch(directory=str(tmp_path))
+    h.budget._busy.acquire()  # another thread's advice in progress
+    _oom_again(calls.observers[0], 400 * MiB)
+    h.budget._busy.release()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "another thread's advice" in err and h.advice_count == 0
+
+
+def test_the_request_stack_is_the_callers_without_the_package():
+    def here():
+        return _oom.request_stack()
+    stack = here()
+    assert stack[0] == (__file__, here.__code__.co_firstlineno + 1)
+    assert not any(os.sep + "gpu_basics" + os.sep in f for f, _ in stack)
