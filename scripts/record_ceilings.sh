@@ -11,9 +11,9 @@
 #   step     the training loop's step time, PyTorch's allocator against ours, 7 interleaved
 #            repetitions; with BEFORE_LIB=PATH also a library built from an earlier commit.
 #
-# Put PyTorch's Python first on PATH before the first phase (its build finds PyTorch from it), e.g.
-# `export PATH=/opt/torch/.venv/bin:$PATH`. Logs go to the directory given (default:
-# results/record_ceilings), packed into one archive.
+# Name PyTorch's Python before the first phase (its build finds PyTorch from it): export
+# GPU_BASICS_TORCH_PYTHON=PATH, or put it first on PATH as python3. Logs go to the directory
+# given (default: results/record_ceilings), packed into one archive.
 #
 #   scripts/record_ceilings.sh [lessons|torch|advise|step|all] [LOG_DIR]
 set -uo pipefail
@@ -36,8 +36,18 @@ pack() {
   tar -czf "$logs.tar.gz" -C "$(dirname "$logs")" "$(basename "$logs")"
   echo "logs: $logs.tar.gz"
 }
+# PyTorch's Python: GPU_BASICS_TORCH_PYTHON, else python3 where it imports torch (cmake/torch.cmake
+# assumes none).
+if [[ -z ${GPU_BASICS_TORCH_PYTHON:-} ]] && python3 -c "import torch" >/dev/null 2>&1; then
+  GPU_BASICS_TORCH_PYTHON="$(command -v python3)"
+fi
+torch_python=()
+if [[ -n ${GPU_BASICS_TORCH_PYTHON:-} ]]; then
+  torch_python=("-DGPU_BASICS_TORCH_PYTHON=$GPU_BASICS_TORCH_PYTHON")
+fi
 if [[ ! -x build/default/gpu-basics ]]; then
-  if ! step build bash -c "cmake --preset default && cmake --build build/default -j$(nproc)"; then
+  build_cmd='cmake --preset default "$@" && cmake --build build/default -j"$(nproc)"'
+  if ! step build bash -c "$build_cmd" configure "${torch_python[@]}"; then
     pack
     exit 1
   fi

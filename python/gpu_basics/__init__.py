@@ -41,7 +41,8 @@ def check_conf(conf: str, library: str = None) -> str:
 
 
 def build_info(library: str = None) -> dict:
-    """What the allocator library was built for: its path, torch version (None without
-    PyTorch's headers), the exception out of memory raises."""
-    lib = Library(library)
-    return dict(lib.build, path=lib.path)
+    """What the allocator library was built for: its path and file name (library), torch version
+    (None without PyTorch's headers) and torch_dir, the exception out of memory raises, and in an
+    installed package what the install did about the c10 library (install)."""
+    from ._native import describe
+    return describe(Library(library))

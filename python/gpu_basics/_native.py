@@ -120,6 +120,23 @@ def sidecar(path: str) -> Optional[dict]:
         return json.load(f)
 
 
+def describe(lib: "Library") -> dict:
+    """build_info()'s dict: what the library says it was built for (torch: None for the plain
+    library), which file was loaded (path, library), the torch folder a _c10 library was built
+    against (torch_dir), and, in an installed package, what the install did about the _c10
+    library (install)."""
+    info = dict(lib.build, path=lib.path, library=os.path.basename(lib.path))
+    built = sidecar(lib.path) if lib.is_c10 else None
+    if built is not None:
+        info["torch_dir"] = built.get("torch_dir")
+    try:
+        from ._version import install_note
+        info["install"] = install_note
+    except ImportError:  # the source tree, or a package installed before the note
+        pass
+    return info
+
+
 class Stats(ctypes.Structure):
     """gpu_basics_torch_stats_t."""
     _fields_ = [(name, ctypes.c_int64) for name in (

@@ -48,7 +48,7 @@ except ImportError as _e:  # pragma: no cover - exercised by the CPU tests throu
 from . import _oom
 from ._preflight import PreflightError, preflight
 from ._native import (ENV_LIB, GpuBasicsError, Library, LibraryMismatch, LibraryNotFound,
-                      find_library, sidecar)
+                      describe, find_library, sidecar)
 
 __all__ = ["use", "mem_pool", "installed", "build_info", "memory_stats", "memory_allocated",
            "max_memory_allocated", "memory_reserved", "max_memory_reserved",
@@ -238,10 +238,11 @@ def _need() -> Library:
 
 
 def build_info() -> dict:
-    """The library in use: its path, the torch it was built for (None: the plain library), and
-    what out of memory raises."""
+    """The library in use: its path and file name (library), the torch it was built for (torch,
+    torch_dir; None: the plain library) and the one running (torch_running), what out of memory
+    raises, the conf, and what the install did about the c10 library (install)."""
     lib = _need()
-    return dict(lib.build, path=lib.path, conf=lib.conf())
+    return dict(describe(lib), torch_running=_torch.__version__, conf=lib.conf())
 
 
 _TORCH_NAMES = [  # ours -> PyTorch's memory_stats() name

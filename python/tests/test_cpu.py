@@ -17,6 +17,7 @@ def test_library_is_found_and_reports_what_it_was_built_for():
     info = gpu_basics.build_info()
     assert os.path.isfile(info["path"])
     assert info["abi_version"] == _native.ABI_VERSION
+    assert info["library"] == os.path.basename(info["path"])
     if info["torch"] is None:
         assert info["oom_exception"] == "std::bad_alloc"
     else:

@@ -2,8 +2,9 @@
 # The README's install line for the Python package, in a fresh virtual environment that sees the
 # system's packages (setuptools, wheel, pytest) and nothing else: no index is reachable, none is
 # asked. Then what must fail, in one line and without installing anything: a tree with no built
-# library, a stale library left in python/build by an earlier install, and a Python whose
-# setuptools lacks `wheel`. And an install from a read-only source tree.
+# library, a failed build of the c10 library for the Python's torch, a stale library left in
+# python/build by an earlier install, and a Python whose setuptools lacks `wheel`. And an install
+# from a read-only source tree.
 #   check_pip_install.sh PYTHON SOURCE_DIR BUILD_DIR WORK_DIR
 set -euo pipefail
 py="$1" src="$2" build="$3" work="$4"
@@ -41,6 +42,39 @@ not_installed() {  # WHAT
 if pip_install "$work/nobuild"; then echo "FAIL: installed without a built library"; exit 1; fi
 expect_one_line "no build" "gpu_basics: no built library in $work/nobuild: run scripts/build.sh"
 not_installed "no build"
+
+# 1b. A Python with torch (a stand-in package on PYTHONPATH) and a build tree without a c10
+#     library for it: setup.py configures the tree for that Python and builds the library, with a
+#     stand-in cmake that fails here: one line naming the log, nothing installed. With
+#     GPU_BASICS_NO_C10=1 the plain library alone is installed, and the package says why.
+fake="$work/fakebuild"
+mkdir -p "$fake/src/torch_alloc" "$work/fakebin" "$work/faketorch/torch"
+cp "$build/src/torch_alloc/libgpu_basics_torch_alloc.so" "$fake/src/torch_alloc/"
+printf 'CMAKE_HOME_DIRECTORY:INTERNAL=%s\n' "$src" >"$fake/CMakeCache.txt"
+printf '#!/bin/sh\necho "CMake Error: stand-in cmake" >&2\nexit 1\n' >"$work/fakebin/cmake"
+chmod +x "$work/fakebin/cmake"
+printf '__version__ = "0.0.1+stand.in"\nclass _C:\n    _GLIBCXX_USE_CXX11_ABI = True\n' \
+  >"$work/faketorch/torch/__init__.py"
+with_torch() { PATH="$work/fakebin:$PATH" PYTHONPATH="$work/faketorch" "$@"; }
+if with_torch pip_install "$fake"; then echo "FAIL: installed after a failed c10 build"; exit 1; fi
+expect_one_line "c10 build fails" "gpu_basics: building the c10 library for torch \
+0.0.1\+stand.in failed \(cmake configure: exit status 1\): see $fake/gpu_basics_c10_build.log; \
+.*GPU_BASICS_NO_C10=1"
+not_installed "c10 build fails"
+log="$fake/gpu_basics_c10_build.log"
+grep -q "^\$ .*cmake -S $src -B $fake -DGPU_BASICS_TORCH_PYTHON=$venv/bin/python" "$log" &&
+  grep -q "CMake Error: stand-in" "$log" ||
+  { echo "FAIL: the log lacks the cmake line or its output:"; cat "$log"; exit 1; }
+if ! GPU_BASICS_NO_C10=1 with_torch pip_install "$fake"; then
+  cat "$work/pip.log"; echo "FAIL: GPU_BASICS_NO_C10=1 did not install"; exit 1
+fi
+(cd "$work" && "$venv/bin/python" -c "
+import gpu_basics._version as v, glob, os, sys
+libs = sorted(os.path.basename(p) for p in glob.glob(os.path.dirname(v.__file__) + '/_lib/*'))
+assert libs == ['libgpu_basics_torch_alloc.so'], libs
+note = 'warning: GPU_BASICS_NO_C10=1: bundling the plain library'
+assert v.install_note.startswith(note), v.install_note
+print('GPU_BASICS_NO_C10=1: installed the plain library alone:', v.install_note)")
 
 # 2. From the build: the libraries and the CLI are bundled.
 pip_install "$build" || { cat "$work/pip.log"; exit 1; }
@@ -158,5 +192,12 @@ for bad, error in (("expandable_segments:True\x00garbage:zzz", ValueError), (Non
     except error as e:
         assert "\n" not in str(e) and "\x00" not in str(e), repr(str(e))
         print(f"check_conf({bad!r}) refused:", e)
+assert info["library"] == os.path.basename(info["path"]), info
+try:
+    import torch  # noqa: F401
+    assert "c10 library" in info["install"], info["install"]
+except ImportError:  # no torch: bundled as built, and the note says what to do
+    assert "install torch first, then reinstall" in info["install"], info["install"]
 print("installed:", gpu_basics.__version__, info["path"], "oom:", info["oom_exception"])
+print("install note:", info["install"])
 PY
