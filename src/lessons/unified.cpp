@@ -26,6 +26,12 @@ const managed_touch* find_touch(const managed_result& m, std::string_view direct
   return nullptr;
 }
 
+std::string access_name(const zero_copy_row& r) {
+  if (r.access == "one_pass") return "one pass";
+  if (r.access == "passes") return fmt::format("{} passes", r.passes);
+  return r.access;
+}
+
 const zero_copy_row* find_access(const zero_copy_result& z, std::string_view access) {
   for (const auto& r : z.rows)
     if (r.access == access) return &r;
@@ -130,7 +136,7 @@ table zero_copy_table(const zero_copy_result& z) {
                {"copy_then_compute_s", "copy, then compute (ms)", 1e3, 2},
                {"mapped_speedup", "mapped vs copy", 1.0, 2}};
   for (const auto& r : z.rows)
-    t.add_row({r.access, r.passes, ut::size(r.bytes_read), r.mapped_s, r.copy_then_compute_s,
+    t.add_row({access_name(r), r.passes, ut::size(r.bytes_read), r.mapped_s, r.copy_then_compute_s,
                r.mapped_s > 0 ? value(r.copy_then_compute_s / r.mapped_s) : value()});
   return t;
 }

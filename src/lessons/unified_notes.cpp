@@ -165,10 +165,7 @@ std::vector<note> zero_copy_notes(const zero_copy_result& z) {
     for (const auto* r : {one, many, sparse}) {
       const bool mapped = r->mapped_s < r->copy_then_compute_s;
       const std::string what =
-          fmt::format("{} ({})",
-                      r->access == "passes"     ? fmt::format("{} passes", r->passes)
-                      : r->access == "one_pass" ? "one pass"
-                                                : "sparse",
+          fmt::format("{} ({})", access_name(*r),
                       mapped ? ut::faster_or_slower(r->mapped_s, r->copy_then_compute_s, "the copy")
                              : ut::faster_or_slower(r->copy_then_compute_s, r->mapped_s, "mapped"));
       std::string& list = mapped ? mapped_won : copy_won;

@@ -105,18 +105,33 @@ figure sweep_figure(const runs_t& runs) {
     }
     static const char* order[] = {"H2D pinned",   "D2H pinned", "H2D pageable",
                                   "D2H pageable", "H2D staged", "D2H staged"};
+    // H2D and D2H of one memory are often equal (pinned both reach the ceiling): D2H is dashed
+    // with triangles, a run's H2D solid (a second run's dotted) with circles, and each series is
+    // drawn over the ones before it, so that a dashed line shows over the solid one it matches.
+    static const json dashes[2][2] = {{json::array(), json::array({7, 4})},
+                                      {json::array({2, 3}), json::array({9, 3, 2, 3})}};
     for (std::size_t k = 0; k < std::size(order); ++k) {
       const auto it = curves.find(order[k]);
       if (it == curves.end()) continue;
-      c.config["data"]["datasets"].push_back(
-          line_dataset(series_name(rr.label, it->first), color(k), rr.index, it->second));
+      const bool d2h = it->first.starts_with("D2H");
+      json line = line_dataset(series_name(rr.label, it->first), color(k), rr.index, it->second);
+      line["borderDash"] = dashes[rr.index % 2][d2h ? 1 : 0];
+      line["pointStyle"] = d2h ? "triangle" : "circle";
+      line["pointRadius"] = d2h ? 4 : 2.5;
+      line["order"] = -static_cast<int>(c.config["data"]["datasets"].size());
+      c.config["data"]["datasets"].push_back(std::move(line));
     }
     if (r.link_bytes_per_s) links.push_back(*r.link_bytes_per_s / kGB);
     ceilings.push_back(pinned_ceiling(r));
   }
   reference_lines(c.config, "link", links, "link, theoretical:", "#7f7f7f", "center");
+  // At the left, under its line: the small copies there are far below the ceiling.
   reference_lines(c.config, "ceiling", ceilings, "measured pinned ceiling:", "#0072b2", "start",
                   true);
+  for (auto& [key, a] : c.config["options"]["plugins"]["annotation"]["annotations"].items())
+    if (key.starts_with("ceiling")) a["label"]["xAdjust"] = 8;  // clear of the axis
+  // The legend shows each series' marker: circles H2D, triangles D2H.
+  c.config["options"]["plugins"]["legend"]["labels"] = {{"usePointStyle", true}};
   c.height = "tall";
   return {"transfer-bandwidth",
           "transfer",

@@ -76,7 +76,7 @@ figure zero_copy_figure(const runs_t& runs) {
     std::vector<std::optional<double>> mapped, copy;
     json l = json::array();
     for (const auto& r : rr.result.zero_copy->rows) {
-      l.push_back(r.access == "passes" ? fmt::format("{} passes", r.passes) : r.access);
+      l.push_back(lessons::access_name(r));
       mapped.emplace_back(r.mapped_s);
       copy.emplace_back(r.copy_then_compute_s);
     }

@@ -48,6 +48,8 @@ chart peaks_chart(const preflight_report& r) {
     std::sort(xy.begin(), xy.end());
     json line = detail::line_dataset(label, detail::color(w), w, xy);
     line["borderWidth"] = 2;
+    // The recommendation over the defaults: its dashes show where the two lines are one.
+    line["order"] = -static_cast<int>(w);
     c.config["data"]["datasets"].push_back(std::move(line));
   }
   if (!r.fit) return c;
@@ -55,24 +57,31 @@ chart peaks_chart(const preflight_report& r) {
                                       "--fit " + format_bytes(r.fit->limit), detail::color(4));
   limit["label"]["position"] = "start";
   detail::annotate(c.config, "limit", std::move(limit));
-  // Each policy's largest batch: one line where both are the same batch, labelled at either end
-  // of its line where they differ (so that close batches' labels do not meet).
+  // Each policy's largest batch: one line where both are the same batch. Its label stands above
+  // the plot area at the top of its line, where no curve runs (the curves cross the line near the
+  // limit); where the two differ, the recommendation's label a row above the defaults' (so that
+  // close batches' labels do not meet). The title leaves the rows free.
   const auto& d = r.fit->defaults;
   const auto& rec = r.fit->recommended;
+  constexpr int row = 18;  // px: an 11 px label on its ground, and a gap
+  int rows = 0;
   const auto mark = [&](const std::string& key, std::size_t batch, const std::string& text,
-                        std::size_t colour, const char* position) {
+                        std::size_t colour) {
     json v = detail::reference_line(static_cast<double>(batch), fmt::format("{}: {}", text, batch),
                                     detail::color(colour), true);
-    v["label"]["position"] = position;
-    v["label"]["yAdjust"] = 0;
+    ++rows;
+    v["label"]["position"] = "end";
+    v["label"]["yAdjust"] = -(row * rows - row / 2 + 2);
     detail::annotate(c.config, key, std::move(v));
   };
   if (d && rec && *d == *rec && *d > 0) {
-    mark("largest", *d, "largest batch (both)", 0, "center");
+    mark("largest", *d, "largest batch (both)", 0);
   } else {
-    if (d && *d > 0) mark("largest_defaults", *d, "largest batch (defaults)", 0, "start");
-    if (rec && *rec > 0) mark("largest_recommended", *rec, "largest batch (recommended)", 1, "end");
+    if (d && *d > 0) mark("largest_defaults", *d, "largest batch (defaults)", 0);
+    if (rec && *rec > 0) mark("largest_recommended", *rec, "largest batch (recommended)", 1);
   }
+  c.config["options"]["plugins"]["title"]["padding"] = {{"top", 10}, {"bottom", 10 + row * rows}};
+  c.config["options"]["plugins"]["annotation"]["clip"] = false;  // the labels above the area
   return c;
 }
 

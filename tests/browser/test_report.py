@@ -181,6 +181,56 @@ LABEL_GROUNDS = r"""
 })()
 """
 
+# In the charts named, where curves meet their reference lines: no label drawn across a series'
+# line or point, and no line series hidden under another drawn over it along the same path (a
+# solid line, or one of the same dashes: the one under it does not show through).
+CLEAR = r"""
+((ids) => {
+  """ + LABELS_OF + r"""
+  const out = [];
+  const plugin = Chart.registry.getPlugin('annotation');
+  const crosses = (b, p, q) => {  // segment p-q against box b (clipped, Liang-Barsky)
+    let t0 = 0, t1 = 1;
+    const dx = q.x - p.x, dy = q.y - p.y;
+    for (const [e, f] of [[-dx, p.x - b.x], [dx, b.x2 - p.x], [-dy, p.y - b.y], [dy, b.y2 - p.y]]) {
+      if (e === 0) { if (f < 0) return false; continue; }
+      const t = f / e;
+      if (e < 0) t0 = Math.max(t0, t); else t1 = Math.min(t1, t);
+      if (t0 > t1) return false;
+    }
+    return true;
+  };
+  for (const id of ids) {
+    const canvas = document.querySelector('canvas[data-chart="' + id + '"]');
+    const chart = canvas && Chart.getChart(canvas);
+    if (!chart) continue;
+    const lines = chart.getSortedVisibleDatasetMetas().filter(m => m.type === 'line')
+        .map(m => ({label: m.label, dash: JSON.stringify(m.dataset.options.borderDash || []),
+                    pts: m.data.map(el => el.getCenterPoint())}));
+    for (const l of plugin ? plugin.getAnnotations(chart).flatMap(labelsOf) : []) {
+      if (!l.options || l.options.display === false || !(l.width > 0)) continue;
+      for (const s of lines) {
+        const hit = s.pts.some((p, i) => crosses(l, p, s.pts[Math.min(i + 1, s.pts.length - 1)]));
+        if (hit)
+          out.push(id + ': label "' + String(l.options.content).slice(0, 40) + '" drawn across ' +
+                   'the line of "' + s.label + '"');
+      }
+    }
+    // Drawn last to first: lines[i] is drawn over lines[j] for i < j.
+    for (let i = 0; i < lines.length; i++)
+      for (let j = i + 1; j < lines.length; j++) {
+        const top = lines[i], under = lines[j];
+        if (top.dash !== '[]' && top.dash !== under.dash) continue;
+        const near = under.pts.filter(p => top.pts.some(q => Math.hypot(p.x - q.x, p.y - q.y) < 3));
+        if (near.length >= Math.max(4, 0.4 * under.pts.length))
+          out.push(id + ': "' + under.label + '" hidden under "' + top.label + '" (' +
+                   (top.dash === '[]' ? 'solid' : 'same dashes') + ' over it)');
+      }
+  }
+  return out;
+})
+"""
+
 # The summary at the top of a report of runs: first in the page, within the first screen, its
 # links each landing on an element, and a link to every section and figure.
 SUMMARY = r"""
@@ -339,6 +389,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--name", default="report")
     ap.add_argument("--width", type=int, default=1400)
+    ap.add_argument("--clear", action="append", default=[], metavar="CHART",
+                    help="a chart whose labels must not cross a series' line, and whose line "
+                         "series must not hide under one another")
     args = ap.parse_args()
 
     chromium = find_chromium()
@@ -427,6 +480,7 @@ def main():
         check_inventory(inventory, expected, failures)
         failures += ["layout: " + f for f in browser.evaluate(LAYOUT)]
         failures += ["light: " + f for f in browser.evaluate(LABEL_GROUNDS)]
+        failures += browser.evaluate(CLEAR + f"({json.dumps(args.clear)})")
         if args.fixture or args.html:
             failures += browser.evaluate(SUMMARY)
             print("summary: " + " | ".join(browser.evaluate(

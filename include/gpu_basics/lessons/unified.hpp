@@ -269,6 +269,9 @@ inline constexpr double kCourseL2Bytes = 50e6;
 /// The touch of `direction` and `placement`, or nullptr.
 [[nodiscard]] const managed_touch* find_touch(const managed_result& m, std::string_view direction,
                                               std::string_view placement);
+/// The row's access pattern as a reader says it: "one pass", "8 passes", "sparse" (the stored
+/// key, "one_pass" or "passes", is for programs).
+[[nodiscard]] std::string access_name(const zero_copy_row& r);
 /// The row of `access`, or nullptr.
 [[nodiscard]] const zero_copy_row* find_access(const zero_copy_result& z, std::string_view access);
 /// The probe run with `module_loading`, or nullptr.

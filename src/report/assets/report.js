@@ -212,6 +212,9 @@
         const across = Math.abs(a.y2 - a.y) < 1 ? { x: 1, y: 4 } : { x: 4, y: 1 };
         for (const label of labelsOf(a)) {
           if (!label.options || label.options.display === false || !(label.width > 0)) continue;
+          // A label past the side of the plot area (one at a line near its edge) moves inside.
+          const over = Math.max(0, label.x2 - area.right) - Math.max(0, area.left - label.x);
+          if (over !== 0) for (const k of ['x', 'x2', 'centerX']) label[k] -= over;
           const box = { x: label.x, x2: label.x2, y: label.y, y2: label.y2 };
           if (!hits(box)) {
             placed.push(box);
@@ -252,6 +255,9 @@
       cellColours(config, t);
       labelGrounds(config, t);
       config.plugins = (config.plugins || []).concat([labelsApart]);
+      // The legend in the datasets' order, whatever order they are drawn in.
+      const legend = config.options.plugins.legend;
+      legend.labels = Object.assign({ sort: (a, b) => a.datasetIndex - b.datasetIndex }, legend.labels);
       const many = config.data.datasets.length > 1;
       config.options.plugins.legend.display = config.options.plugins.legend.display && many;
       charts.push(new Chart(canvas, config));
