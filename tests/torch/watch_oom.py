@@ -16,7 +16,10 @@ and the library LIB:
        bash -c '<the printed line>'$'\\n''exec "$@"' _ PYTHON THIS child rerun
    Where the advice says a policy fits, the 64 MiB request (the workload's last) must succeed.
 3. ours: gpu-basics' allocator, gbt.use(library=LIB, on_oom="advise"), the same fraction and
-   workload: stderr has the advice with the gbt.use(conf=...) line.
+   workload: stderr has the advice with the gbt.use(conf=...) line. Then that line, exactly as
+   advice.json's recommended.gbt has it, is run in place of the job's own use() (the library
+   from GPU_BASICS_TORCH_ALLOC_LIB, as a user's environment would name it), under the same
+   fraction: the 64 MiB request must succeed.
 4. overhead (information, never a failure): a small MLP's training step, in ms, with PyTorch's
    allocator without history and under watch() (max_entries=100000), 200 steps each after 20.
 
@@ -78,6 +81,10 @@ def child(mode: str, work: str, lib: str) -> int:
     if mode == "ours":
         gbt.use(library=lib, on_oom="advise")
         os.chdir(work)
+    elif mode == "ours_rerun":  # the printed line, run as printed (the library from the env)
+        line = os.environ["WATCH_OOM_LINE"]
+        print(f"running: {line}", flush=True)
+        exec(line, {"gbt": gbt})
     elif mode == "native":
         gbt.watch(directory=os.path.join(work, "native_oom"))
     # The rerun keeps the same memory: the fraction unless the printed line sets its own.
@@ -187,10 +194,26 @@ def main() -> int:
         failures.append("ours: no gpu_basics_oom_* folder written")
     else:
         # The child ran in the work directory: it names its new folder relative to it.
-        check_advice(ours.stderr, os.path.join(args.work, dirs[-1]), "gbt", failures, "ours",
-                     named=dirs[-1])
+        doc = check_advice(ours.stderr, os.path.join(args.work, dirs[-1]), "gbt", failures,
+                           "ours", named=dirs[-1])
         if "with gpu-basics' allocator" not in ours.stderr:
             failures.append("ours: stderr does not name gpu-basics' allocator")
+        # The printed gbt.use(...) line, run as printed in place of the job's own use(), with the
+        # same fraction and workload: the failing request must now fit.
+        line = (doc.get("recommended") or {}).get("gbt") if doc else None
+        if line:
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF",
+                                "GPU_BASICS_ALLOC_CONF")}
+            env["WATCH_OOM_LINE"] = line
+            again = run_child("ours_rerun", args, env)
+            report["ours_rerun"] = {"line": line, "rc": again.returncode,
+                                    "stdout": again.stdout.strip()}
+            if again.returncode != 0 or "fits" not in again.stdout:
+                failures.append(f"ours rerun with {line!r}: the failing request still fails "
+                                f"(rc {again.returncode})")
+        else:
+            failures.append("ours: advice.json recommends no gbt line to rerun")
 
     over = run_child("overhead", args)
     try:
