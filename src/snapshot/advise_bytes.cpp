@@ -4,10 +4,14 @@
 // ends in PyTorch's oom entry for the request that failed; replay_failed_request() makes it the
 // trace's last allocation, so that each policy is asked whether it would have served it too.
 #include <algorithm>
+#include <future>
 #include <string>
+#include <system_error>
+#include <thread>
 
 #include <fmt/format.h>
 
+#include "advise_frames.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/snapshot/advise.hpp"
 
@@ -42,6 +46,16 @@ std::optional<std::size_t> replay_failed_request(torch_snapshot& s, int device) 
 }
 
 bytes_advice advise_from_bytes(std::string_view bytes, const advise_request& r) {
+  // The frames are read beside the first read, which keeps one core busy (advise_snapshot()
+  // then keeps them all): before advice names its requests, so every alloc's are kept.
+  std::future<alloc_frames_read> ahead;
+  if (r.threads != 1 && std::thread::hardware_concurrency() > 1) {
+    try {
+      ahead =
+          std::async(std::launch::async, [bytes, &r] { return read_all_frames(bytes, r.name); });
+    } catch (const std::system_error&) {  // no thread: read after the advice
+    }
+  }
   torch_snapshot s = parse_torch_snapshot(bytes, r.name);
   const int device = r.device.value_or(s.busiest_device());
   if (device < 0 || static_cast<std::size_t>(device) >= s.device_traces.size() ||
@@ -52,8 +66,14 @@ bytes_advice advise_from_bytes(std::string_view bytes, const advise_request& r) 
   const auto policies = advise_policies({}, !r.fit_limits.empty(), r.device_memory);
   out.a = advise_snapshot(s, r.name, device, policies, r.fit_limits, r.threads, r.device_memory);
   out.a.failed_request = out.failed_request;
+  const bool failed = out.failed_request.has_value();
   try {  // where in the user's code, as advise reads it from a file
-    (void)attach_frames_from_bytes(out.a, s, bytes, r.name, out.failed_request.has_value());
+    if (ahead.valid())
+      (void)attach_frames_with(
+          out.a, s, r.name, failed,
+          [&](int d, const std::set<std::size_t>& wanted) { return ahead.get()(d, wanted); });
+    else
+      (void)attach_frames_from_bytes(out.a, s, bytes, r.name, failed);
   } catch (const error&) {  // the advice stands without them
   }
   return out;

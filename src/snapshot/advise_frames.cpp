@@ -1,13 +1,18 @@
 // Where in the user's code: the Python frames of the requests advice names (the request that set
 // peak reserved, the one that first fails under a limit), read from the snapshot file again with
 // the trace entries' frames kept, for those requests only. The first read leaves frames out (they
-// are most of a snapshot's bytes); this one keeps a handful.
+// are most of a snapshot's bytes); this one keeps a handful. From pickle bytes in memory, the
+// read can instead go beside the first one, before the requests are known (read_all_frames()):
+// it keeps every alloc's frames as read, shared, not formatted, within a budget of values.
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
 
+#include "advise_frames.hpp"
 #include "gpu_basics/core/errors.hpp"
 #include "gpu_basics/snapshot/advise.hpp"
 #include "snapshot_file.hpp"
@@ -22,13 +27,15 @@ using pickle::value;
 /// it): what names a site, bounded, whatever the snapshot's strings.
 constexpr std::size_t kMaxFrameChars = 512;
 
+/// The most frames kept per request advice names.
+constexpr std::size_t kFramesKept = 16;
+
 /// "file:line in name" per frame of a trace entry (innermost first, as PyTorch records them),
 /// at most `most`: its Python frames (files ending in .py), or where it has none, whatever frames
 /// it has (PyTorch's default stacks="all" puts C++ frames first, which would hide the Python
 /// ones under any cap); frames that are not dicts of those keys are left out.
-std::vector<std::string> frames_of(const value& entry, std::size_t most) {
+std::vector<std::string> frames_in(const value* frames, std::size_t most) {
   std::vector<std::string> out, other;
-  const value* frames = entry.find("frames");
   if (!frames || !(frames->is(value::type::list) || frames->is(value::type::tuple))) return out;
   for (const value& f : frames->as_items()) {
     if (out.size() == most) break;
@@ -51,16 +58,27 @@ std::vector<std::string> frames_of(const value& entry, std::size_t most) {
   return out.empty() ? other : out;
 }
 
+/// frames_in() of a trace entry's frames.
+std::vector<std::string> frames_of(const value& entry, std::size_t most) {
+  return frames_in(entry.find("frames"), most);
+}
+
 bool is_alloc_entry(const value& entry) {
   const value* action = entry.find("action");
   return action && action->is(value::type::str) && action->as_str() == "alloc";
 }
 
+/// The most values (pickle::value::tree_values()) of the frames a read made before the wanted
+/// ones are known keeps: about 100k entries of a dozen unshared frames. Past it, none are kept.
+constexpr std::uint64_t kMostValuesKept = std::uint64_t{10} << 20;
+
 /// Counts each list's alloc entries as read() appends them, keeping the frames of the wanted
-/// ones; what it does not take stays in the lists, counted afterwards (count_rest()).
+/// ones (`wanted` null: every one's frames as read, within kMostValuesKept, for a read made
+/// before the wanted ones are known); what it does not take stays in the lists, counted
+/// afterwards (frames()).
 class frames_sink final : public pickle::item_sink {
  public:
-  frames_sink(const std::set<std::size_t>& wanted, std::size_t most)
+  frames_sink(const std::set<std::size_t>* wanted, std::size_t most)
       : wanted_(wanted), most_(most) {}
 
   bool take(std::uint64_t list, const value& item) override {
@@ -71,7 +89,10 @@ class frames_sink final : public pickle::item_sink {
     if (action->as_str() == "oom") l.last_oom = frames_of(item, most_);
     l.kinds.push_back(alloc);
     if (alloc) {
-      if (wanted_.count(l.allocs)) l.frames[l.allocs] = frames_of(item, most_);
+      if (!wanted_)
+        keep(l, item.find("frames"));
+      else if (wanted_->count(l.allocs))
+        l.frames[l.allocs] = frames_of(item, most_);
       ++l.allocs;
     }
     return true;
@@ -85,29 +106,38 @@ class frames_sink final : public pickle::item_sink {
     const bool alloc = action->as_str() == "alloc";
     if (action->as_str() == "oom") l.last_oom.clear();  // the last oom has none
     l.kinds.push_back(alloc);                           // a flat dict has no frames: counted only
+    if (alloc && !wanted_) keep(l, nullptr);
     l.allocs += alloc ? 1 : 0;
     return true;
   }
   void untake(std::uint64_t list, std::size_t n) override {
     auto& l = lists_[list];
     for (; n != 0 && !l.kinds.empty(); --n) {
-      if (l.kinds.back()) l.frames.erase(--l.allocs);
+      if (l.kinds.back()) {
+        l.frames.erase(--l.allocs);
+        if (l.kept.size() > l.allocs) l.kept.pop_back();
+      }
       l.kinds.pop_back();
     }
   }
   void clear() override { lists_.clear(); }
 
-  /// The wanted frames of the list `id` (its taken entries, then the entries left in it), and
-  /// how many alloc entries it holds.
-  alloc_frames frames(std::uint64_t id, const value& list) {
+  /// Whether every alloc's frames were kept (always, when the wanted ones were given).
+  [[nodiscard]] bool complete() const { return wanted_ || kept_values_ <= kMostValuesKept; }
+
+  /// The frames `wanted` names of the list `id` (its taken entries, then the entries left in
+  /// it), and how many alloc entries it holds.
+  alloc_frames frames(std::uint64_t id, const value& list, const std::set<std::size_t>& wanted) {
     list_state l;
     if (const auto it = lists_.find(id); id != 0 && it != lists_.end()) l = std::move(it->second);
+    for (const std::size_t k : wanted)  // kept before the wanted ones were known
+      if (k < l.kept.size()) l.frames[k] = frames_in(l.kept[k] ? &*l.kept[k] : nullptr, most_);
     for (const value& e : list.as_items()) {
       if (const value* action = e.find("action");
           action && action->is(value::type::str) && action->as_str() == "oom")
         l.last_oom = frames_of(e, most_);
       if (!is_alloc_entry(e)) continue;
-      if (wanted_.count(l.allocs)) l.frames[l.allocs] = frames_of(e, most_);
+      if (wanted.count(l.allocs)) l.frames[l.allocs] = frames_of(e, most_);
       ++l.allocs;
     }
     return {std::move(l.frames), l.allocs, std::move(l.last_oom)};
@@ -119,10 +149,24 @@ class frames_sink final : public pickle::item_sink {
     std::size_t allocs = 0;
     std::map<std::size_t, std::vector<std::string>> frames;
     std::vector<std::string> last_oom;
+    std::vector<std::optional<value>> kept;  // per alloc, its frames (`wanted` null)
   };
-  const std::set<std::size_t>& wanted_;
+
+  /// An alloc's frames kept (`wanted` null): shared with the value read, not copied.
+  void keep(list_state& l, const value* frames) {
+    if (!complete()) return;
+    if (frames) kept_values_ += frames->tree_values();
+    if (!complete()) {  // past the budget: none kept
+      for (auto& [id, other] : lists_) std::vector<std::optional<value>>().swap(other.kept);
+      return;
+    }
+    l.kept.emplace_back(frames ? std::optional<value>(*frames) : std::nullopt);
+  }
+
+  const std::set<std::size_t>* wanted_;
   std::size_t most_;
   std::map<std::uint64_t, list_state> lists_;
+  std::uint64_t kept_values_ = 0;
 };
 
 /// The ordinal among the trace's allocs of replayed event `i` (after the `rebuilt` allocs of
@@ -135,25 +179,34 @@ std::optional<std::size_t> alloc_ordinal(const std::vector<replay_event>& events
   return n;
 }
 
-/// read_alloc_frames() of the pickle `read` reads.
-alloc_frames frames_from(const snapshot_pickle_read& read, std::string_view name, int device,
-                         const std::set<std::size_t>& ordinals, std::size_t most) {
-  alloc_frames out;
-  frames_sink sink(ordinals, most);
-  value root;
+/// The root of the pickle `read` reads with `sink` taking the trace entries.
+value read_with(const snapshot_pickle_read& read, std::string_view name, frames_sink& sink) {
   try {
-    root = read(pickle::read_options{{}, {}, &sink});
+    return read(pickle::read_options{{}, {}, &sink});
   } catch (const format_error& e) {
     throw format_error(fmt::format("{}: {}", name, e.what()));
   }
+}
+
+/// The frames of `device`'s alloc entries numbered `ordinals` from the root of a read that
+/// `sink` took the entries of.
+alloc_frames frames_at(const value& root, frames_sink& sink, int device,
+                       const std::set<std::size_t>& ordinals) {
   const value* traces = root.find("device_traces");
   if (!traces || !traces->is(value::type::list) ||
       static_cast<std::size_t>(device) >= traces->as_items().size())
-    return out;
+    return {};
   const value& list = traces->as_items()[static_cast<std::size_t>(device)];
-  if (!list.is(value::type::list)) return out;
-  out = sink.frames(list.taken() ? list.list_id() : 0, list);
-  return out;
+  if (!list.is(value::type::list)) return {};
+  return sink.frames(list.taken() ? list.list_id() : 0, list, ordinals);
+}
+
+/// read_alloc_frames() of the pickle `read` reads.
+alloc_frames frames_from(const snapshot_pickle_read& read, std::string_view name, int device,
+                         const std::set<std::size_t>& ordinals, std::size_t most) {
+  frames_sink sink(&ordinals, most);
+  const value root = read_with(read, name, sink);
+  return frames_at(root, sink, device, ordinals);
 }
 
 /// attach_frames() with the frames `read` gives for a set of ordinals; `failed`: the trace's last
@@ -217,25 +270,46 @@ alloc_frames read_alloc_frames(const std::string& path, int device,
   return out;
 }
 
-bool attach_frames(advice& a, const torch_snapshot& s, const std::string& path, bool failed) {
-  return attach_with(a, s, printable(path), failed, [&](const std::set<std::size_t>& wanted) {
-    alloc_frames out;
-    if ((wanted.empty() && !failed) || a.device < 0) return out;
-    with_snapshot_pickle(path, [&](const snapshot_pickle_read& read, std::string_view name) {
-      out = frames_from(read, name, a.device, wanted, 16);
-    });
-    return out;
+bool attach_frames_with(advice& a, const torch_snapshot& s, std::string_view name, bool failed,
+                        const alloc_frames_read& read) {
+  return attach_with(a, s, name, failed, [&](const std::set<std::size_t>& wanted) {
+    if ((wanted.empty() && !failed) || a.device < 0) return alloc_frames{};
+    return read(a.device, wanted);
   });
+}
+
+bool attach_frames(advice& a, const torch_snapshot& s, const std::string& path, bool failed) {
+  return attach_frames_with(
+      a, s, printable(path), failed, [&](int device, const std::set<std::size_t>& wanted) {
+        alloc_frames out;
+        with_snapshot_pickle(path, [&](const snapshot_pickle_read& read, std::string_view name) {
+          out = frames_from(read, name, device, wanted, kFramesKept);
+        });
+        return out;
+      });
 }
 
 bool attach_frames_from_bytes(advice& a, const torch_snapshot& s, std::string_view bytes,
                               std::string_view name, bool failed) {
-  return attach_with(a, s, name, failed, [&](const std::set<std::size_t>& wanted) {
-    alloc_frames out;
-    if ((wanted.empty() && !failed) || a.device < 0) return out;
-    return frames_from([bytes](const pickle::read_options& o) { return pickle::read(bytes, o); },
-                       name, a.device, wanted, 16);
-  });
+  return attach_frames_with(
+      a, s, name, failed, [&](int device, const std::set<std::size_t>& wanted) {
+        return frames_from(
+            [bytes](const pickle::read_options& o) { return pickle::read(bytes, o); }, name, device,
+            wanted, kFramesKept);
+      });
+}
+
+alloc_frames_read read_all_frames(std::string_view bytes, std::string_view name) {
+  const snapshot_pickle_read read = [bytes](const pickle::read_options& o) {
+    return pickle::read(bytes, o);
+  };
+  auto sink = std::make_shared<frames_sink>(nullptr, kFramesKept);
+  auto root = std::make_shared<const value>(read_with(read, name, *sink));
+  return [sink, root, read, name](int device, const std::set<std::size_t>& wanted) {
+    if (!sink->complete())  // too many to keep: read again for the wanted ones
+      return frames_from(read, name, device, wanted, kFramesKept);
+    return frames_at(*root, *sink, device, wanted);
+  };
 }
 
 }  // namespace gpu_basics
