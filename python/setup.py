@@ -144,7 +144,8 @@ def c10_plan(build: str, python: str, env=None) -> dict:
     if torch is None:
         return {"action": "keep",
                 "line": f"no torch for {python} ({why}): torch.OutOfMemoryError needs the c10 "
-                        "library: install torch first, then reinstall this package"}
+                        "library: install torch first, then reinstall this package (with "
+                        "--no-build-isolation: pip's isolated build does not see it)"}
     named = f"torch {torch['version']} ({torch['dir']})"
     if same_torch(c10_built_for(build), torch):
         return {"action": "keep", "line": f"the c10 library of {build} is built for {named}",

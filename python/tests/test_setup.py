@@ -114,7 +114,8 @@ def test_without_torch_the_build_is_bundled_as_it_is_and_the_line_says_what_to_d
     assert plan["action"] == "keep"
     assert plan["line"] == (f"no torch for {none} (`import torch` failed: ModuleNotFoundError: "
                             "torch): torch.OutOfMemoryError needs the c10 library: install torch "
-                            "first, then reinstall this package")
+                            "first, then reinstall this package (with --no-build-isolation: "
+                            "pip's isolated build does not see it)")
     assert names(S.carry_out(plan, build)) == sorted(S.LIBRARIES)
 
 

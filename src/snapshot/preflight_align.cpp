@@ -414,7 +414,9 @@ batch_model::batch_model(std::vector<batch_recording> recordings)
           sl.point_size[i] = points[i].second;
         }
         if (mo.scratch.count++ == 0) mo.scratch.first = describe(s, k);
-        mo.grows = mo.grows || sl.rise > 0;
+        // Above the largest recording the last segment is extrapolated: it grows if that rises.
+        mo.grows =
+            mo.grows || sl.rise > 0 || points.back().second > points[points.size() - 2].second;
         mo.slots.push_back(sl);
       };
       if (points.size() == 3) {

@@ -161,7 +161,11 @@ def device_pass(args, w, snaps, record, device) -> None:
     b = largest_batch(pf, "defaults")
     w["notes"].append(f"the device: --fit {mib(limit)} MiB (free {mib(device['free'])} MiB less "
                       f"{mib(device['free'] - limit)} MiB), largest batch {b}")
-    if not b:
+    if not b:  # the device holds no batch (0), or every batch (None): neither is checked
+        w["rows"].append(peak_row(b or 0, "largest on the device", None, None))
+        w["rows"][-1]["problems"] = [f"preflight's largest batch on the device is {b}: nothing "
+                                     "to run"]
+        w["rows"][-1]["ok"] = False
         return
     pfb = preflight(args, w, "the device's largest batch", snaps, record, [b])
     w["predictions"] = merged_predictions({"predictions": w["predictions"]}, pfb)["predictions"]

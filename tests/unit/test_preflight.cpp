@@ -558,6 +558,19 @@ TEST(Preflight, ScratchNotAffineIsTakenFromTheNearestRecordingsAndNamed) {
   EXPECT_TRUE(named);
 }
 
+// Scratch whose last segment rises though its first and last sizes are equal (64, 32, 64 MiB at
+// 4, 8, 16; frameless, as the backward's are): the largest recording's model grows above 16.
+TEST(Preflight, ScratchWhoseLastSegmentRisesMakesTheModelGrow) {
+  const auto rec = [](std::size_t b, std::size_t ws) {
+    std::vector<ev> e{{'a', 2, ws, ""}, {'f', 2, 0, ""}};
+    for (std::uint64_t i = 10; i < 20; ++i) e.push_back({'a', i, 8 * MiB, ""});  // constants
+    return recording_of(b, e);
+  };
+  const gb::batch_model m({rec(4, 64 * MiB), rec(8, 32 * MiB), rec(16, 64 * MiB)});
+  EXPECT_TRUE(m.grows(2));
+  EXPECT_GT(m.trace_at(32)[0].bytes, 64 * MiB);
+}
+
 // Two tensors that grow with the batch, the second twice the first (as a PyTorch job recorded on
 // an H100 had them, without Python frames): at twice the batch the first is as large as the second
 // was. Recordings of the same steps are matched position by position, not shifted onto the equal
