@@ -169,6 +169,22 @@ def use(conf: Optional[str] = None, history: int = 0, library: str = "auto",
     return build_info()
 
 
+def _advise_numbered(lib: Library, budget, directory: Optional[str], number: int, snapshot_of,
+                     device: int, allowed: int, device_free: int, **how) -> str:
+    """Advice `number` of an out-of-memory error (watch() and use(on_oom="advise") alike): its
+    folder, the snapshot snapshot_of() takes, the device's memory, the advice's text and the
+    budget's closing line."""
+    folder = _oom.new_directory(budget.folder(directory, number))
+    budget.last_folder = folder
+    snapshot = snapshot_of()
+    try:
+        total = int(_torch.cuda.get_device_properties(device).total_memory)
+    except Exception:  # noqa: BLE001 - the line then computes the fraction in the shell
+        total = None
+    return _oom.advise(lib, snapshot, device, int(allowed), int(device_free), total, folder,
+                       **how) + budget.note(number)
+
+
 class _OwnOom:
     """use(on_oom="advise"): called by the library when gpu-basics' allocator runs out of memory,
     before it raises; advises from the allocator's own history, as watch() does (_oom.Budget:
@@ -179,24 +195,20 @@ class _OwnOom:
         self.advised = None  # the text of the last advice printed
         self.budget = _oom.Budget(knob=None)
 
-    def _advise(self, device: int, allowed: int, device_free: int, number: int) -> str:
-        folder = _oom.new_directory(self.budget.folder(self._directory, number))
-        self.budget.last_folder = folder
+    def _snapshot(self, device: int) -> dict:
         fd, path = tempfile.mkstemp(prefix="gpu_basics_oom_", suffix=".pickle")
         os.close(fd)
         try:
             self._lib.write_snapshot(device, path)
             with open(path, "rb") as f:
-                snapshot = pickle.load(f)
+                return pickle.load(f)
         finally:
             os.unlink(path)
-        try:
-            total = int(_torch.cuda.get_device_properties(device).total_memory)
-        except Exception:  # noqa: BLE001 - the line then computes the fraction in the shell
-            total = None
-        self.advised = _oom.advise(self._lib, snapshot, device, int(allowed), int(device_free),
-                                   total, folder, allocator="gpu-basics'",
-                                   line_key="gbt") + self.budget.note(number)
+
+    def _advise(self, device: int, allowed: int, device_free: int, number: int) -> str:
+        self.advised = _advise_numbered(self._lib, self.budget, self._directory, number,
+                                        lambda: self._snapshot(device), device, allowed,
+                                        device_free, allocator="gpu-basics'", line_key="gbt")
         return self.advised
 
     def __call__(self, device, size, allowed, device_free) -> None:
@@ -431,17 +443,10 @@ class Watch:
         self.budget = _oom.Budget(max_advice)  # each out-of-memory error, within bounds
 
     def _advise(self, device: int, allowed: int, device_free: int, number: int) -> str:
-        folder = _oom.new_directory(self.budget.folder(self._directory, number))
-        self.budget.last_folder = folder
-        snapshot = _torch.cuda.memory._snapshot()
-        try:
-            total = int(_torch.cuda.get_device_properties(device).total_memory)
-        except Exception:  # noqa: BLE001 - the line then computes the fraction in the shell
-            total = None
-        text = _oom.advise(self._lib, snapshot, device, int(allowed), int(device_free), total,
-                           folder, self._fit) + self.budget.note(number)
-        self.advised = text
-        return text
+        self.advised = _advise_numbered(self._lib, self.budget, self._directory, number,
+                                        _torch.cuda.memory._snapshot, device, allowed,
+                                        device_free, fit=self._fit)
+        return self.advised
 
     def _observer(self, device, alloc, device_allocated, device_free) -> None:
         # PyTorch calls it as (device, alloc_size, allowed, device_free), allowed being the

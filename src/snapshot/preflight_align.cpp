@@ -405,9 +405,16 @@ batch_model::batch_model(std::vector<batch_recording> recordings)
       sl.batch_lo = lo.first;
       sl.rise = hi.second - lo.second;
       sl.run = std::max<std::int64_t>(1, hi.first - lo.first);
+      const bool three = points.size() == 3;
+      const auto& mid = points[three ? 1 : 0];
+      const bool affine = !three || static_cast<i128>(mid.second - lo.second) * sl.run ==
+                                        static_cast<i128>(sl.rise) * (mid.first - lo.first);
+      // The smallest batch's size (rise >= 0: batch 1's is the least): below 0, the fit is
+      // wrong there, and a prediction at small batches would be too. Refused once, here.
+      const i128 at1 =
+          static_cast<i128>(sl.size_lo) - static_cast<i128>(sl.rise) * (sl.batch_lo - 1) / sl.run;
       // Scratch (a workspace freed within its operation) whose size is not affine: piecewise.
-      const bool scratch = s.partner[k] != kNone && s.partner[k] - k <= kScratchSpan;
-      const auto piecewise = [&] {
+      if ((!affine || at1 < 0) && s.partner[k] != kNone && s.partner[k] - k <= kScratchSpan) {
         sl.npoints = static_cast<std::uint8_t>(points.size());
         for (std::size_t i = 0; i < points.size(); ++i) {
           sl.point_batch[i] = points[i].first;
@@ -418,37 +425,21 @@ batch_model::batch_model(std::vector<batch_recording> recordings)
         mo.grows =
             mo.grows || sl.rise > 0 || points.back().second > points[points.size() - 2].second;
         mo.slots.push_back(sl);
-      };
-      if (points.size() == 3) {
-        const auto& mid = points[1];
-        const bool affine = static_cast<i128>(mid.second - lo.second) * sl.run ==
-                            static_cast<i128>(sl.rise) * (mid.first - lo.first);
-        if (!affine && scratch) {
-          piecewise();
-          continue;
-        }
-        if (!affine)
-          throw preflight_error(
-              fmt::format(
-                  "{}: the size of {} is not affine in the batch: {} B at batch {}, {} B "
-                  "at batch {}, {} B at batch {} (a + b * batch through the first and "
-                  "last gives {:.1f} B at batch {})",
-                  printable(recordings_[r].name), describe(s, k), lo.second, lo.first, mid.second,
-                  mid.first, hi.second, hi.first,
-                  static_cast<double>(lo.second) + static_cast<double>(sl.rise) *
-                                                       static_cast<double>(mid.first - lo.first) /
-                                                       static_cast<double>(sl.run),
-                  mid.first),
-              s.index[k]);
-      }
-      // The smallest batch's size (rise >= 0: batch 1's is the least): below 0, the fit is
-      // wrong there, and a prediction at small batches would be too. Refused once, here.
-      const i128 at1 =
-          static_cast<i128>(sl.size_lo) - static_cast<i128>(sl.rise) * (sl.batch_lo - 1) / sl.run;
-      if (at1 < 0 && scratch) {
-        piecewise();
         continue;
       }
+      if (!affine)
+        throw preflight_error(
+            fmt::format(
+                "{}: the size of {} is not affine in the batch: {} B at batch {}, {} B "
+                "at batch {}, {} B at batch {} (a + b * batch through the first and "
+                "last gives {:.1f} B at batch {})",
+                printable(recordings_[r].name), describe(s, k), lo.second, lo.first, mid.second,
+                mid.first, hi.second, hi.first,
+                static_cast<double>(lo.second) + static_cast<double>(sl.rise) *
+                                                     static_cast<double>(mid.first - lo.first) /
+                                                     static_cast<double>(sl.run),
+                mid.first),
+            s.index[k]);
       if (at1 < 0)
         throw preflight_error(
             fmt::format("{}: the size of {} would be below 0 at batch 1 ({} B at batch {}, {} B "
